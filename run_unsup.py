@@ -1,0 +1,37 @@
+#!/usr/bin/env python
+"""Train an unsupervised (or supervised) contrastive sentence encoder: SimCSE, ESimCSE, SimCSE++, S-SimCSE.
+
+    accelerate launch run_unsup.py --method simcse                      # SimCSE paper recipe (BERT-base)
+    accelerate launch run_unsup.py --method esimcse --dup_rate 0.32
+    python run_unsup.py configs/my_run.yaml --learning_rate 1e-5        # a config file, then overrides
+
+Parse flat dataclasses -> build the method's model around the backbone -> load the corpus -> CLTrainer (STS-B dev
+every 125 steps, best checkpoint kept) -> export a plain HF folder and a sentence-transformers folder.
+"""
+from __future__ import annotations
+
+from models.registry import model_class_for
+from trainers.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments, parse_args
+from trainers.pipeline import (check_evaluation_data, describe_arguments, load_tokenizer, setup_logging,
+                               train_and_export)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    model_args, data_args, method_args, training_args = parse_args(
+        (ModelArguments, DataArguments, MethodArguments, CLTrainingArguments), argv)
+    setup_logging(training_args)
+    check_evaluation_data(training_args, data_args.senteval_dir)
+
+    overrides = {"pooler_type": model_args.pooler_type, "mlp_only_train": model_args.mlp_only_train,
+                 "projector": model_args.projector, "temperature": model_args.temp,
+                 **method_args.config_overrides()}
+    model = model_class_for(method_args.method).from_encoder(
+        model_args.model_name_or_path, attn_implementation=model_args.attn_implementation,
+        cache_dir=model_args.cache_dir, **{k: v for k, v in overrides.items() if v is not None})
+    tokenizer = load_tokenizer(model_args)
+    return train_and_export(model, tokenizer, training_args, data_args,
+                            describe_arguments(model_args, data_args, method_args, training_args))
+
+
+if __name__ == "__main__":
+    main()
