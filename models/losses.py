@@ -11,10 +11,15 @@ import torch
 import torch.nn.functional as F
 
 
+def upcast(t: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 -> float32 (float64 stays float64): similarities and softmax are computed in full precision."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def cosine_logits(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``cos(a_i, b_j) / temperature`` for all i, j: [N, d] x [M, d] -> [N, M] (float32)."""
-    a = F.normalize(a.float(), dim=-1)
-    b = F.normalize(b.float(), dim=-1)
+    """``cos(a_i, b_j) / temperature`` for all i, j: [N, d] x [M, d] -> [N, M] (at least float32)."""
+    a = F.normalize(upcast(a), dim=-1)
+    b = F.normalize(upcast(b), dim=-1)
     return a @ b.T / temperature
 
 
@@ -55,4 +60,4 @@ def info_nce(
     return F.cross_entropy(logits, labels)
 
 
-__all__ = ["cosine_logits", "info_nce"]
+__all__ = ["cosine_logits", "info_nce", "upcast"]

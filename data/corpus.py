@@ -1,0 +1,305 @@
+"""Loading the training corpora, and a dependency-free English sentence splitter.
+
+- ``load_unsup_corpus``: unsupervised SimCSE's one-sentence-per-line file (``wiki1m_for_simcse.txt``, or the offline
+  stand-in of ``data.standin``) -> ``datasets.Dataset`` with one column ``"text"``. A single-column CSV with a header
+  row (SimCSE's unsupervised CSV form) is read too.
+- ``load_sup_corpus``: supervised SimCSE's NLI triplets (``nli_for_simcse.csv``, header ``sent0,sent1,hard_neg``; a
+  pair file ``sent0,sent1`` is allowed) -> ``datasets.Dataset`` with those columns.
+- ``split_sentences``: a regex sentence splitter good enough for Wikipedia extracts.
+
+Files are checked before ``datasets`` reads them, so that a bad file fails with a ``CorpusError`` that names the file
+(and line) and says how to fix it, instead of a deep traceback. Every filter logs how many rows it dropped: nothing
+is dropped silently.
+"""
+from __future__ import annotations
+
+import csv
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:  # ``datasets`` is imported lazily: the sentence splitter must stay cheap to import.
+    import datasets
+
+logger = logging.getLogger(__name__)
+
+UNSUP_HINT = (
+    "download SimCSE's corpus with `bash data/download_wiki1m.sh`, or build the offline stand-in corpus with "
+    "`python -m data.standin`"
+)
+SUP_HINT = "download SimCSE's NLI triplets with `bash data/download_nli.sh`"
+SUP_HEADERS: tuple[tuple[str, ...], ...] = (("sent0", "sent1", "hard_neg"), ("sent0", "sent1"))
+
+_BLOCK_BYTES = 16 << 20  # read size for the UTF-8 check (rounded up to a whole line)
+
+
+class CorpusError(ValueError):
+    """A corpus file is missing or malformed; the message names the file (and line) and says how to fix it."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Public loaders
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None) -> datasets.Dataset:
+    """Load a one-sentence-per-line corpus as a ``Dataset`` with one column ``"text"``.
+
+    Lines are stripped; blank lines are skipped and their count is logged. A ``.csv`` file must have a single
+    column under a header row (any name; it is renamed ``"text"``); any other suffix is read as plain text lines.
+
+    Raises:
+        CorpusError: the file is missing, empty, not UTF-8, holds only blank lines, or (CSV) has more than one
+            column or a row with the wrong number of fields.
+    """
+    file = _check_file(path, hint=UNSUP_HINT)
+    if file.suffix.lower() == ".csv":
+        header = _check_csv(file)
+        if len(header) != 1:
+            raise CorpusError(
+                f"{file}: an unsupervised CSV corpus must have a single column, but its header is "
+                f"{_join(header)!r}; expected a header such as 'text' and one (quoted) sentence per row, "
+                f"or use a .txt file with one sentence per line"
+            )
+        dataset = _load_csv(file, header, cache_dir=cache_dir)
+        if header[0] != "text":
+            dataset = dataset.rename_column(header[0], "text")
+        return _drop_blank_rows(dataset, file, skipped="blank rows", problem="every row is blank")
+    dataset = _load_builder("text", file, cache_dir=cache_dir)
+    return _drop_blank_rows(dataset, file, skipped="blank lines", problem="the file holds only blank lines")
+
+
+def load_sup_corpus(path: str | Path, *, cache_dir: str | None = None) -> datasets.Dataset:
+    """Load supervised SimCSE's NLI CSV as a ``Dataset`` with columns ``sent0, sent1, hard_neg``.
+
+    The header must be ``sent0,sent1,hard_neg`` or, for a corpus without hard negatives, ``sent0,sent1`` (then the
+    dataset has no ``hard_neg`` column). Cells are stripped and read as text (``NA``/``None`` stay strings); rows with
+    an empty cell (blank lines included) are skipped and counted in the log.
+
+    Raises:
+        CorpusError: the file is missing, empty, not UTF-8, has another header, a row with the wrong number of
+            fields, or no complete row.
+    """
+    file = _check_file(path, hint=SUP_HINT)
+    header = _check_csv(file)
+    if header not in SUP_HEADERS:
+        expected = " or ".join(repr(_join(names)) for names in SUP_HEADERS)
+        raise CorpusError(
+            f"{file}: the header (line 1) is {_join(header)!r} but a supervised corpus needs {expected} "
+            f"(the second without hard negatives); fix the first line of the file, or {SUP_HINT}"
+        )
+    dataset = _load_csv(file, header, cache_dir=cache_dir)
+    return _drop_blank_rows(dataset, file, skipped="rows with an empty cell", problem="every row has an empty cell")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# File checks (before ``datasets`` sees the file)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _check_file(path: str | Path, *, hint: str) -> Path:
+    """Check that ``path`` is an existing, non-empty, UTF-8 file; return it as a ``Path``."""
+    file = Path(path)
+    if not file.exists():
+        raise CorpusError(f"{file}: no such file; {hint}")
+    if not file.is_file():
+        raise CorpusError(f"{file}: is not a regular file (a directory?); pass the path of the corpus file itself")
+    if file.stat().st_size == 0:
+        raise CorpusError(f"{file}: the file is empty; {hint}")
+    _check_utf8(file)
+    return file
+
+
+def _check_utf8(file: Path) -> None:
+    """Raise ``CorpusError`` at the first byte that is not valid UTF-8, naming its line and byte offset."""
+    first_line, first_byte = 1, 0
+    with file.open("rb") as handle:
+        for block in _line_aligned_blocks(handle):
+            try:
+                block.decode("utf-8")
+            except UnicodeDecodeError as error:
+                line_start = block.rfind(b"\n", 0, error.start) + 1
+                line = first_line + block.count(b"\n", 0, error.start)
+                raise CorpusError(
+                    f"{file}, line {line}: byte 0x{block[error.start]:02x} at byte offset {first_byte + error.start} "
+                    f"(byte {error.start - line_start + 1} of the line) is not valid UTF-8 ({error.reason}); "
+                    f"the corpus must be UTF-8: convert it, e.g. `iconv -f latin1 -t utf8 {file} > {file}.utf8` "
+                    f"if it is Latin-1"
+                ) from None
+            first_line += block.count(b"\n")
+            first_byte += len(block)
+
+
+def _line_aligned_blocks(handle: BinaryIO) -> Iterator[bytes]:
+    """Yield large blocks of ``handle`` that end at a line break (so a multi-byte character is never cut)."""
+    while block := handle.read(_BLOCK_BYTES):
+        yield block + handle.readline()
+
+
+def _check_csv(file: Path) -> tuple[str, ...]:
+    """Return a (UTF-8) CSV file's header; raise ``CorpusError`` at the first row whose field count differs.
+
+    Blank lines are allowed here (they are read as empty rows, then skipped and counted by the loader).
+    """
+    rows = 0
+    with file.open(encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = tuple(next(reader, ()))
+            for rows, row in enumerate(reader, start=1):
+                if row and len(row) != len(header):
+                    raise CorpusError(
+                        f"{file}, line {reader.line_num}: found {len(row)} fields but the header "
+                        f"{_join(header)!r} has {len(header)}; quote fields that contain commas or line breaks "
+                        f"(\"like, this\") and give every row {len(header)} fields"
+                    )
+        except csv.Error as error:
+            raise CorpusError(f"{file}, line {reader.line_num}: malformed CSV ({error})") from None
+    if not header or not any(header):
+        raise CorpusError(f"{file}: the first line must be a header row naming the columns, but it is blank")
+    if rows == 0:
+        raise CorpusError(f"{file}: there is no row under the header; a corpus needs at least one sentence")
+    return header
+
+
+def _join(names: Sequence[str]) -> str:
+    return ",".join(names)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading through ``datasets`` and filtering
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _load_csv(file: Path, header: Sequence[str], *, cache_dir: str | None) -> datasets.Dataset:
+    """Read a checked CSV through the "csv" builder, every column as text, blank lines kept as empty rows."""
+    import datasets
+
+    features = datasets.Features({name: datasets.Value("string") for name in header})
+    return _load_builder(
+        "csv", file, cache_dir=cache_dir, features=features, keep_default_na=False, na_filter=False,
+        skip_blank_lines=False,
+    )
+
+
+def _load_builder(builder: str, file: Path, *, cache_dir: str | None, **config: object) -> datasets.Dataset:
+    """``load_dataset(builder, data_files=file, split="train")``, with parse failures turned into ``CorpusError``."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(builder, data_files=str(file), split="train", cache_dir=cache_dir, **config)
+    except (datasets.exceptions.DatasetGenerationError, ValueError) as error:
+        cause = error.__cause__ or error
+        raise CorpusError(f"{file}: could not be read as {builder} ({type(cause).__name__}: {cause})") from error
+
+
+def _drop_blank_rows(dataset: datasets.Dataset, file: Path, *, skipped: str, problem: str) -> datasets.Dataset:
+    """Strip every cell, drop rows with an empty cell, and log how many were dropped.
+
+    ``skipped`` names the dropped rows in the log ("skipped 3 blank lines of 10 in FILE"); ``problem`` says what is
+    wrong with the file when nothing is left.
+    """
+    total = len(dataset)
+    dataset = dataset.map(_strip_cells, batched=True, desc=f"strip {file.name}")
+    dataset = dataset.filter(_rows_without_empty_cell, batched=True, desc=f"skip {skipped} of {file.name}")
+    logger.info("skipped %d %s of %d in %s", total - len(dataset), skipped, total, file)
+    if len(dataset) == 0:
+        raise CorpusError(f"{file}: {problem} ({total} in all); a corpus needs at least one sentence")
+    return dataset
+
+
+def _strip_cells(batch: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Strip whitespace (and a leading byte-order mark) from every cell of a batch."""
+    return {name: [cell.lstrip("\ufeff").strip() for cell in column] for name, column in batch.items()}
+
+
+def _rows_without_empty_cell(batch: dict[str, list[str]]) -> list[bool]:
+    return [all(cells) for cells in zip(*batch.values())]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sentence splitting
+# ----------------------------------------------------------------------------------------------------------------
+
+# Abbreviations (lower-cased, without their last period) that never end a sentence.
+_NEVER_FINAL = frozenset(
+    "mr mrs ms messrs dr prof rev hon gen col lt capt sgt maj cmdr adm gov sen rep fr st mt "
+    "e.g i.e cf viz vs v ca c approx fig figs vol vols pp ch op".split()
+)
+# Abbreviations that end a sentence only when a typical sentence opener follows ("... in the U.S. The ...").
+_SOMETIMES_FINAL = frozenset("etc inc ltd co corp bros jr sr al ft no".split())
+_SENTENCE_OPENERS = frozenset(
+    "The A An This That These Those There It Its He She They We I His Her Their In On At After Before During As "
+    "But However Since When While Although Today Many Some Most".split()
+)
+_DOTTED_ACRONYM = re.compile(r"(?:[A-Za-z]{1,2}\.)+[A-Za-z]{1,2}")  # U.S, D.C, Ph.D, a.m (last period cut off)
+_CANDIDATE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")  # terminal punctuation, closers, then a space
+_OPENERS = "\"'\u201c\u2018([{"
+_CLOSERS = "\"'\u201d\u2019)]}"
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split English prose into sentences; whitespace inside a sentence is collapsed to single spaces.
+
+    A line break ends a sentence (Wikipedia extracts put paragraphs on separate lines) unless the next line starts
+    in lower case (a wrapped line, joined to the one before). Otherwise a sentence
+    ends at ``.``, ``!`` or ``?`` (plus closing quotes/brackets) followed by a space and a word that starts with an
+    upper-case letter or a digit, except after an abbreviation: titles ("Mr.", "Dr."), Latin ("e.g.", "i.e.",
+    "cf."), single-letter initials ("Arthur C. Clarke"); dotted acronyms ("U.S.") and words like "etc." or "Inc."
+    end a sentence only before a typical sentence opener ("The", "He", "In", ...). Decimals ("3.5") have no space
+    after the period and are never split.
+
+    >>> split_sentences("Dr. Smith moved to the U.S. in 1990. He paid $3.5 million, i.e. a lot.")
+    ['Dr. Smith moved to the U.S. in 1990.', 'He paid $3.5 million, i.e. a lot.']
+    """
+    return [sentence for paragraph in _paragraphs(text) for sentence in _split_paragraph(paragraph)]
+
+
+def _paragraphs(text: str) -> Iterator[str]:
+    """Whitespace-normalised lines of ``text``; a line that starts in lower case continues the one before."""
+    current = ""
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if current and line[:1].islower():
+            current = f"{current} {line}"
+            continue
+        if current:
+            yield current
+        current = line
+    if current:
+        yield current
+
+
+def _split_paragraph(paragraph: str) -> list[str]:
+    """Split one whitespace-normalised line into sentences."""
+    sentences, start = [], 0
+    for match in _CANDIDATE_END.finditer(paragraph):
+        if _ends_sentence(paragraph, match):
+            sentences.append(paragraph[start : match.end()].strip())
+            start = match.end()
+    tail = paragraph[start:].strip()
+    return sentences + [tail] if tail else sentences
+
+
+def _ends_sentence(paragraph: str, match: re.Match[str]) -> bool:
+    """Whether the terminal punctuation ``match`` (followed by a space) ends a sentence."""
+    word_end = paragraph.find(" ", match.end() + 1)
+    next_word = paragraph[match.end() + 1 : word_end if word_end >= 0 else None].lstrip(_OPENERS)
+    if not next_word or not (next_word[0].isupper() or next_word[0].isdigit()):
+        return False
+    if match.group().rstrip(_CLOSERS) != ".":  # "!", "?", "..." and the like
+        return True
+    word_start = paragraph.rfind(" ", 0, match.start()) + 1
+    return not _is_abbreviation(paragraph[word_start : match.start()].lstrip(_OPENERS), next_word)
+
+
+def _is_abbreviation(word: str, next_word: str) -> bool:
+    """Whether ``word`` + "." is an abbreviation rather than a sentence end, given the word after it."""
+    lowered = word.lower()
+    if lowered in _NEVER_FINAL or (len(word) == 1 and word.isalpha()):
+        return True
+    if lowered in _SOMETIMES_FINAL or _DOTTED_ACRONYM.fullmatch(word):
+        return next_word.rstrip(",;:") not in _SENTENCE_OPENERS
+    return False

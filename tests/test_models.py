@@ -1,0 +1,106 @@
+"""The shared base: backbone-agnostic (BERT, RoBERTa, DistilBERT), poolers, one pass for both views, config
+round trip, pretrained weights kept, best-practice defaults."""
+import pytest
+import torch
+from transformers import AutoModel
+
+from models import SimCSEModel, SupervisedSimCSEModel, load_contrastive_model
+from models.poolers import POOLER_TYPES, pool
+from tests.tiny import save_tiny_backbone
+
+
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory):
+    return {arch: save_tiny_backbone(tmp_path_factory.mktemp(arch), arch) for arch in ("bert", "roberta", "distilbert")}
+
+
+def batch(vocab=60, b=3, v=2, length=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (b, v, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :, -2:] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize("pooler", POOLER_TYPES)
+def test_every_backbone_and_pooler_trains(backbones, arch, pooler):
+    model = SimCSEModel.from_encoder(str(backbones[arch]), pooler_type=pooler)
+    ids, mask = batch()
+    out = model(input_ids=ids, attention_mask=mask)
+    assert out.embeddings.shape == (3, 2, 32) and torch.isfinite(out.loss)
+    out.loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)  # no dead parameters (DDP-safe)
+
+
+def test_pretrained_weights_are_kept(backbones):
+    reference = AutoModel.from_pretrained(str(backbones["bert"]))
+    model = SimCSEModel.from_encoder(str(backbones["bert"]))
+    kept = model.encoder.state_dict()
+    for name, tensor in reference.state_dict().items():
+        if not name.startswith("pooler."):
+            assert torch.equal(kept[name], tensor), name
+
+
+def test_one_backbone_pass_for_all_views(backbones):
+    model = SimCSEModel.from_encoder(str(backbones["bert"]))
+    calls = []
+    model.encoder.register_forward_hook(lambda m, args, kwargs_out: calls.append(1))
+    ids, mask = batch()
+    model(input_ids=ids, attention_mask=mask)
+    assert len(calls) == 1
+
+
+def test_views_differ_only_by_dropout(backbones):
+    model = SimCSEModel.from_encoder(str(backbones["bert"]))
+    ids, mask = batch()
+    ids[:, 1] = ids[:, 0]
+    mask[:, 1] = mask[:, 0]
+    model.train()
+    z = model(input_ids=ids, attention_mask=mask).embeddings
+    assert not torch.allclose(z[:, 0], z[:, 1])
+    model.eval()
+    z = model(input_ids=ids, attention_mask=mask).embeddings
+    assert torch.allclose(z[:, 0], z[:, 1], atol=1e-6)
+
+
+def test_poolers_by_hand():
+    last = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    first_layer = torch.tensor([[[0.0, 0.0], [1.0, 1.0], [50.0, 50.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    states = (torch.zeros_like(last), first_layer, last)
+    assert pool("cls", mask, last).tolist() == [[1.0, 2.0]]
+    assert pool("avg", mask, last).tolist() == [[2.0, 3.0]]
+    assert pool("avg_first_last", mask, last, states).tolist() == [[1.25, 1.75]]  # mean of (0+1)/2.. per token
+    assert pool("avg_top2", mask, last, states).tolist() == [[1.25, 1.75]]  # here layer -2 == first_layer
+    with pytest.raises(ValueError, match="unknown pooler"):
+        pool("max", mask, last)
+
+
+def test_config_round_trip_keeps_method_settings(backbones, tmp_path):
+    model = SupervisedSimCSEModel.from_encoder(str(backbones["roberta"]), temperature=0.1, hard_negative_weight=0.5)
+    model.save_pretrained(tmp_path)
+    loaded = load_contrastive_model(tmp_path)
+    assert type(loaded) is SupervisedSimCSEModel
+    assert (loaded.config.temperature, loaded.config.hard_negative_weight, loaded.config.mlp_only_train) == (0.1, 0.5, False)
+    assert loaded.config.encoder_config.model_type == "roberta"
+    ids, mask = batch(v=1)
+    model.eval(), loaded.eval()
+    assert torch.allclose(model.embed(ids[:, 0], mask[:, 0]), loaded.embed(ids[:, 0], mask[:, 0]), atol=1e-6)
+
+
+def test_test_time_embedding_follows_the_recipe(backbones):
+    ids, mask = batch(v=1)
+    unsup = SimCSEModel.from_encoder(str(backbones["bert"])).eval()
+    pooled = unsup.encode(ids[:, 0], mask[:, 0])
+    assert torch.allclose(unsup.embed(ids[:, 0], mask[:, 0]), pooled)  # MLP dropped at test time
+    assert torch.allclose(unsup.embed(ids[:, 0], mask[:, 0], pooler_type="cls"), unsup.projector(pooled))
+    sup = SupervisedSimCSEModel.from_encoder(str(backbones["bert"])).eval()
+    assert torch.allclose(sup.embed(ids[:, 0], mask[:, 0]), sup.projector(sup.encode(ids[:, 0], mask[:, 0])))
+
+
+def test_bad_config_values_are_refused(backbones):
+    with pytest.raises(ValueError, match="pooler_type"):
+        SimCSEModel.from_encoder(str(backbones["bert"]), pooler_type="mean")
+    with pytest.raises(ValueError, match="projector"):
+        SimCSEModel.from_encoder(str(backbones["bert"]), projector="mlp2")

@@ -1,0 +1,55 @@
+"""Tiny random backbones + a word-level tokenizer, built in code (no downloads), for fast CPU tests."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import AutoModel, BertConfig, BertTokenizerFast, DistilBertConfig, RobertaConfig
+
+WORDS = ("the a an of to and in is was for on that with as by it at from his her he she they this be are were "
+         "cat dog man woman car bank river tree city music film game book water food song team war king "
+         "plays runs sits eats reads writes sings big small old new good bad red blue green fast slow "
+         "guitar piano table chair house street park school ball cup road sky sun moon").split()
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def tiny_tokenizer(directory: str | Path) -> BertTokenizerFast:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = directory / "vocab.txt"
+    vocab.write_text("\n".join(SPECIAL + list(dict.fromkeys(WORDS))) + "\n")
+    return BertTokenizerFast(vocab=str(vocab), do_lower_case=True, model_max_length=64)
+
+
+def tiny_config(arch: str = "bert", vocab_size: int = 200, dropout: float = 0.1, **overrides):
+    """hidden 32, 2 layers, 2 heads; ``arch`` in bert | roberta | distilbert."""
+    if arch == "distilbert":
+        return DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=37,
+                                max_position_embeddings=64, dropout=dropout, attention_dropout=dropout,
+                                pad_token_id=0, **overrides)
+    config_class = {"bert": BertConfig, "roberta": RobertaConfig}[arch]
+    return config_class(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=37, max_position_embeddings=70, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout, pad_token_id=0, **overrides)
+
+
+def save_tiny_backbone(directory: str | Path, arch: str = "bert", seed: int = 0, **config_overrides) -> Path:
+    """Save a tiny random backbone + tokenizer to ``directory`` (a stand-in for ``bert-base-uncased``)."""
+    import torch
+
+    directory = Path(directory)
+    tokenizer = tiny_tokenizer(directory)
+    torch.manual_seed(seed)
+    model = AutoModel.from_config(tiny_config(arch, vocab_size=len(tokenizer), **config_overrides))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def tiny_corpus(path: str | Path, n: int = 64, seed: int = 0) -> Path:
+    """A one-sentence-per-line file of ``n`` random sentences over the tiny vocabulary."""
+    import random
+
+    rng = random.Random(seed)
+    path = Path(path)
+    path.write_text("\n".join(" ".join(rng.choices(WORDS, k=rng.randint(4, 12))) for _ in range(n)) + "\n")
+    return path
