@@ -59,10 +59,83 @@ class MethodArguments:
     gather_negatives: bool | None = field(
         default=None, metadata={"help": "All-gather negatives across processes (default true)."})
 
+    # --- reproduction fidelity (models/presets.py) ---
+    fidelity: str | None = field(default=None, metadata={
+        "help": "paper | official_code: set every paper-vs-code switch at once (explicit flags still win). Default: "
+                "each field's own default (the paper's, except SimCSE++'s loss forms: the code's).",
+        "choices": ["paper", "official_code"]})
+
+    # --- ESimCSE (Wu et al., 2022; docs/esimcse.md) ---
+    dup_rate: float | None = field(default=None, metadata={"help": "ESimCSE: maximal repetition rate (0.32)."})
+    dup_type: str | None = field(default=None, metadata={
+        "help": "ESimCSE: repeat sub-words (default) or whole words.", "choices": ["subword", "word"]})
+    dup_length_rule: str | None = field(default=None, metadata={
+        "help": "ESimCSE: dup_len ~ U{0..max(2, int(dup_rate*N))} (paper, default) or randrange(min(10, "
+                "int(dup_rate*N))) (code).", "choices": ["paper", "code"]})
+    resample_repetition: bool | None = field(default=None, metadata={
+        "help": "ESimCSE: new repetition every time a sentence is seen (default true; false = the code's "
+                "repeat-once cache)."})
+    length_extension: str | None = field(default=None, metadata={
+        "help": "ESimCSE Table 4/5: repetition (default) | stopword | mask | mlm_prediction insertion after the picked "
+                "units | none (momentum contrast alone).",
+        "choices": ["repetition", "stopword", "mask", "mlm_prediction", "none"]})
+    insert_mlm_name_or_path: str | None = field(default=None, metadata={
+        "help": "ESimCSE Table 5: masked LM predicting inserted [MASK]s (same vocabulary as the encoder)."})
+    momentum_contrast: bool | None = field(default=None, metadata={
+        "help": "ESimCSE: momentum encoder + queue negatives (default true; false = repetition alone, Table 4)."})
+    momentum: float | None = field(default=None, metadata={"help": "ESimCSE: EMA coefficient lambda (0.995)."})
+    queue_size: int | None = field(default=None, metadata={
+        "help": "ESimCSE: queue length (160 = 2.5 x batch 64; Table 10 tries 1/1.5/2/2.5/3 x batch)."})
+    queue_through_mlp: bool | None = field(default=None, metadata={
+        "help": "ESimCSE: queue = momentum [CLS] through the ONLINE MLP (code) instead of the momentum MLP "
+                "(default false)."})
+    gather_queue: bool | None = field(default=None, metadata={
+        "help": "ESimCSE: every process enqueues the gathered global batch (default true; code: false)."})
+
+    # --- SimCSE++ (Xu et al., 2023; any method; docs/simcse_pp.md) ---
+    off_dropout: bool | None = field(default=None, metadata={
+        "help": "SimCSE++: negatives from a dropout-off encoding of the anchors (on any method)."})
+    pos_neg_tradeoff: float | None = field(default=None, metadata={"help": "SimCSE++: trade-off m (0.9)."})
+    off_dropout_form: str | None = field(default=None, metadata={
+        "help": "SimCSE++: m on the positive logit (code, default) or on the negative sum (paper Eq. 3).",
+        "choices": ["code", "paper"]})
+    dcl_weight: float | None = field(default=None, metadata={
+        "help": "SimCSE++: weight lambda of the dimension-wise contrastive loss (0.1 for simcse_pp, else 0)."})
+    dcl_temp: float | None = field(default=None, metadata={"help": "SimCSE++: DCL temperature (5)."})
+    dcl_form: str | None = field(default=None, metadata={
+        "help": "SimCSE++: DCL as in the code (BatchNorm, /N, mean; default) or as printed (Eq. 5).",
+        "choices": ["code", "paper"]})
+    noise_study: str | None = field(default=None, metadata={
+        "help": "SimCSE++ Table 1: +/- noise in the positive or negative pairs.",
+        "choices": ["none", "pos_plus", "pos_minus", "neg_plus", "neg_minus"]})
+    noise_variance: float | None = field(default=None, metadata={"help": "Table 1: Gaussian noise variance (0.1)."})
+    noise_samples: int | None = field(default=None, metadata={"help": "Table 1: K dropout samples averaged (10)."})
+    barlow_weight: float | None = field(default=None, metadata={
+        "help": "SimCSE++ Table 2: weight of an added BarlowTwins loss (0 = off)."})
+    barlow_lambda: float | None = field(default=None, metadata={
+        "help": "Table 2: BarlowTwins off-diagonal weight (0.0051)."})
+    barlow_pad: int | None = field(default=None, metadata={
+        "help": "Table 2: M artificial standard-Gaussian embeddings padded into the batch (100/300/704)."})
+
+    # --- S-SimCSE (Zhang & Lan; docs/s_simcse.md) ---
+    dropout_dist: str | None = field(default=None, metadata={
+        "help": "S-SimCSE: distribution of dropout rates (uniform for s_simcse, none = fixed rate).",
+        "choices": ["none", "uniform", "normal"]})
+    dropout_low: float | None = field(default=None, metadata={"help": "S-SimCSE: lowest rate (0.05)."})
+    dropout_high: float | None = field(default=None, metadata={"help": "S-SimCSE: highest rate (0.15)."})
+    sentence_wise_dropout: bool | None = field(default=None, metadata={
+        "help": "S-SimCSE: a rate per sentence ('w/ sd', default for s_simcse) instead of per forward pass."})
+    dropout_sample_per_op: bool | None = field(default=None, metadata={
+        "help": "S-SimCSE: redraw at every dropout operation (default true) instead of once per pass."})
+
     def config_overrides(self) -> dict[str, Any]:
-        """The explicitly given method fields, as ``ContrastiveConfig`` keyword arguments."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name != "method" and getattr(self, f.name) is not None}
+        """The explicitly given method fields, as ``ContrastiveConfig`` keyword arguments, on top of the
+        ``--fidelity`` preset's values (``models.presets``)."""
+        from models.presets import fidelity_overrides
+
+        explicit = {f.name: getattr(self, f.name) for f in fields(self)
+                    if f.name not in ("method", "fidelity") and getattr(self, f.name) is not None}
+        return {**fidelity_overrides(self.fidelity), **explicit}
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from transformers import Trainer, TrainerCallback
@@ -27,14 +27,6 @@ class OptimizerStepHook(TrainerCallback):
             hook()
 
 
-class EvaluateAtStartCallback(TrainerCallback):
-    """Evaluates once before the first step, so the log holds the pretrained model's STS-B dev ("before")."""
-
-    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
-        if getattr(args, "evaluate_at_start", False) and state.global_step == 0:
-            control.should_evaluate = True
-
-
 class CLTrainer(Trainer):
     """``Trainer`` whose evaluation is SentEval-style STS dev: encodes STS-B dev + SICK-R dev only (about 4k
     sentences instead of the ~37k of all STS sets) and returns ``eval_stsb_spearman``, ``eval_sickr_spearman``,
@@ -44,14 +36,19 @@ class CLTrainer(Trainer):
     tokenizer (used to encode evaluation sentences).
     """
 
+    #: What ``evaluate()`` reads, as the Trainer's ``eval_dataset`` (the Trainer requires one for step-wise
+    #: evaluation; ours names the SentEval dev sets instead of holding tensors).
+    DEV_SETS: ClassVar[dict[str, list[str]]] = {"task": ["STSBenchmark/dev", "SICKRelatedness/dev"]}
+
     def __init__(self, *args: Any, senteval_dir: str | None = None, **kwargs: Any) -> None:
+        if kwargs.get("eval_dataset") is None:
+            kwargs["eval_dataset"] = self.DEV_SETS
         super().__init__(*args, **kwargs)
         self.senteval_dir = senteval_dir
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
         self._throughput_mark: tuple[float, int] | None = None
-        for callback in (OptimizerStepHook(), EvaluateAtStartCallback()):
-            self.add_callback(callback)
+        self.add_callback(OptimizerStepHook())
 
     # ---------------------------------------------------------------- training-time metrics
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

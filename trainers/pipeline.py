@@ -69,9 +69,11 @@ def load_train_dataset(model: ContrastiveModel, data_args) -> datasets.Dataset:
 
 
 def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_args,
-                     run_arguments: dict[str, Any]) -> dict[str, float]:
-    """Train (or resume), reload the best checkpoint, evaluate it on STS dev, export it. Returns final metrics."""
-    train_dataset = load_train_dataset(model, data_args)
+                     run_arguments: dict[str, Any], train_dataset: datasets.Dataset | None = None) -> dict[str, float]:
+    """Train (or resume), reload the best checkpoint, evaluate it on STS dev, export it. Returns final metrics.
+    ``train_dataset``: a corpus the script built itself (DiffCSE's ordered next-sentence pairs); default: the file."""
+    if train_dataset is None:
+        train_dataset = load_train_dataset(model, data_args)
     trainer = CLTrainer(
         model=model,
         args=training_args,
@@ -80,8 +82,11 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         processing_class=tokenizer,
         senteval_dir=data_args.senteval_dir,
     )
+    metrics: dict[str, Any] = {}
+    if training_args.eval_strategy != "no" and training_args.evaluate_at_start and not training_args.resume_from_checkpoint:
+        metrics.update(trainer.evaluate(metric_key_prefix="before"))  # the pretrained model's STS-B dev
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    metrics = dict(train_result.metrics)
+    metrics.update(train_result.metrics)
     if training_args.eval_strategy != "no":
         metrics.update(trainer.evaluate())
     if trainer.is_world_process_zero():

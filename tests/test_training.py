@@ -1,0 +1,106 @@
+"""End to end on tiny models: run_unsup.py trains, keeps the best checkpoint, exports; the exports evaluate like the
+training-time model; a resumed run ends with the same weights as an uninterrupted one; misuse is refused."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import run_unsup
+from eval.loading import load_encoder
+from eval.sts import evaluate_sts
+from models import load_contrastive_model
+from tests.tiny import WORDS, save_tiny_backbone, tiny_corpus
+
+FAST = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
+        "--dataloader_pin_memory", "false", "--use_cpu", "true"]
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory):
+    return save_tiny_backbone(tmp_path_factory.mktemp("backbone"))
+
+
+def sup_csv(path: Path, n: int = 32) -> Path:
+    import random
+
+    rng = random.Random(0)
+    sentence = lambda: " ".join(rng.choices(WORDS, k=rng.randint(4, 9)))  # noqa: E731
+    path.write_text("sent0,sent1,hard_neg\n" + "".join(f"{sentence()},{sentence()},{sentence()}\n" for _ in range(n)))
+    return path
+
+
+def train(args: list[str]) -> dict:
+    return run_unsup.main(args + FAST)
+
+
+@pytest.mark.parametrize("method", ["simcse", "sup_simcse"])
+def test_train_select_best_export_and_round_trip(tmp_path, backbone, sts_fixture_dir, method):
+    corpus = tiny_corpus(tmp_path / "corpus.txt") if method == "simcse" else sup_csv(tmp_path / "nli.csv")
+    out = tmp_path / "run"
+    metrics = train(["--method", method, "--model_name_or_path", str(backbone), "--train_file", str(corpus),
+                     "--senteval_dir", str(sts_fixture_dir), "--max_steps", "4", "--eval_steps", "2",
+                     "--output_dir", str(out)])
+    assert {"eval_stsb_spearman", "eval_sickr_spearman", "eval_avg_sts"} <= set(metrics)
+    state = json.loads((Path(metrics["best_model_checkpoint"]) / "trainer_state.json").read_text())
+    evals = [e for e in state["log_history"] if "eval_stsb_spearman" in e]
+    assert "before_stsb_spearman" in metrics  # evaluated before training (the "before" number)
+    assert metrics["best_stsb_spearman"] == max(e["eval_stsb_spearman"] for e in evals)
+
+    trained = load_contrastive_model(metrics["best_model_checkpoint"])
+    card = (out / "export" / "hf" / "README.md").read_text()
+    pooler = "cls" if method == "sup_simcse" else "cls_before_pooler"
+    assert f"test-time pooler: `{pooler}`" in card and '"method": "' + method in card
+    reference = evaluate_sts(load_encoder(metrics["best_model_checkpoint"], device="cpu"), sts_fixture_dir)
+    for path, pool in [(out / "export" / "hf", pooler), (out / "export" / "sentence-transformers", None)]:
+        scores = evaluate_sts(load_encoder(str(path), pool, device="cpu"), sts_fixture_dir)
+        for task, value in reference.items():
+            assert value == pytest.approx(scores[task], abs=1e-3), (path, task)
+    assert trained.config.method == method
+
+
+def test_dev_scores_in_training_equal_the_checkpoint_loaded_later(tmp_path, backbone, sts_fixture_dir):
+    out = tmp_path / "run"
+    metrics = train(["--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
+                     "--senteval_dir", str(sts_fixture_dir), "--max_steps", "2", "--eval_steps", "2",
+                     "--output_dir", str(out)])
+    reloaded = evaluate_sts(load_encoder(metrics["best_model_checkpoint"], device="cpu"), sts_fixture_dir,
+                            tasks=("STSBenchmark", "SICKRelatedness"), split="dev")
+    assert reloaded["STSBenchmark"] == pytest.approx(metrics["best_stsb_spearman"], abs=1e-3)
+
+
+def test_resume_gives_the_same_final_weights(tmp_path, backbone):
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
+    common = ["--model_name_or_path", str(backbone), "--train_file", str(corpus), "--max_steps", "6",
+              "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "10",
+              "--load_best_model_at_end", "false"]
+    train(common + ["--output_dir", str(tmp_path / "full")])
+    train(common + ["--output_dir", str(tmp_path / "resumed"),
+                    "--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-3")])
+    full = load_file(tmp_path / "full" / "checkpoint-6" / "model.safetensors")
+    resumed = load_file(tmp_path / "resumed" / "checkpoint-6" / "model.safetensors")
+    assert full.keys() == resumed.keys()
+    for name in full:
+        torch.testing.assert_close(resumed[name], full[name], rtol=0, atol=1e-6, msg=name)
+    halfway = load_file(tmp_path / "full" / "checkpoint-3" / "model.safetensors")
+    assert any(not torch.equal(halfway[n], full[n]) for n in full)  # the test can fail: weights did move
+
+
+def test_refuses_to_train_with_evaluation_but_no_senteval_data(tmp_path, backbone):
+    with pytest.raises(SystemExit, match="SentEval data not found.*download_senteval.sh"):
+        train(["--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
+               "--senteval_dir", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "o")])
+
+
+def test_config_file_with_overrides(tmp_path, backbone):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model_name_or_path: {backbone}\ntrain_file: {tiny_corpus(tmp_path / 'c.txt')}\n"
+                      f"max_steps: 1\neval_strategy: 'no'\nsave_strategy: 'no'\nload_best_model_at_end: false\n"
+                      f"temp: 0.1\noutput_dir: {tmp_path / 'o'}\n")
+    run_unsup.main([str(config), "--temp", "0.07"] + FAST)
+    saved = json.loads((tmp_path / "o" / "run_arguments.json").read_text())
+    assert saved["ModelArguments"]["temp"] == 0.07 and saved["TrainingArguments" if "TrainingArguments" in saved
+                                                              else "CLTrainingArguments"]["max_steps"] == 1

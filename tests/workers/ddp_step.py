@@ -1,0 +1,36 @@
+"""Worker for tests/test_ddp.py: one DDP training step on half of a global batch (run under torchrun, gloo).
+
+Writes this rank's loss and the (DDP-averaged) gradients to ``$DDP_OUT/rank<r>.pt``.
+"""
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from models import model_class_for  # noqa: E402
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model_dir, method = os.environ["DDP_MODEL_DIR"], os.environ.get("DDP_METHOD", "simcse")
+    batch = torch.load(os.environ["DDP_BATCH"], weights_only=True)
+    per_rank = batch["input_ids"].size(0) // world
+    local = {k: v[rank * per_rank:(rank + 1) * per_rank] for k, v in batch.items()}
+    torch.manual_seed(0)  # same projector initialisation as the single-process reference
+    model = model_class_for(method).from_encoder(model_dir, attn_implementation="eager")
+    model.train()
+    ddp = DistributedDataParallel(model)
+    loss = ddp(**local).loss
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    torch.save({"loss": loss.detach(), "grads": grads}, Path(os.environ["DDP_OUT"]) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
