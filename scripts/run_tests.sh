@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: set up ./.venv from requirements.txt, then run the whole suite (CPU, offline, < 10 min).
+# Real-data tests run when SENTEVAL_DIR points at SentEval's data/downstream folder and skip otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+exec .venv/bin/python -m pytest -q tests "$@"
