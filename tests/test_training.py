@@ -104,3 +104,16 @@ def test_config_file_with_overrides(tmp_path, backbone):
     saved = json.loads((tmp_path / "o" / "run_arguments.json").read_text())
     assert saved["ModelArguments"]["temp"] == 0.07 and saved["TrainingArguments" if "TrainingArguments" in saved
                                                               else "CLTrainingArguments"]["max_steps"] == 1
+
+
+def test_data_parallel_is_refused_with_the_launch_command():
+    from types import SimpleNamespace
+
+    from transformers.training_args import ParallelMode
+
+    from trainers.arguments import refuse_data_parallel
+
+    with pytest.raises(SystemExit, match="accelerate launch --num_processes 4"):
+        refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=4))
+    refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.DISTRIBUTED, n_gpu=1))  # a DDP launch is fine
+    refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=1))

@@ -1,0 +1,13 @@
+"""SentEval-compatible evaluation of sentence encoders (our own implementation; SentEval is not on PyPI).
+
+Modules:
+
+- :mod:`eval.encoder`  -- :class:`~eval.encoder.SentenceEncoder`: batched, deduplicated, length-sorted encoding.
+- :mod:`eval.loading`  -- :func:`~eval.loading.load_encoder`: this repo's checkpoints, sentence-transformers
+  folders and plain Hugging Face models behind one interface.
+- :mod:`eval.sts`      -- STS12-16 / STS-B / SICK-R loaders and the unsupervised cosine-Spearman protocol of
+  SimCSE (Gao et al., 2021, Appendix B), "all" aggregation.
+- :mod:`eval.cli`      -- ``python -m eval ...``.
+
+Submodules are not imported here so that ``import eval.sts`` stays light (no torch import).
+"""

