@@ -10,6 +10,8 @@ every 125 steps, best checkpoint kept) -> export a plain HF folder and a sentenc
 """
 from __future__ import annotations
 
+from transformers import set_seed
+
 from models.registry import model_class_for
 from trainers.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments, parse_args
 from trainers.pipeline import (check_evaluation_data, describe_arguments, load_tokenizer, setup_logging,
@@ -21,6 +23,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         (ModelArguments, DataArguments, MethodArguments, CLTrainingArguments), argv)
     setup_logging(training_args)
     check_evaluation_data(training_args, data_args.senteval_dir)
+    set_seed(training_args.seed)  # before the model: the projector's initialisation is part of the run
 
     overrides = {"pooler_type": model_args.pooler_type, "mlp_only_train": model_args.mlp_only_train,
                  "projector": model_args.projector, "temperature": model_args.temp,

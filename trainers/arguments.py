@@ -177,8 +177,11 @@ class CLTrainingArguments(TrainingArguments):
             self.bf16 = gpu_bf16 and not self.fp16
         if self.tf32 is None:
             self.tf32 = True if gpu_bf16 else None
+        if launched_world_size() > 1 and not torch.cuda.is_available():
+            self.use_cpu = True  # accelerate only sets up multi-process CPU (gloo) training when asked for the CPU
         super().__post_init__()
         refuse_data_parallel(self)
+        refuse_silent_single_process(self)
 
 
 def refuse_data_parallel(args: TrainingArguments) -> None:
@@ -191,6 +194,19 @@ def refuse_data_parallel(args: TrainingArguments) -> None:
             f"per GPU instead:\n  accelerate launch --num_processes {args.n_gpu} {Path(sys.argv[0]).name} ...\n"
             f"  torchrun --nproc_per_node {args.n_gpu} {Path(sys.argv[0]).name} ...\n"
             "or use a single GPU: CUDA_VISIBLE_DEVICES=0 python ...")
+
+
+def launched_world_size() -> int:
+    """Processes started by the launcher (torchrun / accelerate launch set ``WORLD_SIZE``)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def refuse_silent_single_process(args: TrainingArguments) -> None:
+    """N launched processes that each train alone on the full data would silently run N independent jobs."""
+    if launched_world_size() > 1 and args.parallel_mode != ParallelMode.DISTRIBUTED:
+        raise SystemExit(f"launched with WORLD_SIZE={launched_world_size()} but the Trainer did not set up "
+                         f"distributed training (parallel mode {args.parallel_mode}); check the launcher's "
+                         "environment (MASTER_ADDR/PORT, backend) or launch a single process")
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
