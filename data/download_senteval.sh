@@ -13,26 +13,7 @@ readonly URL="https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/
 SCRATCH=""  # extraction folder, removed on exit
 trap 'if [[ -n "${SCRATCH}" ]]; then rm -rf -- "${SCRATCH}"; fi' EXIT
 
-# fetch URL FILE: download into FILE.part with curl or wget, then rename it to FILE, so that an interrupted
-# download is never mistaken for a complete one.
-fetch() {
-  local url="$1" file="$2"
-  local status=0
-  if command -v curl >/dev/null 2>&1; then
-    curl --fail --location --retry 3 --output "${file}.part" "${url}" || status=$?
-  elif command -v wget >/dev/null 2>&1; then
-    wget --tries=3 --output-document="${file}.part" "${url}" || status=$?
-  else
-    echo "error: neither curl nor wget is installed; install one, or download ${url} to ${file} by hand" >&2
-    return 1
-  fi
-  if ((status != 0)); then
-    rm -f -- "${file}.part"
-    echo "error: downloading ${url} failed (exit ${status}); check the network connection and run again" >&2
-    return "${status}"
-  fi
-  mv -- "${file}.part" "${file}"
-}
+source "$(dirname -- "${BASH_SOURCE[0]}")/fetch.sh"  # fetch URL FILE
 
 is_complete() {  # is_complete DIR: whether DIR looks like SentEval's downstream folder
   [[ -d "$1/STS" && -d "$1/SICK" ]]
