@@ -7,6 +7,11 @@ Modules:
   folders and plain Hugging Face models behind one interface.
 - :mod:`eval.sts`      -- STS12-16 / STS-B / SICK-R loaders and the unsupervised cosine-Spearman protocol of
   SimCSE (Gao et al., 2021, Appendix B), "all" aggregation.
+- :mod:`eval.transfer` -- SentEval's transfer tasks (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC) with
+  :mod:`eval.classifier`, SentEval's logistic-regression protocol on CPU or GPU.
+- :mod:`eval.analysis` -- alignment/uniformity, retrieval, cosine distributions, length bias, nearest neighbours;
+  :mod:`eval.plots` draws them.
+- :mod:`eval.results`  -- the papers' numbers beside ours as Markdown (``python -m eval.results``).
 - :mod:`eval.cli`      -- ``python -m eval ...``.
 
 Submodules are not imported here so that ``import eval.sts`` stays light (no torch import).

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from eval.sts import DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, resolve_senteval_dir
 from models.poolers import POOLER_TYPES
 
@@ -173,6 +175,8 @@ def round_results(results: Mapping[str, Any], digits: int = 2) -> dict[str, Any]
     def _round(value: Any) -> Any:
         if isinstance(value, Mapping):
             return {key: _round(item) for key, item in value.items()}
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return int(value)  # counts stay integers
         if _is_number(value):
             return round(float(value), digits) if math.isfinite(value) else None
         return value
@@ -212,7 +216,8 @@ def _report(results: Mapping[str, Any], wall_time: float, args: argparse.Namespa
     print(f"\n{args.model_name_or_path} (pooler: {args.pooler or 'default'}, mode: {args.mode})")
     if any(key in results for key in STS_TASKS):
         print(format_table(results, STS_COLUMNS))
-    transfer_keys = [key for key in results if key not in STS_COLUMNS and key != "analysis"]
+    transfer_keys = [key for key in results
+                     if key not in STS_COLUMNS and key != "analysis" and not key.endswith("_dev")]
     if transfer_keys:
         print(format_table(results, {key: "Avg." if key == "transfer_avg" else key for key in transfer_keys}))
     print(f"wall time: {wall_time:.1f} s")
