@@ -5,6 +5,7 @@ A method is a subclass that overrides one or two of these small hooks, never the
 - :meth:`ContrastiveModel.embed_views` — token ids [B, V, L] -> projected embeddings [B, V, d] (one backbone pass
   over all B*V rows; S-SimCSE and SimCSE++ change how dropout acts in it).
 - :meth:`ContrastiveModel.compute_loss` — embeddings (+ the batch) -> (loss, metrics to log).
+- :meth:`ContrastiveModel.extra_negatives` — embeddings every anchor also contrasts with (ESimCSE's queue).
 - :meth:`ContrastiveModel.sync_auxiliary_networks` — called once after the pretrained weights are loaded
   (ESimCSE's momentum encoder, DiffCSE's discriminator are copies of the loaded encoder).
 - :meth:`ContrastiveModel.on_optimizer_step` — called by the trainer after every optimizer step (EMA updates).
@@ -24,8 +25,9 @@ from transformers.utils import ModelOutput
 
 from .config import ContrastiveConfig
 from .distributed import gather_with_grad
+from .dropout import controller_for, install_row_dropout, needs_row_dropout
 from .heads import build_projector
-from .losses import info_nce
+from .parts import ViewLayout, contrastive_objective
 from .poolers import needs_hidden_states, pool
 
 
@@ -43,6 +45,13 @@ def has_linear_tanh_pooler(encoder: nn.Module) -> bool:
     SimCSE's MLP at export time. Decided from the module structure, not the model name."""
     dense = getattr(getattr(encoder, "pooler", None), "dense", None)
     return isinstance(dense, nn.Linear) and dense.in_features == dense.out_features
+
+
+def drop_unused_pooler(encoder: nn.Module) -> None:
+    """Remove a BERT-style pooler the method never uses (SimCSE builds BERT with ``add_pooling_layer=False``); left
+    in place it would hold parameters without gradients, which DDP rejects."""
+    if has_linear_tanh_pooler(encoder):
+        encoder.pooler = None
 
 
 class ContrastiveModel(PreTrainedModel):
@@ -63,10 +72,12 @@ class ContrastiveModel(PreTrainedModel):
     def __init__(self, config: ContrastiveConfig, encoder: PreTrainedModel | None = None) -> None:
         super().__init__(config)
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder_config)
-        if has_linear_tanh_pooler(self.encoder):
-            # The backbone's own pooler is never used in training (SimCSE builds BERT with add_pooling_layer=False);
-            # left in place it would hold parameters without gradients, which DDP rejects.
-            self.encoder.pooler = None
+        drop_unused_pooler(self.encoder)
+        # Per-row dropout rates (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows): the backbone's nn.Dropout
+        # modules are swapped for models.dropout.RowDropout (no parameters, so checkpoints are unaffected).
+        self.dropout_controller = controller_for(config) if needs_row_dropout(config) else None
+        if self.dropout_controller is not None:
+            install_row_dropout(self.encoder, self.dropout_controller)
         self.projector = build_projector(config.projector, config.hidden_size)
         self.post_init()
 
@@ -154,24 +165,34 @@ class ContrastiveModel(PreTrainedModel):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """All views of all sentences in ONE backbone pass: [B, V, L] -> [B, V, d] (projected)."""
-        batch_size, num_views, length = input_ids.shape
-        flat = lambda t: None if t is None else t.reshape(batch_size * num_views, length)  # noqa: E731
-        pooled = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
-        return self.projector(pooled).view(batch_size, num_views, -1)
+        """All views of all sentences in ONE backbone pass: [B, V, L] -> [B, V, d] (projected).
+
+        Config-driven extra rows ride in the same pass (``models.parts.ViewLayout``): SimCSE++'s dropout-off copy
+        of view 0 and the noise study's K dropout samples; the output is then [B, V + extras, d] in that layout,
+        which :meth:`compute_loss` splits again.
+        """
+        layout = ViewLayout.from_config(self.config, input_ids.size(1))
+        input_ids, attention_mask, token_type_ids = map(layout.expand, (input_ids, attention_mask, token_type_ids))
+        batch_size, num_rows, length = input_ids.shape
+        flat = lambda t: None if t is None else t.reshape(batch_size * num_rows, length)  # noqa: E731
+        with layout.dropout_plan(self.dropout_controller, batch_size, input_ids.device):
+            pooled = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
+        return layout.reduce(self.projector(pooled).view(batch_size, num_rows, -1))
 
     # ------------------------------------------------------------------ objective
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """All-gather across processes (with gradients) unless ``gather_negatives`` is off."""
         return gather_with_grad(tensor) if self.config.gather_negatives else tensor
 
+    def extra_negatives(self) -> torch.Tensor | None:
+        """Hook: embeddings [M, d] that join every anchor's negatives (ESimCSE's momentum queue). The base has none."""
+        return None
+
     def compute_loss(self, views: torch.Tensor, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """SimCSE's InfoNCE over the global batch: view 0 anchors, view 1 positives, optional view 2 hard
-        negatives (supervised SimCSE)."""
-        z = self.gather(views)
-        hard_negatives = z[:, 2] if z.size(1) > 2 else None
-        loss = info_nce(z[:, 0], z[:, 1], self.config.temperature, hard_negatives, self.config.hard_negative_weight)
-        return loss, {"contrastive_loss": loss.detach()}
+        negatives (supervised SimCSE); plus the config-driven parts of ``models.parts.contrastive_objective``
+        (SimCSE++'s off-dropout negatives and DCL, :meth:`extra_negatives`, ablations) on any method."""
+        return contrastive_objective(self.config, self.gather(views), self.extra_negatives())
 
     def forward(
         self,

@@ -91,6 +91,11 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
     }[kind]
     hyper = {k: getattr(config, k) for k in (
         "method", "pooler_type", "mlp_only_train", "projector", "temperature", "hard_negative_weight")}
+    # + the method's own settings, and every other method field set away from its default (e.g. SimCSE++ parts)
+    for name in type(config).__annotations__:
+        if name != "encoder_config" and name not in hyper and hasattr(config, name) and (
+                name in type(model).method_defaults or getattr(config, name) != getattr(type(config), name, None)):
+            hyper[name] = getattr(config, name)
     lines = [f"# cse-repro export: {config.method}", "", f"- test-time pooler: `{pooler}`", "",
              usage, "", "## Method hyperparameters", "```json", json.dumps(hyper, indent=2), "```"]
     if training:

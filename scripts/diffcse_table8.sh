@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# DiffCSE (Chuang et al., NAACL 2022) Table 8: the weight lambda of the RTD loss, 0 (SimCSE with DiffCSE's
+# BatchNorm projector) to 0.1, BERT-base, STS-B dev.
+# Recipe: DiffCSE BERT-base STS (Table 12; scripts/common.sh diffcse_recipe) with the row's lambda.
+# Fidelity: paper (--fidelity paper; see diffcse_table1.sh).
+#     bash scripts/diffcse_table8.sh [--dry_run] [--only REGEX] [--force]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+
+table diffcse_table8 paper "DiffCSE Table 8 (STS-B dev, Spearman x 100)"
+diffcse_recipe bert-base-uncased sts
+for weight in 0 0.0001 0.0005 0.001 0.005 0.01 0.05 0.1; do
+  set_flag --lambda_weight "$weight"
+  row "lambda_$weight" run_diffcse.py sts_dev "${RECIPE[@]}"
+done

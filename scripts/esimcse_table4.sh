@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# ESimCSE (Wu et al., COLING 2022) Table 4: what each half of ESimCSE adds to SimCSE, BERT-base, STS-B dev:
+# SimCSE, + word repetition (no momentum contrast), + momentum contrast (no repetition), ESimCSE.
+# The paper calls the positive-side change "word repetition" here; Sec. 4.2 says every experiment uses sub-word
+# repetition, so these rows do too (Table 5 compares the two).
+# Recipes: SimCSE BERT-base (64 / 3e-5) and ESimCSE BERT-base (scripts/common.sh).
+# Fidelity: paper (--fidelity paper on every row; SimCSE ignores the ESimCSE switches).
+#     bash scripts/esimcse_table4.sh [--dry_run] [--only REGEX] [--force]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+
+table esimcse_table4 paper "ESimCSE Table 4 (STS-B dev, Spearman x 100)"
+simcse_recipe bert-base-uncased
+row simcse run_unsup.py sts_dev "${RECIPE[@]}"
+esimcse_recipe bert-base-uncased
+row word_repetition run_unsup.py sts_dev "${RECIPE[@]}" --momentum_contrast false
+row momentum_contrast run_unsup.py sts_dev "${RECIPE[@]}" --length_extension none
+row esimcse run_unsup.py sts_dev "${RECIPE[@]}"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# ESimCSE (Wu et al., COLING 2022) Table 5: the sentence-length-extension method of the positives, BERT-base with
+# momentum contrast, STS-B dev: inserting stop-words, inserting [MASK], inserting a masked LM's top-1 prediction,
+# word repetition, sub-word repetition (= ESimCSE).
+# Recipe: ESimCSE BERT-base (scripts/common.sh esimcse_recipe); the masked LM of "masked prediction" is
+# bert-base-uncased (the encoder's own pretrained checkpoint; the paper does not name one; MLM_NAME overrides it).
+# Fidelity: paper (--fidelity paper).
+#     bash scripts/esimcse_table5.sh [--dry_run] [--only REGEX] [--force]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+MLM_NAME=${MLM_NAME:-bert-base-uncased}
+
+table esimcse_table5 paper "ESimCSE Table 5 (STS-B dev, Spearman x 100)"
+esimcse_recipe bert-base-uncased
+row stopword run_unsup.py sts_dev "${RECIPE[@]}" --length_extension stopword
+row mask run_unsup.py sts_dev "${RECIPE[@]}" --length_extension mask
+row mlm_prediction run_unsup.py sts_dev "${RECIPE[@]}" --length_extension mlm_prediction \
+  --insert_mlm_name_or_path "$MLM_NAME"
+set_flag --dup_type word
+row word_repetition run_unsup.py sts_dev "${RECIPE[@]}" --length_extension repetition
+set_flag --dup_type subword
+row subword_repetition run_unsup.py sts_dev "${RECIPE[@]}" --length_extension repetition

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# ESimCSE (Wu et al., COLING 2022) Table 9: the repetition rate dup_rate from 0.08 to 0.36 (step 0.04), BERT-base,
+# STS-B dev.
+# Recipe: ESimCSE BERT-base (scripts/common.sh esimcse_recipe) with the row's dup_rate.
+# Fidelity: paper (--fidelity paper: dup_len ~ U{0 .. max(2, int(dup_rate * N))}).
+#     bash scripts/esimcse_table9.sh [--dry_run] [--only REGEX] [--force]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+
+table esimcse_table9 paper "ESimCSE Table 9 (STS-B dev, Spearman x 100)"
+esimcse_recipe bert-base-uncased
+for rate in 0.08 0.12 0.16 0.20 0.24 0.28 0.32 0.36; do
+  set_flag --dup_rate "$rate"
+  row "dup_rate_$rate" run_unsup.py sts_dev "${RECIPE[@]}"
+done

@@ -1,0 +1,178 @@
+"""ESimCSE's augmentations (data/augment.py): the repetition length rules (property tests), what is repeated or
+inserted, special tokens never touched, max_length kept, resampling vs caching, and length bucketing."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import BertConfig, BertForMaskedLM
+
+from data.augment import (STOP_WORDS, LengthExtender, MaskedLMFiller, bucket_sentences, dup_length, length_bucket,
+                          main as bucket_main)
+from tests.tiny import WORDS, tiny_tokenizer
+
+CLS, SEP, MASK, UNK = 2, 3, 4, 1  # tests/tiny.py vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK] words...
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture(scope="module")
+def piece_tokenizer(tmp_path_factory):
+    """A WordPiece vocabulary with continuation pieces, so words span several tokens."""
+    directory = tmp_path_factory.mktemp("pieces")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "micro", "##bio", "##logy", "is", "fun", "the", "a", "."]
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    from transformers import BertTokenizerFast
+
+    return BertTokenizerFast(vocab=str(directory / "vocab.txt"), do_lower_case=True)
+
+
+def paper_bound(n: int, rate: float) -> int:
+    return min(n, max(2, int(rate * n)))
+
+
+# ------------------------------------------------------------------------------------------------ length rules
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 200), rate=st.floats(0.0, 1.0), seed=st.integers(0, 2**32))
+def test_dup_length_obeys_its_rule(n, rate, seed):
+    rng = random.Random(seed)
+    assert 0 <= dup_length(n, rate, "paper", rng) <= paper_bound(n, rate)
+    code_upper = min(10, int(rate * n))
+    assert 0 <= dup_length(n, rate, "code", rng) <= max(code_upper - 1, 0)
+
+
+def test_dup_length_covers_its_whole_range():
+    rng = random.Random(0)
+    paper = Counter(dup_length(20, 0.32, "paper", rng) for _ in range(4000))
+    assert set(paper) == set(range(0, 7))  # U{0..int(0.32*20)=6}, both ends included
+    code = Counter(dup_length(20, 0.32, "code", rng) for _ in range(4000))
+    assert set(code) == set(range(0, 6))  # randrange(6)
+    assert set(dup_length(3, 0.32, "paper", rng) for _ in range(500)) == {0, 1, 2}  # max(2, .) floor
+    assert {dup_length(3, 0.32, "code", rng) for _ in range(50)} == {0}  # empty range: nothing repeated
+    assert max(dup_length(200, 0.32, "code", rng) for _ in range(2000)) == 9  # capped at 10 - 1
+
+
+def body_without_insertions(ids, inserted):
+    return [t for p, t in enumerate(ids) if p not in set(inserted)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(body=st.lists(st.integers(5, 60), min_size=0, max_size=40), rate=st.floats(0.0, 1.0),
+       max_length=st.integers(2, 64), rule=st.sampled_from(["paper", "code"]), seed=st.integers(0, 1000))
+def test_subword_repetition_property(tokenizer, body, rate, max_length, rule, seed):
+    ids = [CLS] + body[: max_length - 2] + [SEP]
+    extender = LengthExtender(tokenizer, max_length, dup_rate=rate, rule=rule, seed=seed)
+    out = extender([ids])[0]
+    inserted = extender.last_inserted[0]
+    assert len(out) <= max_length and out[0] == CLS and out[-1] == SEP
+    assert all(out[p] == out[p - 1] and out[p] not in (CLS, SEP) for p in inserted)  # a copy of the token before
+    kept = body_without_insertions(out, inserted)
+    n = len(ids) - 2
+    if len(ids) + paper_bound(n, rate) <= max_length:  # nothing truncated: exactly the original + copies
+        assert kept == ids
+        bound = paper_bound(n, rate) if rule == "paper" else max(min(10, int(rate * n)) - 1, 0)
+        assert len(out) - len(ids) == len(inserted) <= bound
+    else:  # truncated from the end of the body: a prefix of the original, closing special token kept
+        assert kept[:-1] == ids[: len(kept) - 1] and kept[-1] == SEP
+
+
+def test_special_tokens_inside_the_body_are_never_repeated(tokenizer):
+    ids = [CLS, 10, UNK, 11, UNK, 12, SEP]
+    extender = LengthExtender(tokenizer, 64, dup_rate=1.0)
+    for seed in range(30):
+        extender.seed = seed
+        out = extender([ids])[0]
+        assert out.count(UNK) == 2 and out.count(CLS) == 1 and out.count(SEP) == 1
+
+
+def test_word_repetition_repeats_whole_words(piece_tokenizer):
+    ids = piece_tokenizer("microbiology is fun microbiology")["input_ids"]
+    assert piece_tokenizer.convert_ids_to_tokens(ids)[1:4] == ["micro", "##bio", "##logy"]
+    extender = LengthExtender(piece_tokenizer, 64, dup_rate=1.0, dup_type="word")
+    seen = set()
+    for seed in range(40):
+        extender.seed = seed
+        tokens = " ".join(piece_tokenizer.convert_ids_to_tokens(extender([ids])[0])[1:-1])
+        words = tokens.replace(" ##", "").split()
+        seen.add(tokens)
+        assert [w for i, w in enumerate(words) if i == 0 or w != words[i - 1]] == ["microbiology", "is", "fun",
+                                                                                  "microbiology"]
+    assert any("micro ##bio ##logy micro ##bio ##logy" in t for t in seen)
+    subs = {" ".join(piece_tokenizer.convert_ids_to_tokens(
+        LengthExtender(piece_tokenizer, 64, dup_rate=1.0, dup_type="subword", seed=seed)([ids])[0]))
+        for seed in range(40)}
+    assert any("##bio ##bio" in t or "micro micro" in t for t in subs)  # sub-words alone repeat too
+
+
+def test_resampled_per_batch_but_cached_per_sentence(tokenizer):
+    sentence = tokenizer(" ".join(WORDS[:25]))["input_ids"]
+    others = [tokenizer(" ".join(WORDS[i:i + 5]))["input_ids"] for i in range(30, 60, 5)]
+    fresh = LengthExtender(tokenizer, 64, resample=True)
+    cached = LengthExtender(tokenizer, 64, resample=False)
+    assert fresh([sentence, others[0]]) == fresh([sentence, others[0]])  # deterministic given the batch
+    fresh_views = {tuple(fresh([sentence, other])[0]) for other in others}
+    cached_views = {tuple(cached([sentence, other])[0]) for other in others}
+    assert len(fresh_views) > 1 and len(cached_views) == 1
+
+
+@pytest.mark.parametrize("mode", ["stopword", "mask"])
+def test_insertions(tokenizer, mode):
+    ids = tokenizer("cat dog man woman car bank river tree city music")["input_ids"]
+    extender = LengthExtender(tokenizer, 64, dup_rate=0.5, mode=mode)
+    counts = 0
+    for seed in range(20):
+        extender.seed = seed
+        out = extender([ids])[0]
+        inserted = extender.last_inserted[0]
+        counts += len(inserted)
+        assert body_without_insertions(out, inserted) == ids
+        tokens = tokenizer.convert_ids_to_tokens([out[p] for p in inserted])
+        assert all(t in STOP_WORDS for t in tokens) if mode == "stopword" else all(t == "[MASK]" for t in tokens)
+    assert counts > 0
+
+
+def test_masked_lm_prediction_fills_inserted_masks(tokenizer):
+    torch.manual_seed(0)
+    mlm = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=37))
+    filler = MaskedLMFiller(mlm, tokenizer)
+    ids = tokenizer("cat dog man woman car bank river tree city music")["input_ids"]
+    seed = next(s for s in range(100) if LengthExtender(tokenizer, 64, 0.5, mode="mask", seed=s)([ids])[0] != ids)
+    masked = LengthExtender(tokenizer, 64, dup_rate=0.5, mode="mask", seed=seed)
+    predicted = LengthExtender(tokenizer, 64, dup_rate=0.5, mode="mlm_prediction", filler=filler, seed=seed)
+    with_masks, filled = masked([ids])[0], predicted([ids])[0]
+    positions = masked.last_inserted[0]
+    assert positions and positions == predicted.last_inserted[0]
+    logits = mlm(input_ids=torch.tensor([with_masks])).logits[0]
+    for p in positions:
+        assert filled[p] not in tokenizer.all_special_ids
+        allowed = logits[p].clone()
+        allowed[tokenizer.all_special_ids] = float("-inf")
+        assert filled[p] == int(allowed.argmax())
+    assert [t for p, t in enumerate(filled) if p not in positions] == ids
+
+
+# ------------------------------------------------------------------------------------------------ bucketing
+@pytest.mark.parametrize("buc_len", [3, 5, None])
+def test_bucketing_makes_single_bucket_batches(tmp_path, buc_len):
+    rng = random.Random(1)
+    sentences = [" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) + f" s{i}" for i in range(500)]
+    ordered = bucket_sentences(sentences, batch_size=16, buc_len=buc_len, seed=42)
+    assert sorted(ordered) == sorted(sentences)
+    buckets = Counter(length_bucket(s, buc_len) for s in sentences)
+    full_batches = sum(count // 16 for count in buckets.values())
+    for b in range(full_batches):
+        assert len({length_bucket(s, buc_len) for s in ordered[b * 16:(b + 1) * 16]}) == 1
+    assert len({length_bucket(s, buc_len) for s in ordered[: 16 * 8]}) > 1  # batches are shuffled across buckets
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(sentences) + "\n")
+    written = bucket_main(["--train_file", str(source), "--output", str(tmp_path / "out.txt"), "--batch_size", "16",
+                           "--buc_len", "fine" if buc_len is None else str(buc_len)])
+    assert written.read_text().splitlines() == ordered

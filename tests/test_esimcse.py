@@ -1,0 +1,258 @@
+"""ESimCSE: Eq. 6 against a written-out loop; the queue keeps the newest entries in order; the momentum encoder
+equals the online encoder at step 0, follows the EMA after a step, stays dropout-free and out of the optimizer, and
+updates once per optimizer step under gradient accumulation; a resumed run with a full queue reproduces the
+uninterrupted one; the queue is gathered under DDP; ablation switches; training through CLTrainer and run_unsup."""
+from __future__ import annotations
+
+import math
+import sys
+from collections import deque
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+import run_unsup
+from data.corpus import load_unsup_corpus
+from models import ESimCSEModel, load_contrastive_model, model_class_for
+from models.losses import queue_info_nce
+from models.momentum import EmbeddingQueue
+from tests.test_simcse_pp import WORKER, run_ddp_cases
+from tests.tiny import save_tiny_backbone, tiny_corpus
+from trainers.arguments import CLTrainingArguments
+from trainers.cl_trainer import CLTrainer
+
+FAST = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
+        "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none"]
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory):
+    return save_tiny_backbone(tmp_path_factory.mktemp("backbone"))
+
+
+def token_batch(b=4, v=2, length=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 60, (b, v, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :, -3:] = 0
+    return ids, mask
+
+
+def cos(a, b):
+    return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+# --------------------------------------------------------------------------------------------------- loss / queue
+@pytest.mark.parametrize("queue_rows", [0, 1, 5])
+@pytest.mark.parametrize("tau", [0.05, 0.5])
+def test_queue_info_nce_matches_eq6(queue_rows, tau):
+    g = torch.Generator().manual_seed(queue_rows)
+    z1, z2, queue = (torch.randn(n, 6, generator=g, dtype=torch.float64) for n in (5, 5, queue_rows))
+    a, b, q = z1.tolist(), z2.tolist(), queue.tolist()
+    expected = 0.0
+    for i in range(5):
+        numerator = math.exp(cos(a[i], b[i]) / tau)
+        denominator = sum(math.exp(cos(a[i], b[j]) / tau) for j in range(5))
+        denominator += sum(math.exp(cos(a[i], q[m]) / tau) for m in range(queue_rows))
+        expected += -math.log(numerator / denominator)
+    assert queue_info_nce(z1, z2, queue, tau).item() == pytest.approx(expected / 5, abs=1e-6)
+
+
+def test_queue_keeps_the_newest_entries_in_order():
+    queue, reference = EmbeddingQueue(7, 1), deque(maxlen=7)
+    counter = 0
+    for size in [3, 2, 4, 1, 9, 0, 5, 7, 2]:
+        batch = torch.arange(counter, counter + size, dtype=torch.float32)[:, None]
+        counter += size
+        queue.enqueue(batch)
+        reference.extend(batch[:, 0].tolist())
+        assert queue.entries()[:, 0].tolist() == list(reference)
+    assert {"embeddings", "ptr", "count"} <= set(queue.state_dict())
+
+
+# --------------------------------------------------------------------------------------------------- momentum
+@pytest.mark.parametrize("through_mlp", [False, True])
+def test_momentum_encoder_starts_equal_and_follows_the_ema(backbone, through_mlp):
+    model = ESimCSEModel.from_encoder(str(backbone), queue_through_mlp=through_mlp, momentum=0.9)
+    online = dict(model.encoder.named_parameters())
+    momentum = dict(model.momentum_encoder.encoder.named_parameters())
+    assert online.keys() == momentum.keys()
+    assert all(torch.equal(momentum[n], p) for n, p in online.items())  # step 0: a copy of the loaded encoder
+    assert (model.momentum_encoder.projector is None) == through_mlp
+    pairs = [(model.momentum_encoder.encoder, model.encoder)]
+    if not through_mlp:
+        pairs.append((model.momentum_encoder.projector, model.projector))
+    start = [{n: p.detach().clone() for n, p in m.named_parameters()} for m, _ in pairs]
+
+    model.train()
+    assert not model.momentum_encoder.training and not any(p.requires_grad for p in model.momentum_encoder.parameters())
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    ids, mask = token_batch()
+    model(input_ids=ids, attention_mask=mask).loss.backward()
+    optimizer.step()
+    model.on_optimizer_step()
+    for (m, o), before in zip(pairs, start):
+        current = dict(o.named_parameters())
+        for name, param in m.named_parameters():
+            torch.testing.assert_close(param, 0.9 * before[name] + 0.1 * current[name], atol=1e-6, rtol=0)
+        assert any(not torch.equal(p, before[n]) for n, p in m.named_parameters())
+
+
+def test_queue_holds_dropout_free_momentum_embeddings_used_from_the_next_batch(backbone):
+    model = ESimCSEModel.from_encoder(str(backbone), queue_size=6).train()
+    ids, mask = token_batch()
+    out = model(input_ids=ids, attention_mask=mask)
+    assert model.queue.count.item() == 4 and out.metrics["queue_fill"].item() == 0
+    expected = model.momentum_embeddings(ids[:, 0], mask[:, 0])
+    torch.testing.assert_close(model.queue.entries(), expected)
+    torch.testing.assert_close(model.momentum_embeddings(ids[:, 0], mask[:, 0]), expected)  # no dropout
+    old_queue = model.queue.entries()
+    ids2, mask2 = token_batch(seed=1)
+    torch.manual_seed(5)
+    out = model(input_ids=ids2, attention_mask=mask2)
+    torch.manual_seed(5)
+    z = model.embed_views(ids2, mask2)
+    torch.testing.assert_close(out.loss, queue_info_nce(z[:, 0], z[:, 1], old_queue, 0.05))  # queue as it stood
+    assert model.queue.entries().shape == (6, 32)  # 8 enqueued, the 2 oldest left
+
+
+def test_optimizer_ignores_momentum_and_ema_runs_once_per_optimizer_step(tmp_path, backbone):
+    model = ESimCSEModel.from_encoder(str(backbone), queue_size=100)
+    calls = []
+    original = model.on_optimizer_step
+    model.on_optimizer_step = lambda: (calls.append(1), original())[1]
+    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
+    args = CLTrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4,
+                               gradient_accumulation_steps=3, eval_strategy="no", save_strategy="no",
+                               load_best_model_at_end=False, evaluate_at_start=False, logging_steps=1, use_cpu=True,
+                               disable_tqdm=True, dataloader_pin_memory=False)
+    trainer = CLTrainer(model=model, args=args, train_dataset=load_unsup_corpus(tiny_corpus(tmp_path / "c.txt")),
+                        data_collator=model.build_collator(tokenizer, 32), processing_class=tokenizer)
+    trainer.train()
+    optimized = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert not optimized & {id(p) for p in model.momentum_encoder.parameters()}
+    assert len(calls) == 2 and model.queue.count.item() == 2 * 3 * 4  # 6 micro-batches enqueued, 2 EMA updates
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == 2 and all(math.isfinite(e["loss"]) for e in logs)
+
+
+# --------------------------------------------------------------------------------------------------- data
+def test_collator_repeats_tokens_of_the_sentence(backbone):
+    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
+    model = ESimCSEModel.from_encoder(str(backbone), dup_rate=0.5)
+    collator = model.build_collator(tokenizer, 32)
+    rows = [{"text": "the cat sits on the table with a dog and a man"}, {"text": "big red car"}]
+    batch = collator(rows)
+    extender = collator.view_augmenters[1]
+    for row in range(2):
+        original = batch["input_ids"][row, 0][batch["attention_mask"][row, 0].bool()].tolist()
+        repeated = batch["input_ids"][row, 1][batch["attention_mask"][row, 1].bool()].tolist()
+        inserted = extender.last_inserted[row]
+        assert [t for p, t in enumerate(repeated) if p not in inserted] == original
+        assert all(repeated[p] == repeated[p - 1] for p in inserted)
+    assert extender.last_inserted[0]  # U{0..max(2, 0.5*12)}: almost surely something is repeated for this batch
+
+
+def test_ablation_switches(backbone, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
+    rows = [{"text": "the cat sits on the table with a dog"}, {"text": "a man plays the guitar in the park"}]
+    alone = ESimCSEModel.from_encoder(str(backbone), length_extension="none")  # momentum contrast alone
+    batch = alone.build_collator(tokenizer, 32)(rows)
+    assert torch.equal(batch["input_ids"][:, 0], batch["input_ids"][:, 1])
+    repetition_only = ESimCSEModel.from_encoder(str(backbone), momentum_contrast=False).train()
+    assert repetition_only.momentum_encoder is None and repetition_only.queue is None
+    assert not any(k.startswith(("momentum", "queue")) for k in repetition_only.state_dict())
+    out = repetition_only(**repetition_only.build_collator(tokenizer, 32)(rows))
+    assert set(out.metrics) == {"contrastive_loss"}
+    for kind in ("stopword", "mask"):
+        model = ESimCSEModel.from_encoder(str(backbone), length_extension=kind, dup_type="word", dup_rate=1.0)
+        assert torch.isfinite(model.train()(**model.build_collator(tokenizer, 32)(rows)).loss)
+    mlm_dir = tmp_path / "mlm"
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=37)).save_pretrained(mlm_dir)
+    model = ESimCSEModel.from_encoder(str(backbone), length_extension="mlm_prediction",
+                                      insert_mlm_name_or_path=str(mlm_dir))
+    batch = model.build_collator(tokenizer, 32)(rows)
+    assert tokenizer.mask_token_id not in batch["input_ids"].tolist()
+    with pytest.raises(ValueError, match="insert_mlm_name_or_path"):
+        ESimCSEModel.from_encoder(str(backbone), length_extension="mlm_prediction")
+
+
+# --------------------------------------------------------------------------------------------------- checkpoints
+def test_checkpoint_round_trip_keeps_momentum_and_queue(backbone, tmp_path):
+    model = ESimCSEModel.from_encoder(str(backbone), queue_size=6).train()
+    for seed in range(3):
+        ids, mask = token_batch(seed=seed)
+        model(input_ids=ids, attention_mask=mask)
+        model.on_optimizer_step()
+    model.save_pretrained(tmp_path)
+    loaded = load_contrastive_model(tmp_path)
+    assert type(loaded) is ESimCSEModel
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    assert loaded.queue.entries().shape == (6, 32) and loaded.queue.ptr.item() == model.queue.ptr.item()
+
+
+def test_resume_with_a_full_queue_reproduces_the_uninterrupted_run(tmp_path, backbone):
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
+    common = ["--method", "esimcse", "--model_name_or_path", str(backbone), "--train_file", str(corpus),
+              "--max_steps", "6", "--queue_size", "12", "--momentum", "0.9", "--eval_strategy", "no",
+              "--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "10",
+              "--load_best_model_at_end", "false", *FAST]
+    run_unsup.main(common + ["--output_dir", str(tmp_path / "full")])
+    run_unsup.main(common + ["--output_dir", str(tmp_path / "resumed"),
+                             "--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-3")])
+    full = load_file(tmp_path / "full" / "checkpoint-6" / "model.safetensors")
+    resumed = load_file(tmp_path / "resumed" / "checkpoint-6" / "model.safetensors")
+    halfway = load_file(tmp_path / "full" / "checkpoint-3" / "model.safetensors")
+    assert full.keys() == resumed.keys() and {"queue.embeddings", "queue.ptr", "queue.count"} <= full.keys()
+    assert full["queue.count"].item() == 12 and halfway["queue.count"].item() == 12  # full before the resume
+    assert any(k.startswith("momentum_encoder.encoder.") for k in full)
+    for name in full:
+        assert torch.equal(full[name], resumed[name]), name
+    assert not torch.equal(full["queue.embeddings"], halfway["queue.embeddings"])
+
+
+def test_trains_through_run_unsup_with_the_official_code_preset(tmp_path, backbone):
+    metrics = run_unsup.main(["--method", "esimcse", "--model_name_or_path", str(backbone), "--train_file",
+                              str(tiny_corpus(tmp_path / "c.txt")), "--max_steps", "2", "--eval_strategy", "no",
+                              "--save_strategy", "no", "--load_best_model_at_end", "false", "--fidelity",
+                              "official_code", "--output_dir", str(tmp_path / "run"), *FAST])
+    assert metrics["train_loss"] > 0
+    card = (tmp_path / "run" / "export" / "hf" / "README.md").read_text()
+    for setting in ('"dup_length_rule": "code"', '"resample_repetition": false', '"queue_through_mlp": true',
+                    '"fidelity": "official_code"'):
+        assert setting in card
+    exported = set(load_file(tmp_path / "run" / "export" / "hf" / "model.safetensors"))
+    assert not any("momentum" in k or "queue" in k for k in exported)  # the export is the plain encoder
+
+
+# --------------------------------------------------------------------------------------------------- DDP
+def test_gathered_queue_under_ddp_equals_one_process_with_the_global_batch(tmp_path):
+    model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
+    batches = []
+    for seed in range(3):
+        ids, mask = token_batch(b=8, seed=seed)
+        ids[:, 1] = torch.randint(5, 60, ids[:, 1].shape, generator=torch.Generator().manual_seed(10 + seed))
+        batches.append({"input_ids": ids, "attention_mask": mask})
+    cases = [{"name": "esimcse", "method": "esimcse", "config": {"queue_size": 20, "momentum": 0.5}, "steps": 3},
+             {"name": "esimcse_pp", "method": "esimcse",
+              "config": {"queue_size": 12, "off_dropout": True, "dcl_weight": 0.5}, "steps": 3}]
+    run_ddp_cases(tmp_path, model_dir, batches, cases)
+    sys.path.insert(0, str(WORKER.parent))
+    from methods_ddp_steps import run_steps
+
+    for case in cases:
+        torch.manual_seed(0)
+        reference = model_class_for(case["method"]).from_encoder(str(model_dir), **case["config"]).train()
+        losses, grads = run_steps(reference, reference, batches, case["steps"])
+        state = reference.state_dict()
+        for rank in range(2):
+            result = torch.load(tmp_path / f"{case['name']}.rank{rank}.pt", weights_only=True)
+            torch.testing.assert_close(result["losses"], losses, atol=1e-5, rtol=1e-5)
+            for name, grad in grads.items():
+                torch.testing.assert_close(result["grads"][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+            for name in ("queue.embeddings", "queue.ptr", "queue.count"):
+                torch.testing.assert_close(result["state"][name], state[name], atol=1e-5, rtol=1e-4, msg=name)

@@ -1,0 +1,258 @@
+"""The paper-table scripts (scripts/<paper>_table<N>.sh): every command they would run parses with the real parsers.
+
+Each script runs with ``--dry_run`` (prints "+ <command>" lines, runs nothing). Every ``run_unsup.py`` /
+``run_diffcse.py`` command goes through the training script's own ``main`` up to the point where it would load
+the backbone: its argument dataclasses and argv handling (so a renamed or removed flag fails here), then the
+method's config is built from the parsed flags on a tiny backbone config (so an invalid value or combination
+fails here too). Every ``python -m eval`` command goes through the eval CLI's parser and task planning. Finally the
+rows the scripts write must be exactly the rows of ``results/paper_numbers.json``. No training, no downloads.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS_DIR = REPO / "scripts"
+
+#: The tables issue 6 asks for (one script each).
+EXPECTED_SCRIPTS = (
+    "simcse_table_unsup", "simcse_table_sup",
+    "esimcse_table3", "esimcse_table4", "esimcse_table5", "esimcse_table9", "esimcse_table10",
+    "simcse_pp_table1", "simcse_pp_table2", "simcse_pp_table3", "simcse_pp_table4", "simcse_pp_table5",
+    "s_simcse_table1",
+    "diffcse_table1", "diffcse_table2", "diffcse_table5", "diffcse_table6", "diffcse_table7", "diffcse_table8",
+)
+TRAINING_SCRIPTS = ("run_unsup.py", "run_diffcse.py")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One printed command: ``kind`` is the training script's name or ``eval``; ``argv`` its arguments."""
+
+    kind: str
+    argv: tuple[str, ...]
+
+    def flag(self, name: str) -> str:
+        """The value of ``name`` (its last occurrence wins, as in argparse)."""
+        if name not in self.argv:
+            raise AssertionError(f"{self.kind} {shlex.join(self.argv)} has no {name}")
+        index = len(self.argv) - 1 - self.argv[::-1].index(name)
+        return self.argv[index + 1]
+
+
+def table_scripts() -> list[str]:
+    return sorted(path.stem for path in SCRIPTS_DIR.glob("*_table*.sh"))
+
+
+def dry_run(script: str, tmp_path: Path, **env: str) -> str:
+    """``bash scripts/<script>.sh --dry_run`` with results going to an empty folder (so no row is skipped)."""
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("ONLY", "FORCE", "FIDELITY", "NUM_PROCESSES", "LAUNCH", "SEEDS", "EXTRA_TRAIN_ARGS")}
+    environment.update({"RESULTS_DIR": str(tmp_path / "results"), **env})
+    completed = subprocess.run(["bash", str(SCRIPTS_DIR / f"{script}.sh"), "--dry_run"], capture_output=True,
+                               text=True, env=environment, cwd=REPO, timeout=60)
+    assert completed.returncode == 0, f"{script}.sh --dry_run failed:\n{completed.stderr}"
+    return completed.stdout
+
+
+def parse_commands(output: str) -> list[Command]:
+    commands = []
+    for line in output.splitlines():
+        if not line.startswith("+ "):
+            continue
+        tokens = shlex.split(line[2:])
+        script = next((i for i, token in enumerate(tokens) if Path(token).name in TRAINING_SCRIPTS), None)
+        if script is not None:
+            commands.append(Command(Path(tokens[script]).name, tuple(tokens[script + 1:])))
+        elif tokens[:3] == ["python", "-m", "eval"]:
+            commands.append(Command("eval", tuple(tokens[3:])))
+        else:
+            raise AssertionError(f"unexpected command in a dry run: {line}")
+    return commands
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Command]]:
+    tmp = tmp_path_factory.mktemp("dry_runs")
+    return {script: parse_commands(dry_run(script, tmp)) for script in table_scripts()}
+
+
+# ----------------------------------------------------------------------------------------------- parsing for real
+
+
+class Built(Exception):
+    """Raised instead of loading a backbone: the training script got as far as building its model."""
+
+    def __init__(self, model_class: type, config: Any, name: str) -> None:
+        super().__init__(name)
+        self.model_class, self.config, self.name = model_class, config, name
+
+
+@pytest.fixture(scope="module")
+def patched_training_mains():
+    """``run_unsup.main`` / ``run_diffcse.main`` with logging, the SentEval check and tokenizer loading switched
+    off and ``from_encoder`` replaced by: build the method's config on a tiny backbone config, then raise
+    :class:`Built`."""
+    from transformers import BertConfig, DistilBertConfig
+
+    import run_diffcse
+    import run_unsup
+    from models.base import ContrastiveModel
+    from models.diffcse import DiffCSEModel, check_diffcse_config
+
+    encoder_config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37)
+    generator_config = DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=37).to_dict()
+
+    def from_encoder(cls, model_name_or_path, *, attn_implementation=None, cache_dir=None, tokenizer=None, **kwargs):
+        settings = {**cls.method_defaults, **kwargs}
+        if issubclass(cls, DiffCSEModel):
+            settings["generator_config"] = generator_config
+        config = cls.config_class(encoder_config=encoder_config.to_dict(), **settings)
+        if issubclass(cls, DiffCSEModel):
+            check_diffcse_config(config)
+        raise Built(cls, config, model_name_or_path)
+
+    patch = pytest.MonkeyPatch()
+    for module in (run_unsup, run_diffcse):
+        for name in ("setup_logging", "check_evaluation_data"):
+            patch.setattr(module, name, lambda *args, **kwargs: None)
+        patch.setattr(module, "parse_args", recording_parse_args(module.parse_args))
+    patch.setattr(run_diffcse, "load_tokenizer", lambda *args, **kwargs: None, raising=False)
+    for model_class in (ContrastiveModel, DiffCSEModel):
+        patch.setattr(model_class, "from_encoder", classmethod(from_encoder))
+    yield {"run_unsup.py": run_unsup.main, "run_diffcse.py": run_diffcse.main}
+    patch.undo()
+
+
+PARSED_OPTIONS: list[set[str]] = []
+"""The option strings of the parser each training ``main`` call used (last call last)."""
+
+
+def recording_parse_args(parse_args):
+    """Wrap a training script's ``parse_args(dataclass_types, argv)`` to record its parser's option strings."""
+    from transformers import HfArgumentParser
+
+    def wrapper(dataclass_types, argv=None):
+        parser = HfArgumentParser(dataclass_types)
+        PARSED_OPTIONS.append({option for action in parser._actions for option in action.option_strings})
+        return parse_args(dataclass_types, argv)
+
+    return wrapper
+
+
+def build(main, command: Command, tmp_path: Path) -> Built:
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # anything the arguments create lands in a temporary folder
+    try:
+        main(list(command.argv))
+    except Built as built:
+        return built
+    except SystemExit as exit_:  # argparse errors: unknown or malformed flags
+        raise AssertionError(f"{command.kind} refused: {shlex.join(command.argv)} ({exit_})") from None
+    finally:
+        os.chdir(cwd)
+    raise AssertionError(f"{command.kind} {shlex.join(command.argv)} never built its model")
+
+
+# ----------------------------------------------------------------------------------------------- tests
+
+
+def test_every_table_has_a_script() -> None:
+    assert set(EXPECTED_SCRIPTS) <= set(table_scripts())
+
+
+@pytest.mark.parametrize("script", table_scripts())
+def test_script_states_its_fidelity_and_pairs_training_with_evaluation(script: str, dry_runs) -> None:
+    header = (SCRIPTS_DIR / f"{script}.sh").read_text().split("\nsource ", 1)[0]
+    assert "Fidelity:" in header, f"{script}.sh must state its --fidelity in its header comment"
+    commands = dry_runs[script]
+    assert commands, f"{script}.sh --dry_run printed no command"
+    assert [c.kind for c in commands[1::2]] == ["eval"] * (len(commands) // 2)
+    for train, evaluate in zip(commands[::2], commands[1::2]):
+        assert train.kind in TRAINING_SCRIPTS
+        assert evaluate.flag("--model_name_or_path") == f"{train.flag('--output_dir')}/export/hf"
+        fidelities = {train.flag("--fidelity")} if "--fidelity" in train.argv else set()
+        assert len(fidelities) <= 1
+
+
+@pytest.mark.parametrize("script", table_scripts())
+def test_training_commands_parse_and_build_a_valid_config(script: str, dry_runs, patched_training_mains,
+                                                          tmp_path: Path) -> None:
+    for command in dry_runs[script]:
+        if command.kind == "eval":
+            continue
+        built = build(patched_training_mains[command.kind], command, tmp_path)
+        # argparse accepts unambiguous prefixes (--dup_rat for --dup_rate); the scripts spell every flag in full
+        abbreviated = [token for token in command.argv if token.startswith("--") and token not in PARSED_OPTIONS[-1]]
+        assert not abbreviated, f"{script}.sh: {command.kind} has no flag(s) {abbreviated}"
+        assert built.name == command.flag("--model_name_or_path")
+        if "--method" in command.argv:
+            assert built.config.method == command.flag("--method")
+
+
+@pytest.mark.parametrize("script", table_scripts())
+def test_eval_commands_parse(script: str, dry_runs) -> None:
+    from eval.cli import build_parser, plan_tasks
+
+    for command in dry_runs[script]:
+        if command.kind != "eval":
+            continue
+        parser = build_parser()
+        try:
+            args = parser.parse_args(list(command.argv))
+        except SystemExit:
+            raise AssertionError(f"python -m eval refused: {shlex.join(command.argv)}") from None
+        plan = plan_tasks(args, parser)
+        assert plan.sts_tasks or plan.run_transfer
+        assert f"/results/{script}/" in str(args.output_json)
+
+
+def test_rows_are_the_paper_numbers_rows(dry_runs) -> None:
+    """Every result a script writes has the paper's numbers beside it, and every paper row is produced."""
+    numbers = json.loads((REPO / "results" / "paper_numbers.json").read_text())["tables"]
+    for script, commands in dry_runs.items():
+        written = {Path(c.flag("--output_json")) for c in commands if c.kind == "eval"}
+        rows = {path.parent.name if path.name.startswith("seed") else path.stem for path in written}
+        assert script in numbers, f"results/paper_numbers.json has no table {script}"
+        expected = {row.get("result", row_id) for row_id, row in numbers[script]["rows"].items()}
+        assert rows == expected, (script, sorted(rows ^ expected))
+
+
+def test_checkpoints_and_results_never_collide(dry_runs) -> None:
+    outputs = Counter(c.flag("--output_dir") for commands in dry_runs.values() for c in commands if c.kind != "eval")
+    results = Counter(c.flag("--output_json") for commands in dry_runs.values() for c in commands if c.kind == "eval")
+    assert [path for path, n in outputs.items() if n > 1] == []
+    assert [path for path, n in results.items() if n > 1] == []
+
+
+def test_seeded_table_runs_every_seed(tmp_path: Path) -> None:
+    commands = parse_commands(dry_run("s_simcse_table1", tmp_path, SEEDS="1 2", ONLY="^s_simcse_w_sd_roberta"))
+    assert [c.flag("--seed") for c in commands if c.kind != "eval"] == ["1", "2"]
+    assert [Path(c.flag("--output_json")).name for c in commands if c.kind == "eval"] == ["seed1.json", "seed2.json"]
+
+
+def test_common_options(tmp_path: Path) -> None:
+    """--only selects rows, finished rows are skipped, NUM_PROCESSES splits the global batch, the launcher and
+    FIDELITY are taken from the environment, and a dry run executes nothing (LAUNCH=false would fail)."""
+    done = tmp_path / "results" / "simcse_table_unsup" / "bert-base-uncased.json"
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    output = dry_run("simcse_table_unsup", tmp_path, ONLY="^(bert|roberta-base)", NUM_PROCESSES="4",
+                     LAUNCH="false --flag")
+    commands = parse_commands(output)
+    trained = [c.flag("--model_name_or_path") for c in commands if c.kind != "eval"]
+    assert trained == ["bert-large-uncased", "roberta-base"]
+    assert "bert-base-uncased.json exists, skipped" in output
+    assert [c.flag("--per_device_train_batch_size") for c in commands if c.kind != "eval"] == ["16", "128"]
+    assert "+ false --flag --num_processes 4 run_unsup.py" in output
+    fidelity = parse_commands(dry_run("esimcse_table9", tmp_path, FIDELITY="official_code", ONLY="0.32"))
+    assert fidelity[0].flag("--fidelity") == "official_code"
