@@ -226,14 +226,13 @@ class DiffCSEModel(ContrastiveModel):
         if self.config.generator_all_positions:  # the code: generator output everywhere but position 0 and padding
             fill = mask.bool().clone()
             fill[:, 0] = False
-        edited = inputs.clone()
-        if fill.any():
-            logits = self.generator(input_ids=inputs, attention_mask=mask).logits[fill].float()
-            if self.config.sample_generator:
-                predicted = torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
-            else:
-                predicted = logits.argmax(-1)
-            edited[fill] = predicted
+        logits = self.generator(input_ids=inputs, attention_mask=mask).logits.float()
+        if self.config.sample_generator:
+            predicted = torch.distributions.Categorical(logits=logits).sample()
+        else:
+            predicted = logits.argmax(-1)
+        # Generated tokens at the fill positions, the input elsewhere; no boolean indexing, so no host-device sync.
+        edited = torch.where(fill, predicted, inputs)
         given = batch["rtd_labels"]
         labels = torch.where(given >= 0, given, (edited != batch["rtd_original_ids"]).long())
         return edited, labels * mask

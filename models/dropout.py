@@ -86,10 +86,11 @@ class RowDropoutController:
         Args:
             groups: [rows] long; rows with the same value are one forward pass (one view) and share a draw unless
                 ``sentence_wise``.
-            off: [rows] bool; rows with dropout off (rate 0), e.g. SimCSE++'s negatives.
+            off: [rows] bool; rows with dropout off (rate 0), e.g. SimCSE++'s negatives; ``None`` when no row is
+                off. The plan never inspects the tensors' values, so planning costs no host-device sync.
         """
         self._groups = groups
-        self._off = off if off is not None and bool(off.any()) else None
+        self._off = off
         self._pass_rates = None
         if self.distribution != "none" and not self.per_op:
             self._pass_rates = self._draw(groups.device)

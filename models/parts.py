@@ -76,11 +76,11 @@ class ViewLayout:
             parts.append(t.repeat_interleave(self.samples - 1, dim=1))
         return torch.cat(parts, dim=1)
 
-    def row_plan(self, batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def row_plan(self, batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         """For the flattened [B * num_rows] rows: the forward pass (expanded view index) of each row, and which
-        rows run with dropout off."""
+        rows run with dropout off (``None`` when none do; decided from the config, so no device sync)."""
         views = torch.arange(self.num_rows, device=device).repeat(batch_size)
-        off = views == self.num_views if self.off_dropout else torch.zeros_like(views, dtype=torch.bool)
+        off = views == self.num_views if self.off_dropout else None
         return views, off
 
     def dropout_plan(self, controller: RowDropoutController | None, batch_size: int,

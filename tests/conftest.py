@@ -40,6 +40,12 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_backbone(tmp_path_factory.mktemp("tiny_bert"), arch="bert", seed=0)
 
 
+@pytest.fixture(scope="session")
+def backbone(tiny_bert_dir: Path) -> Path:
+    """The tiny random BERT + tokenizer that method tests train from (read-only: copy it before changing it)."""
+    return tiny_bert_dir
+
+
 @pytest.fixture
 def torch_single_thread():
     """Run a test with one intra-op thread (restored afterwards): on a small shared CPU box, tiny models are many

@@ -5,7 +5,6 @@ Dropout is 0 so both runs are deterministic; each rank sees half the batch; nega
 single-process global-batch loss and gradients.
 """
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,20 +13,15 @@ import pytest
 import torch
 
 from models import model_class_for
-from tests.tiny import save_tiny_backbone
+from tests.launch import REPO_ROOT, run_torchrun, torchrun_timeout
+from tests.tiny import save_tiny_backbone, tiny_corpus
 
 WORKER = Path(__file__).parent / "workers" / "ddp_step.py"
 
 
 def run_two_processes(tmp_path: Path, model_dir: Path, batch_file: Path, method: str = "simcse") -> list[dict]:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    if torchrun is None:
-        pytest.skip("torchrun not found")
-    env = {**os.environ, "DDP_MODEL_DIR": str(model_dir), "DDP_BATCH": str(batch_file), "DDP_OUT": str(tmp_path),
-           "DDP_METHOD": method, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(WORKER)], env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_torchrun([str(WORKER)], env={"DDP_MODEL_DIR": str(model_dir), "DDP_BATCH": str(batch_file),
+                                     "DDP_OUT": str(tmp_path), "DDP_METHOD": method})
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
 
@@ -59,26 +53,16 @@ def test_two_processes_equal_one_process_with_global_batch(tmp_path, views):
 def test_torchrun_training_equals_single_process_training(tmp_path):
     """End to end through run_unsup.py and the Trainer: 2 processes x batch 4 end with the same weights as
     1 process x batch 8 (dropout 0, so the only difference could be the objective or the data split)."""
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    if torchrun is None:
-        pytest.skip("torchrun not found")
-    from tests.tiny import tiny_corpus
-
     model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=32)
     common = ["run_unsup.py", "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
               "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
               "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
               "--use_cpu", "true", "--report_to", "none"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    root = Path(__file__).resolve().parents[1]
-    two = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", *common,
-                          "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "two")],
-                         cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    run_torchrun([*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "two")])
     one = subprocess.run([sys.executable, *common, "--per_device_train_batch_size", "8",
-                          "--output_dir", str(tmp_path / "one")], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=300)
+                          "--output_dir", str(tmp_path / "one")], cwd=REPO_ROOT, env={**os.environ,
+                         "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=torchrun_timeout())
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
     from safetensors.torch import load_file
 

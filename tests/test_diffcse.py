@@ -19,10 +19,9 @@ from models import load_contrastive_model
 from models.diffcse import DiffCSEModel, VocabularyMismatchError, rtd_statistics
 from models.export import export_model
 from models.losses import rtd_loss
-from tests.tiny import SPECIAL, WORDS, save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer
+from tests.tiny import (FAST_TRAINING_ARGS, SPECIAL, WORDS, save_tiny_backbone, tiny_config, tiny_corpus,
+                        tiny_tokenizer)
 
-FAST = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
-        "--dataloader_pin_memory", "false", "--use_cpu", "true"]
 ROWS = [{"text": "the cat sits on the big red chair"}, {"text": "a dog runs in the park"},
         {"text": "music is good"}, {"text": "the old king reads a new book in the house"}]
 
@@ -319,7 +318,7 @@ def test_a_few_training_steps_and_an_encoder_only_export(paths, tmp_path):
     run_diffcse.main(["--model_name_or_path", str(paths.encoder), "--generator_name", str(paths.generator),
                       "--train_file", str(tiny_corpus(tmp_path / "corpus.txt", n=32)), "--max_seq_length", "16",
                       "--eval_strategy", "no", "--save_strategy", "no", "--load_best_model_at_end", "false",
-                      "--max_steps", "2", "--output_dir", str(out), *FAST])
+                      "--max_steps", "2", "--output_dir", str(out), *FAST_TRAINING_ARGS])
     state = json.loads((out / "run_arguments.json").read_text())
     assert state["DiffCSEArguments"]["generator_name"] == str(paths.generator)
     exported = load_file(str(out / "export" / "hf" / "model.safetensors"))
@@ -333,7 +332,7 @@ def test_training_with_dev_evaluation_keeps_and_reloads_the_best_checkpoint(path
     metrics = run_diffcse.main(["--model_name_or_path", str(paths.encoder), "--generator_name", str(paths.generator),
                                 "--train_file", str(tiny_corpus(tmp_path / "corpus.txt", n=32)),
                                 "--senteval_dir", str(sts_fixture_dir), "--max_steps", "4", "--eval_steps", "2",
-                                "--learning_rate", "1e-3", "--output_dir", str(tmp_path / "run"), *FAST])
+                                "--learning_rate", "1e-3", "--output_dir", str(tmp_path / "run"), *FAST_TRAINING_ARGS])
     best = load_contrastive_model(metrics["best_model_checkpoint"])
     assert isinstance(best, DiffCSEModel) and metrics["best_stsb_spearman"] == pytest.approx(
         max(e["eval_stsb_spearman"] for e in json.loads((Path(metrics["best_model_checkpoint"]) /

@@ -5,7 +5,6 @@ uninterrupted one; the queue is gathered under DDP; ablation switches; training 
 from __future__ import annotations
 
 import math
-import sys
 from collections import deque
 
 import pytest
@@ -18,30 +17,14 @@ from data.corpus import load_unsup_corpus
 from models import ESimCSEModel, load_contrastive_model, model_class_for
 from models.losses import queue_info_nce
 from models.momentum import EmbeddingQueue
-from tests.test_simcse_pp import WORKER, run_ddp_cases
-from tests.tiny import save_tiny_backbone, tiny_corpus
+from tests.launch import run_ddp_cases
+from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, token_batch
 from trainers.arguments import CLTrainingArguments
 from trainers.cl_trainer import CLTrainer
 
-FAST = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
-        "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none"]
 
 
-@pytest.fixture(scope="module")
-def backbone(tmp_path_factory):
-    return save_tiny_backbone(tmp_path_factory.mktemp("backbone"))
 
-
-def token_batch(b=4, v=2, length=9, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, 60, (b, v, length), generator=g)
-    mask = torch.ones_like(ids)
-    mask[0, :, -3:] = 0
-    return ids, mask
-
-
-def cos(a, b):
-    return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
 # --------------------------------------------------------------------------------------------------- loss / queue
@@ -53,9 +36,9 @@ def test_queue_info_nce_matches_eq6(queue_rows, tau):
     a, b, q = z1.tolist(), z2.tolist(), queue.tolist()
     expected = 0.0
     for i in range(5):
-        numerator = math.exp(cos(a[i], b[i]) / tau)
-        denominator = sum(math.exp(cos(a[i], b[j]) / tau) for j in range(5))
-        denominator += sum(math.exp(cos(a[i], q[m]) / tau) for m in range(queue_rows))
+        numerator = math.exp(cosine(a[i], b[i]) / tau)
+        denominator = sum(math.exp(cosine(a[i], b[j]) / tau) for j in range(5))
+        denominator += sum(math.exp(cosine(a[i], q[m]) / tau) for m in range(queue_rows))
         expected += -math.log(numerator / denominator)
     assert queue_info_nce(z1, z2, queue, tau).item() == pytest.approx(expected / 5, abs=1e-6)
 
@@ -200,7 +183,7 @@ def test_resume_with_a_full_queue_reproduces_the_uninterrupted_run(tmp_path, bac
     common = ["--method", "esimcse", "--model_name_or_path", str(backbone), "--train_file", str(corpus),
               "--max_steps", "6", "--queue_size", "12", "--momentum", "0.9", "--eval_strategy", "no",
               "--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "10",
-              "--load_best_model_at_end", "false", *FAST]
+              "--load_best_model_at_end", "false", *FAST_TRAINING_ARGS]
     run_unsup.main(common + ["--output_dir", str(tmp_path / "full")])
     run_unsup.main(common + ["--output_dir", str(tmp_path / "resumed"),
                              "--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-3")])
@@ -219,7 +202,7 @@ def test_trains_through_run_unsup_with_the_official_code_preset(tmp_path, backbo
     metrics = run_unsup.main(["--method", "esimcse", "--model_name_or_path", str(backbone), "--train_file",
                               str(tiny_corpus(tmp_path / "c.txt")), "--max_steps", "2", "--eval_strategy", "no",
                               "--save_strategy", "no", "--load_best_model_at_end", "false", "--fidelity",
-                              "official_code", "--output_dir", str(tmp_path / "run"), *FAST])
+                              "official_code", "--output_dir", str(tmp_path / "run"), *FAST_TRAINING_ARGS])
     assert metrics["train_loss"] > 0
     card = (tmp_path / "run" / "export" / "hf" / "README.md").read_text()
     for setting in ('"dup_length_rule": "code"', '"resample_repetition": false', '"queue_through_mlp": true',
@@ -241,8 +224,7 @@ def test_gathered_queue_under_ddp_equals_one_process_with_the_global_batch(tmp_p
              {"name": "esimcse_pp", "method": "esimcse",
               "config": {"queue_size": 12, "off_dropout": True, "dcl_weight": 0.5}, "steps": 3}]
     run_ddp_cases(tmp_path, model_dir, batches, cases)
-    sys.path.insert(0, str(WORKER.parent))
-    from methods_ddp_steps import run_steps
+    from tests.workers.methods_ddp_steps import run_steps
 
     for case in cases:
         torch.manual_seed(0)

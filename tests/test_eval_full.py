@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from eval.cli import main as eval_main
 from eval.transfer import load_transfer_task
 from tests.test_eval_transfer import write_transfer_fixture

@@ -12,23 +12,10 @@ from torch import nn
 import run_unsup
 from models import SimCSEModel, SSimCSEModel, load_contrastive_model
 from models.dropout import ROW_DROPOUT_ATTENTION, RowDropout, RowDropoutController
-from tests.tiny import save_tiny_backbone, tiny_corpus
-
-FAST = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
-        "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none"]
+from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, tiny_corpus, token_batch
 
 
-@pytest.fixture(scope="module")
-def backbone(tmp_path_factory):
-    return save_tiny_backbone(tmp_path_factory.mktemp("backbone"))
 
-
-def token_batch(b=8, v=2, length=9, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, 60, (b, v, length), generator=g)
-    mask = torch.ones_like(ids)
-    mask[0, :, -3:] = 0
-    return ids, mask
 
 
 # --------------------------------------------------------------------------------------------------- module
@@ -96,7 +83,7 @@ def test_every_dropout_of_the_backbone_is_swapped_and_follows_its_row_rate(backb
     for module in swapped:
         module.register_forward_hook(record)
     torch.manual_seed(0)
-    ids, mask = token_batch()
+    ids, mask = token_batch(b=8)
     model.train()(input_ids=ids, attention_mask=mask)
     assert len(calls) == len(swapped) and any(inp.dim() == 4 for inp, _, _ in calls)  # attention probs included
     points = []
@@ -135,7 +122,7 @@ def test_other_backbones_route_attention_dropout_through_the_rows(tmp_path, arch
 
 def test_without_sd_both_views_get_different_rates(backbone):
     model = SSimCSEModel.from_encoder(str(backbone), sentence_wise_dropout=False).train()
-    ids, mask = token_batch()
+    ids, mask = token_batch(b=8)
     model(input_ids=ids, attention_mask=mask)
     rates = model.dropout_controller.last_rates.view(8, 2)
     assert torch.equal(rates[:, 0], rates[0, 0].repeat(8)) and torch.equal(rates[:, 1], rates[0, 1].repeat(8))
@@ -147,7 +134,7 @@ def test_eval_embeddings_are_unchanged_and_checkpoints_round_trip(backbone, tmp_
     s_model = SSimCSEModel.from_encoder(str(backbone)).eval()
     torch.manual_seed(0)
     plain = SimCSEModel.from_encoder(str(backbone)).eval()
-    ids, mask = token_batch()
+    ids, mask = token_batch(b=8)
     torch.testing.assert_close(s_model.embed(ids[:, 0], mask[:, 0]), plain.embed(ids[:, 0], mask[:, 0]),
                                atol=1e-5, rtol=1e-5)
     s_model.save_pretrained(tmp_path)
@@ -181,6 +168,6 @@ def test_trains_through_cltrainer_and_run_unsup(tmp_path, backbone):
     metrics = run_unsup.main(["--method", "s_simcse", "--model_name_or_path", str(backbone), "--train_file",
                               str(corpus), "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no",
                               "--load_best_model_at_end", "false", "--output_dir", str(tmp_path / "run"),
-                              "--dropout_dist", "normal", "--sentence_wise_dropout", "false", *FAST])
+                              "--dropout_dist", "normal", "--sentence_wise_dropout", "false", *FAST_TRAINING_ARGS])
     assert metrics["train_loss"] > 0
     assert '"dropout_dist": "normal"' in (tmp_path / "run" / "export" / "hf" / "README.md").read_text()

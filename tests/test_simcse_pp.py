@@ -5,13 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,34 +13,17 @@ import run_unsup
 from models import ESimCSEModel, SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel, model_class_for
 from models.losses import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_dropout_info_nce
 from models.parts import ViewLayout
-from tests.tiny import save_tiny_backbone, tiny_corpus
+from tests.launch import run_ddp_cases
+from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, token_batch
 from trainers.arguments import MethodArguments, parse_args
 
-FAST = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
-        "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none"]
-WORKER = Path(__file__).parent / "workers" / "methods_ddp_steps.py"
 
-
-@pytest.fixture(scope="module")
-def backbone(tmp_path_factory):
-    return save_tiny_backbone(tmp_path_factory.mktemp("backbone"))
 
 
 def rand(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-def cos(a, b):
-    return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
-
-
-def token_batch(b=4, v=2, length=9, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, 60, (b, v, length), generator=g)
-    ids[:, 1] = ids[:, 0]
-    mask = torch.ones_like(ids)
-    mask[0, :, -3:] = 0
-    return ids, mask
 
 
 # --------------------------------------------------------------------------------------------------- losses
@@ -57,8 +33,8 @@ def decoupled_loop(pa, pb, na, nb, tau, m, form, queue=None):
     queue = [] if queue is None else queue.tolist()
     total = 0.0
     for i in range(len(pa)):
-        s_pos = cos(pa[i], pb[i]) / tau
-        negatives = [cos(na[i], nb[j]) / tau for j in range(len(nb)) if j != i] + [cos(na[i], q) / tau for q in queue]
+        s_pos = cosine(pa[i], pb[i]) / tau
+        negatives = [cosine(na[i], nb[j]) / tau for j in range(len(nb)) if j != i] + [cosine(na[i], q) / tau for q in queue]
         neg_sum = sum(math.exp(s) for s in negatives)
         if form == "paper":
             total += -math.log(math.exp(s_pos) / (math.exp(s_pos) + m * neg_sum))
@@ -160,7 +136,7 @@ def test_off_dropout_rows_are_dropout_free_in_the_same_pass_and_keep_gradients(b
     assert (model.config.off_dropout, model.config.pos_neg_tradeoff, model.config.dcl_weight,
             model.config.dcl_temp, model.config.off_dropout_form, model.config.dcl_form) == (
         True, 0.9, 0.1, 5.0, "code", "code")
-    ids, mask = token_batch()
+    ids, mask = token_batch(same_views=True)
     passes = []
     model.encoder.register_forward_hook(lambda *args: passes.append(1))
     model.train()
@@ -180,7 +156,7 @@ def test_off_dropout_rows_are_dropout_free_in_the_same_pass_and_keep_gradients(b
 @pytest.mark.parametrize("cls", [ESimCSEModel, SSimCSEModel, SimCSEModel])
 def test_parts_work_on_any_method(backbone, cls):
     model = cls.from_encoder(str(backbone), off_dropout=True, dcl_weight=0.1).train()
-    ids, mask = token_batch()
+    ids, mask = token_batch(same_views=True)
     out = model(input_ids=ids, attention_mask=mask)
     assert out.embeddings.shape == (4, 3, 32) and {"contrastive_loss", "dcl_loss"} <= set(out.metrics)
     out.loss.backward()
@@ -194,7 +170,7 @@ def test_noise_study_uses_k_samples_in_one_pass(backbone):
     rows = []
     model.encoder.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]),
                                         with_kwargs=True)
-    ids, mask = token_batch()
+    ids, mask = token_batch(same_views=True)
     out = model(input_ids=ids, attention_mask=mask)
     assert rows == [4 * 6] and out.embeddings.shape == (4, 4, 32) and torch.isfinite(out.loss)
     for study in ("pos_plus", "neg_plus", "pos_minus"):
@@ -251,40 +227,16 @@ def test_every_method_flag_is_readable_from_a_config_file(tmp_path, suffix):
 
 
 # --------------------------------------------------------------------------------------------------- DDP
-def run_ddp_cases(tmp_path: Path, model_dir: Path, batches: list[dict], cases: list[dict]) -> None:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    if torchrun is None:
-        pytest.skip("torchrun not found")
-    torch.save(batches, tmp_path / "batches.pt")
-    env = {**os.environ, "DDP_MODEL_DIR": str(model_dir), "DDP_BATCH": str(tmp_path / "batches.pt"),
-           "DDP_OUT": str(tmp_path), "DDP_CASES": json.dumps(cases), "OMP_NUM_THREADS": "1"}
-    with socket.socket() as probe:  # a free port of our own (concurrent torchruns must not meet)
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [torchrun, "--nnodes", "1", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
-               "--rdzv_endpoint", f"127.0.0.1:{port}", str(WORKER)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # torchrun and its workers: leave no orphans behind
-        output, _ = process.communicate()
-        pytest.fail("torchrun timed out:\n" + output[-3000:])
-    assert process.returncode == 0, output[-6000:]
-
-
 def test_dcl_and_off_dropout_under_ddp_equal_one_process_with_the_global_batch(tmp_path):
     model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
-    ids, mask = token_batch(b=8, seed=4)
+    ids, mask = token_batch(b=8, seed=4, same_views=True)
     ids[:, 1] = torch.randint(5, 60, ids[:, 1].shape, generator=torch.Generator().manual_seed(5))
     batches = [{"input_ids": ids, "attention_mask": mask}]
     cases = [{"name": "pp", "method": "simcse_pp", "config": {"dcl_weight": 1.0}, "steps": 1},
              {"name": "pp_paper", "method": "simcse_pp", "config": {"dcl_form": "paper", "off_dropout_form": "paper"},
               "steps": 1}]
     run_ddp_cases(tmp_path, model_dir, batches, cases)
-    sys.path.insert(0, str(WORKER.parent))
-    from methods_ddp_steps import run_steps
+    from tests.workers.methods_ddp_steps import run_steps
 
     for case in cases:
         torch.manual_seed(0)
@@ -323,7 +275,7 @@ def test_trains_through_cltrainer_and_run_unsup(tmp_path, backbone):
     metrics = run_unsup.main(["--method", "simcse_pp", "--model_name_or_path", str(backbone), "--train_file",
                               str(corpus), "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no",
                               "--load_best_model_at_end", "false", "--output_dir", str(tmp_path / "run"),
-                              "--fidelity", "paper", *FAST])
+                              "--fidelity", "paper", *FAST_TRAINING_ARGS])
     assert metrics["train_loss"] > 0
     card = (tmp_path / "run" / "export" / "hf" / "README.md").read_text()
     assert "simcse_pp" in card

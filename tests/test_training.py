@@ -13,15 +13,9 @@ import run_unsup
 from eval.loading import load_encoder
 from eval.sts import evaluate_sts
 from models import load_contrastive_model
-from tests.tiny import WORDS, save_tiny_backbone, tiny_corpus
-
-FAST = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
-        "--dataloader_pin_memory", "false", "--use_cpu", "true"]
+from tests.tiny import FAST_TRAINING_ARGS, WORDS, tiny_corpus
 
 
-@pytest.fixture(scope="module")
-def backbone(tmp_path_factory):
-    return save_tiny_backbone(tmp_path_factory.mktemp("backbone"))
 
 
 def sup_csv(path: Path, n: int = 32) -> Path:
@@ -34,7 +28,7 @@ def sup_csv(path: Path, n: int = 32) -> Path:
 
 
 def train(args: list[str]) -> dict:
-    return run_unsup.main(args + FAST)
+    return run_unsup.main(args + FAST_TRAINING_ARGS)
 
 
 @pytest.mark.parametrize("method", ["simcse", "sup_simcse"])
@@ -100,7 +94,7 @@ def test_config_file_with_overrides(tmp_path, backbone):
     config.write_text(f"model_name_or_path: {backbone}\ntrain_file: {tiny_corpus(tmp_path / 'c.txt')}\n"
                       f"max_steps: 1\neval_strategy: 'no'\nsave_strategy: 'no'\nload_best_model_at_end: false\n"
                       f"temp: 0.1\noutput_dir: {tmp_path / 'o'}\n")
-    run_unsup.main([str(config), "--temp", "0.07"] + FAST)
+    run_unsup.main([str(config), "--temp", "0.07"] + FAST_TRAINING_ARGS)
     saved = json.loads((tmp_path / "o" / "run_arguments.json").read_text())
     assert saved["ModelArguments"]["temp"] == 0.07 and saved["TrainingArguments" if "TrainingArguments" in saved
                                                               else "CLTrainingArguments"]["max_steps"] == 1

@@ -1,6 +1,7 @@
 """Tiny random backbones + a word-level tokenizer, built in code (no downloads), for fast CPU tests."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from transformers import AutoModel, BertConfig, BertTokenizerFast, DistilBertConfig, RobertaConfig
@@ -53,3 +54,27 @@ def tiny_corpus(path: str | Path, n: int = 64, seed: int = 0) -> Path:
     path = Path(path)
     path.write_text("\n".join(" ".join(rng.choices(WORDS, k=rng.randint(4, 12))) for _ in range(n)) + "\n")
     return path
+
+
+FAST_TRAINING_ARGS = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
+                      "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none"]
+"""Command-line flags that make a run_unsup.py / run_diffcse.py training test small and CPU-only."""
+
+
+def token_batch(b: int = 4, v: int = 2, length: int = 9, seed: int = 0, same_views: bool = False):
+    """Random ids ``[b, v, length]`` over the tiny vocabulary and an attention mask whose first sentence has 3
+    padding positions; ``same_views`` makes every view a copy of view 0 (SimCSE's two dropout views)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 60, (b, v, length), generator=g)
+    if same_views:
+        ids[:, 1:] = ids[:, :1]
+    mask = torch.ones_like(ids)
+    mask[0, :, -3:] = 0
+    return ids, mask
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    """Cosine similarity written out in plain Python (the independent side of the loss tests)."""
+    return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))

@@ -177,6 +177,8 @@ class CLTrainingArguments(TrainingArguments):
             self.bf16 = gpu_bf16 and not self.fp16
         if self.tf32 is None:
             self.tf32 = True if gpu_bf16 else None
+        if not torch.accelerator.is_available():
+            self.dataloader_pin_memory = False  # nothing to pin for; torch would warn on every dataloader
         if launched_world_size() > 1 and not torch.cuda.is_available():
             self.use_cpu = True  # accelerate only sets up multi-process CPU (gloo) training when asked for the CPU
         super().__post_init__()

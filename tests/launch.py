@@ -1,0 +1,58 @@
+"""Run a command as two gloo processes under torchrun, for the DDP tests.
+
+Each launch gets a free port of its own (concurrent torchruns must not meet) and its own process group, so a run
+that overruns the time limit is killed with its workers and fails the test with the end of its output. The limit
+is ``$CSE_TORCHRUN_TIMEOUT`` seconds (default 900): on a small shared CPU machine two processes that wait on each
+other at every collective can take minutes when other jobs hold the cores.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+METHODS_WORKER = Path(__file__).parent / "workers" / "methods_ddp_steps.py"
+
+
+def torchrun_timeout() -> float:
+    return float(os.environ.get("CSE_TORCHRUN_TIMEOUT", "900"))
+
+
+def run_torchrun(args: list[str], env: dict[str, str] | None = None, nproc: int = 2) -> str:
+    """``torchrun --nproc_per_node nproc args...`` from the repository root, one intra-op thread per process;
+    returns its combined output, fails the test on a non-zero exit or a timeout, skips it without torchrun."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun not found next to the interpreter or on PATH")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [torchrun, "--nnodes", "1", "--nproc_per_node", str(nproc), "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", f"127.0.0.1:{port}", *args]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=torchrun_timeout())
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # torchrun and its workers: leave no orphans behind
+        output, _ = process.communicate()
+        pytest.fail(f"torchrun did not finish in {torchrun_timeout():.0f} s (CSE_TORCHRUN_TIMEOUT):\n{output[-3000:]}")
+    assert process.returncode == 0, output[-6000:]
+    return output
+
+
+def run_ddp_cases(tmp_path: Path, model_dir: Path, batches: list[dict], cases: list[dict]) -> None:
+    """``tests/workers/methods_ddp_steps.py`` on ``batches`` for every case (its ranks save what the test
+    compares under ``tmp_path``)."""
+    torch.save(batches, tmp_path / "batches.pt")
+    run_torchrun([str(METHODS_WORKER)], env={"DDP_MODEL_DIR": str(model_dir), "DDP_BATCH": str(tmp_path / "batches.pt"),
+                                             "DDP_OUT": str(tmp_path), "DDP_CASES": json.dumps(cases)})
