@@ -27,6 +27,7 @@ from .config import ContrastiveConfig
 from .distributed import gather_with_grad
 from .dropout import controller_for, install_row_dropout, needs_row_dropout
 from .heads import build_projector
+from .masks import prepare_attention_mask
 from .parts import ViewLayout, contrastive_objective
 from .poolers import needs_hidden_states, pool
 
@@ -129,9 +130,10 @@ class ContrastiveModel(PreTrainedModel):
         """Backbone + pooler for flat inputs [N, L] -> [N, h] (no projector)."""
         pooler_type = pooler_type or self.config.pooler_type
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        outputs = (encoder or self.encoder)(
+        backbone = encoder or self.encoder
+        outputs = backbone(
             input_ids=input_ids,
-            attention_mask=attention_mask,
+            attention_mask=prepare_attention_mask(backbone, attention_mask),
             output_hidden_states=needs_hidden_states(pooler_type),
             return_dict=True,
             **extra,

@@ -40,6 +40,7 @@ from .base import ContrastiveModel, drop_unused_pooler, load_backbone
 from .config import ContrastiveConfig
 from .distributed import world_size
 from .losses import rtd_loss
+from .masks import prepare_attention_mask
 from .parts import ViewLayout
 from .registry import register
 
@@ -226,9 +227,11 @@ class DiffCSEModel(ContrastiveModel):
         if self.config.generator_all_positions:  # the code: generator output everywhere but position 0 and padding
             fill = mask.bool().clone()
             fill[:, 0] = False
-        logits = self.generator(input_ids=inputs, attention_mask=mask).logits.float()
+        generator_mask = prepare_attention_mask(self.generator, mask)
+        logits = self.generator(input_ids=inputs, attention_mask=generator_mask).logits.float()
         if self.config.sample_generator:
-            predicted = torch.distributions.Categorical(logits=logits).sample()
+            probabilities = logits.softmax(-1)
+            predicted = torch.multinomial(probabilities.flatten(0, -2), 1).view(logits.shape[:-1])
         else:
             predicted = logits.argmax(-1)
         # Generated tokens at the fill positions, the input elsewhere; no boolean indexing, so no host-device sync.
@@ -241,6 +244,7 @@ class DiffCSEModel(ContrastiveModel):
                      token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Conditional discriminator: x'' with h at position 0 -> per-token logits [N, L', 2]."""
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        attention_mask = prepare_attention_mask(self.discriminator, attention_mask)
         if self.config.rtd_condition_site == "inputs_embeds":
             words = self.discriminator.get_input_embeddings()(input_ids)
             words = torch.cat([h.unsqueeze(1).to(words.dtype), words[:, 1:]], dim=1)

@@ -57,6 +57,7 @@ class RowDropoutController:
         self.distribution, self.low, self.high = distribution, low, high
         self.sentence_wise, self.per_op = sentence_wise, per_op
         self._groups: torch.Tensor | None = None
+        self._num_groups = 0
         self._off: torch.Tensor | None = None
         self._pass_rates: torch.Tensor | None = None
         #: The rates of the last dropout call of a planned pass, [rows] (for inspection and tests).
@@ -76,20 +77,24 @@ class RowDropoutController:
         groups = self._groups.to(device)
         if self.sentence_wise:
             return self.sample(groups.numel(), device)
-        return self.sample(int(groups.max()) + 1, device)[groups]
+        return self.sample(self._num_groups, device)[groups]
 
     # -------------------------------------------------------------------------------------------- planning
     @contextmanager
-    def plan(self, groups: torch.Tensor, off: torch.Tensor | None = None) -> Iterator[None]:
+    def plan(self, groups: torch.Tensor, off: torch.Tensor | None = None,
+             num_groups: int | None = None) -> Iterator[None]:
         """Within the block, the backbone's rows follow this plan.
 
         Args:
             groups: [rows] long; rows with the same value are one forward pass (one view) and share a draw unless
                 ``sentence_wise``.
             off: [rows] bool; rows with dropout off (rate 0), e.g. SimCSE++'s negatives; ``None`` when no row is
-                off. The plan never inspects the tensors' values, so planning costs no host-device sync.
+                off.
+            num_groups: how many distinct values ``groups`` holds (``max + 1``); give it, as training does, so that
+                the plan never reads the tensors' values on the host (a host-device sync).
         """
         self._groups = groups
+        self._num_groups = int(groups.max()) + 1 if num_groups is None else num_groups
         self._off = off
         self._pass_rates = None
         if self.distribution != "none" and not self.per_op:

@@ -249,10 +249,11 @@ def rtd_loss(
     """
     logits = upcast(logits).reshape(-1, logits.size(-1))
     real = attention_mask.reshape(-1).bool()
-    labels = torch.where(real, labels.reshape(-1).long(), torch.zeros_like(labels.reshape(-1).long()))
+    labels = labels.reshape(-1).long()
     if include_padding:
-        return F.cross_entropy(logits, labels)
-    return F.cross_entropy(logits[real], labels[real])
+        return F.cross_entropy(logits, labels.masked_fill(~real, 0))
+    # Padding positions are ignored (not indexed away: boolean indexing would sync the host with the device).
+    return F.cross_entropy(logits, labels.masked_fill(~real, -100), ignore_index=-100)
 
 
 __all__ += ["rtd_loss"]

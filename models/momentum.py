@@ -69,7 +69,13 @@ class MomentumEncoder(nn.Module):
 
 class EmbeddingQueue(nn.Module):
     """FIFO queue of the last ``size`` embeddings (persistent buffers: ``embeddings`` [size, dim] as a ring,
-    ``ptr`` the next slot to write, ``count`` how many slots hold an embedding)."""
+    ``ptr`` the next slot to write, ``count`` how many slots hold an embedding).
+
+    ``ptr`` and ``count`` are buffers so that checkpoints hold them, but the step reads Python copies of them: reading
+    the buffers would synchronise the host with the device at every step. The copies are refreshed from the buffers
+    only when something other than :meth:`enqueue` changed those (a checkpoint load, a move to another device),
+    which the buffers' identities and in-place version counters (host-side metadata) tell without a sync.
+    """
 
     def __init__(self, size: int, dim: int) -> None:
         super().__init__()
@@ -79,10 +85,22 @@ class EmbeddingQueue(nn.Module):
         self.register_buffer("embeddings", torch.zeros(size, dim))
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
         self.register_buffer("count", torch.zeros((), dtype=torch.long))
+        self._host_ptr = self._host_count = 0
+        self._host_key = self._buffers_key()
+
+    def _buffers_key(self) -> tuple[int, ...]:
+        return id(self.ptr), self.ptr._version, id(self.count), self.count._version
+
+    def host_state(self) -> tuple[int, int]:
+        """``(ptr, count)`` as Python ints (reads the buffers only after an outside change; see the class doc)."""
+        if self._host_key != self._buffers_key():
+            self._host_ptr, self._host_count = int(self.ptr), int(self.count)
+            self._host_key = self._buffers_key()
+        return self._host_ptr, self._host_count
 
     def entries(self) -> torch.Tensor:
         """The queued embeddings, oldest first: [count, dim] (a copy)."""
-        count, ptr = int(self.count), int(self.ptr)
+        ptr, count = self.host_state()
         if count < self.size:
             return self.embeddings[:count].clone()
         return torch.cat([self.embeddings[ptr:], self.embeddings[:ptr]])
@@ -91,11 +109,14 @@ class EmbeddingQueue(nn.Module):
     def enqueue(self, batch: torch.Tensor) -> None:
         """Append ``batch`` [n, dim] (in order); when full, the oldest entries leave first."""
         batch = batch.detach()[-self.size:].to(self.embeddings.dtype)
-        n, ptr = batch.size(0), int(self.ptr)
-        slots = (ptr + torch.arange(n, device=self.embeddings.device)) % self.size
-        self.embeddings[slots] = batch
-        self.ptr.fill_((ptr + n) % self.size)
-        self.count.fill_(min(int(self.count) + n, self.size))
+        (ptr, count), n = self.host_state(), batch.size(0)
+        head = min(n, self.size - ptr)  # slots up to the end of the ring, then wrap around to slot 0
+        self.embeddings[ptr:ptr + head] = batch[:head]
+        self.embeddings[:n - head] = batch[head:]
+        self._host_ptr, self._host_count = (ptr + n) % self.size, min(count + n, self.size)
+        self.ptr.fill_(self._host_ptr)
+        self.count.fill_(self._host_count)
+        self._host_key = self._buffers_key()
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.embeddings.size(1)}"

@@ -90,7 +90,7 @@ class ViewLayout:
             if self.off_dropout:
                 raise RuntimeError("off_dropout needs the per-row dropout modules (models.dropout.install_row_dropout)")
             return nullcontext()
-        return controller.plan(*self.row_plan(batch_size, device))
+        return controller.plan(*self.row_plan(batch_size, device), num_groups=self.num_rows)
 
     def reduce(self, z: torch.Tensor) -> torch.Tensor:
         """[B, num_rows, d] -> [B, V (+1 off) (+V means), d]: the K samples of each view become their mean."""

@@ -160,6 +160,9 @@ class CLTrainingArguments(TrainingArguments):
     seed: int = field(default=42)
     remove_unused_columns: bool = field(default=False)
     report_to: None | str | list[str] = field(default="none")
+    logging_nan_inf_filter: bool = field(default=False, metadata={
+        "help": "Skip non-finite step losses in the logged mean. Off here: the Trainer's check reads the loss on the "
+                "host after every step (a host-device sync per step on GPU)."})
     bf16: bool | None = field(
         default=None, metadata={"help": "bf16 autocast; default: on when a bf16-capable GPU is present."})
     tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls; default: on with an Ampere+ GPU."})

@@ -1,0 +1,145 @@
+"""No host-device synchronisation in a training step of any method (Developers' guide: "no host-device syncs in
+the step").
+
+On CPU nothing blocks, but the operations that would block on a GPU are visible at dispatch: reading a tensor's
+value on the host (``aten::_local_scalar_dense``: ``.item()``, ``bool(t)``, ``if t.any():``), data-dependent shapes
+(``aten::nonzero``, ``aten::masked_select``, ``aten::unique*``) and boolean-mask indexing (``t[mask]``,
+``t[mask] = v``, which run ``nonzero`` inside the kernel). A dispatch mode records them during the forward, the
+backward and the per-optimizer-step hook (ESimCSE's EMA and queue); every method must record none. The recorder
+itself is checked to catch each kind.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from models import model_class_for
+from tests.tiny import tiny_config, tiny_tokenizer
+
+SYNCING_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::nonzero_static", "aten::masked_select",
+               "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::item",
+               "aten::is_nonzero"}
+MASK_INDEXING_OPS = {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"}
+ROWS = [{"text": "the cat sits on the big red chair"}, {"text": "a dog runs in the park"},
+        {"text": "music is good"}, {"text": "the old king reads a new book in the house"}]
+
+
+class HostSyncRecorder(TorchDispatchMode):
+    """Records every dispatched operation that would synchronise a GPU with the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name in SYNCING_OPS:
+            self.syncs.append(name)
+        elif name in MASK_INDEXING_OPS:
+            indices = args[1] if len(args) > 1 else ()
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ()):
+                self.syncs.append(f"{name} with a boolean mask")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("snippet, expected", [
+    (lambda x: x.sum().item(), "aten::_local_scalar_dense"),
+    (lambda x: bool((x > 0).any()), "aten::_local_scalar_dense"),
+    (lambda x: x[x > 0], "aten::index with a boolean mask"),
+    (lambda x: x.masked_fill(x > 0, 0.0), None),
+    (lambda x: torch.where(x > 0, x, 0.0).sum(), None),
+])
+def test_the_recorder_catches_each_kind_of_sync(snippet, expected):
+    recorder = HostSyncRecorder()
+    with recorder:
+        snippet(torch.randn(5, 3))
+    assert recorder.syncs == ([expected] if expected else [])
+
+
+@pytest.fixture(scope="module")
+def generator_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("generator")
+    tokenizer = tiny_tokenizer(directory)
+    torch.manual_seed(1)
+    AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+CASES = {
+    "simcse": ("simcse", {}),
+    "simcse_batchnorm_projector": ("simcse", {"batchnorm": True}),
+    "esimcse": ("esimcse", {"queue_size": 6}),
+    "simcse_pp": ("simcse_pp", {}),
+    "simcse_pp_paper_forms": ("simcse_pp", {"off_dropout_form": "paper", "dcl_form": "paper"}),
+    "s_simcse": ("s_simcse", {}),
+    "s_simcse_per_pass": ("s_simcse", {"sentence_wise_dropout": False}),
+    "diffcse": ("diffcse", {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_training_step_has_no_host_sync(case, backbone, generator_dir, torch_single_thread):
+    method, config = CASES[case]
+    config = {k: v for k, v in config.items() if v is not None}
+    if method == "diffcse":
+        config["generator_name"] = str(generator_dir)
+    torch.manual_seed(0)
+    model = model_class_for(method).from_encoder(str(backbone), **config).train()
+    batch = model.build_collator(AutoTokenizer.from_pretrained(str(backbone)), 16)(ROWS)
+    for step in range(2):  # the second step runs with a non-empty queue (ESimCSE)
+        recorder = HostSyncRecorder()
+        with recorder:
+            output = model(**batch)
+            output.loss.backward()
+            model.on_optimizer_step()
+        assert recorder.syncs == [], f"{case}, step {step}: {recorder.syncs}"
+
+
+# ------------------------------------------------------------------------------- the pieces that remove the syncs
+@pytest.mark.parametrize("arch", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_prepared_attention_masks_give_the_same_hidden_states(arch, attn, padded, torch_single_thread):
+    from transformers import AutoModel
+
+    from models.masks import prepare_attention_mask
+
+    torch.manual_seed(0)
+    backbone = AutoModel.from_config(tiny_config(arch, vocab_size=80), attn_implementation=attn).eval()
+    ids = torch.randint(5, 80, (3, 7))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, 4:] = 0
+        mask[2, 6:] = 0
+    prepared = prepare_attention_mask(backbone, mask)
+    assert prepared.dim() == 4
+    expected = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+    got = backbone(input_ids=ids, attention_mask=prepared).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-6, rtol=1e-5)
+
+
+def test_backbones_without_mask_functions_keep_the_2d_mask():
+    from models.masks import prepare_attention_mask
+
+    mask = torch.ones(2, 5, dtype=torch.long)
+    assert prepare_attention_mask(torch.nn.Linear(2, 2), mask) is mask
+
+
+def test_the_queue_reads_its_buffers_again_after_a_checkpoint_load():
+    from models.momentum import EmbeddingQueue
+
+    source, resumed = EmbeddingQueue(5, 3), EmbeddingQueue(5, 3)
+    for step in range(3):
+        source.enqueue(torch.full((2, 3), float(step)))
+    resumed.host_state()  # cached (0, 0) before the load
+    resumed.load_state_dict(source.state_dict())
+    assert resumed.host_state() == source.host_state() == (1, 5)
+    torch.testing.assert_close(resumed.entries(), source.entries())
+    resumed.enqueue(torch.full((1, 3), 9.0))
+    source.enqueue(torch.full((1, 3), 9.0))
+    torch.testing.assert_close(resumed.entries(), source.entries())
+    assert int(resumed.ptr) == 2 and int(resumed.count) == 5
