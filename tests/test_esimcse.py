@@ -13,14 +13,11 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
 import run_unsup
-from data.corpus import load_unsup_corpus
 from models import ESimCSEModel, load_contrastive_model, model_class_for
 from models.losses import queue_info_nce
 from models.momentum import EmbeddingQueue
 from tests.launch import run_ddp_cases
-from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, token_batch
-from trainers.arguments import CLTrainingArguments
-from trainers.cl_trainer import CLTrainer
+from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
 
 
 
@@ -106,13 +103,8 @@ def test_optimizer_ignores_momentum_and_ema_runs_once_per_optimizer_step(tmp_pat
     calls = []
     original = model.on_optimizer_step
     model.on_optimizer_step = lambda: (calls.append(1), original())[1]
-    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
-    args = CLTrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4,
-                               gradient_accumulation_steps=3, eval_strategy="no", save_strategy="no",
-                               load_best_model_at_end=False, evaluate_at_start=False, logging_steps=1, use_cpu=True,
-                               disable_tqdm=True, dataloader_pin_memory=False)
-    trainer = CLTrainer(model=model, args=args, train_dataset=load_unsup_corpus(tiny_corpus(tmp_path / "c.txt")),
-                        data_collator=model.build_collator(tokenizer, 32), processing_class=tokenizer)
+    trainer = tiny_trainer(model, backbone, tmp_path, tiny_corpus(tmp_path / "c.txt"), max_steps=2,
+                           per_device_train_batch_size=4, gradient_accumulation_steps=3)
     trainer.train()
     optimized = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
     assert not optimized & {id(p) for p in model.momentum_encoder.parameters()}

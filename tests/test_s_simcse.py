@@ -12,7 +12,7 @@ from torch import nn
 import run_unsup
 from models import SimCSEModel, SSimCSEModel, load_contrastive_model
 from models.dropout import ROW_DROPOUT_ATTENTION, RowDropout, RowDropoutController
-from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, tiny_corpus, token_batch
+from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
 
 
 
@@ -146,21 +146,9 @@ def test_eval_embeddings_are_unchanged_and_checkpoints_round_trip(backbone, tmp_
 
 
 def test_trains_through_cltrainer_and_run_unsup(tmp_path, backbone):
-    from transformers import AutoTokenizer
-
-    from data.corpus import load_unsup_corpus
-    from trainers.arguments import CLTrainingArguments
-    from trainers.cl_trainer import CLTrainer
-
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=48)
     model = SSimCSEModel.from_encoder(str(backbone))
-    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
-    args = CLTrainingArguments(output_dir=str(tmp_path / "trainer"), max_steps=3, per_device_train_batch_size=8,
-                               eval_strategy="no", save_strategy="no", load_best_model_at_end=False,
-                               evaluate_at_start=False, logging_steps=1, use_cpu=True, disable_tqdm=True,
-                               dataloader_pin_memory=False)
-    trainer = CLTrainer(model=model, args=args, train_dataset=load_unsup_corpus(corpus),
-                        data_collator=model.build_collator(tokenizer, 32), processing_class=tokenizer)
+    trainer = tiny_trainer(model, backbone, tmp_path / "trainer", corpus)
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logs) == 3 and all(math.isfinite(e["loss"]) for e in logs)

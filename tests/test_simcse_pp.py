@@ -14,7 +14,7 @@ from models import ESimCSEModel, SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel,
 from models.losses import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_dropout_info_nce
 from models.parts import ViewLayout
 from tests.launch import run_ddp_cases
-from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, token_batch
+from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
 from trainers.arguments import MethodArguments, parse_args
 
 
@@ -251,22 +251,10 @@ def test_dcl_and_off_dropout_under_ddp_equal_one_process_with_the_global_batch(t
 
 # --------------------------------------------------------------------------------------------------- training
 def test_trains_through_cltrainer_and_run_unsup(tmp_path, backbone):
-    from transformers import AutoTokenizer
-
-    from data.corpus import load_unsup_corpus
-    from trainers.arguments import CLTrainingArguments
-    from trainers.cl_trainer import CLTrainer
-
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=48)
     model = SimCSEPlusPlusModel.from_encoder(str(backbone))
-    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
-    args = CLTrainingArguments(output_dir=str(tmp_path / "trainer"), max_steps=3, per_device_train_batch_size=8,
-                               eval_strategy="no", save_strategy="no", load_best_model_at_end=False,
-                               evaluate_at_start=False, logging_steps=1, use_cpu=True, disable_tqdm=True,
-                               dataloader_pin_memory=False)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = CLTrainer(model=model, args=args, train_dataset=load_unsup_corpus(corpus),
-                        data_collator=model.build_collator(tokenizer, 32), processing_class=tokenizer)
+    trainer = tiny_trainer(model, backbone, tmp_path / "trainer", corpus)
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logs) == 3 and all(math.isfinite(e["loss"]) and "dcl_loss" in e for e in logs)

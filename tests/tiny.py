@@ -78,3 +78,22 @@ def token_batch(b: int = 4, v: int = 2, length: int = 9, seed: int = 0, same_vie
 def cosine(a: list[float], b: list[float]) -> float:
     """Cosine similarity written out in plain Python (the independent side of the loss tests)."""
     return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def tiny_trainer(model, backbone: str | Path, output_dir: str | Path, corpus: str | Path, max_steps: int = 3,
+                 **training_args):
+    """A CPU ``CLTrainer`` over ``corpus`` for ``model`` (built on the tiny ``backbone``): batch 8, a log line per
+    step, no evaluation or checkpoints; ``training_args`` override those."""
+    from transformers import AutoTokenizer
+
+    from data.corpus import load_unsup_corpus
+    from trainers.arguments import CLTrainingArguments
+    from trainers.cl_trainer import CLTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
+    settings = dict(max_steps=max_steps, per_device_train_batch_size=8, eval_strategy="no", save_strategy="no",
+                    load_best_model_at_end=False, evaluate_at_start=False, logging_steps=1, use_cpu=True,
+                    disable_tqdm=True, dataloader_pin_memory=False)
+    args = CLTrainingArguments(output_dir=str(output_dir), **{**settings, **training_args})
+    return CLTrainer(model=model, args=args, train_dataset=load_unsup_corpus(corpus),
+                     data_collator=model.build_collator(tokenizer, 32), processing_class=tokenizer)
