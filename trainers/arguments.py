@@ -52,12 +52,33 @@ class DataArguments:
 
 
 @dataclass
-class MethodArguments:
+class SharedObjectiveArguments:
+    """Flags of the objective parts every method can use (models/parts.py): gathering negatives across processes and
+    SimCSE++'s two parts. :class:`MethodArguments` and DiffCSE's arguments both extend it."""
+
+    gather_negatives: bool | None = field(
+        default=None, metadata={"help": "All-gather negatives across processes (default true)."})
+
+    # --- SimCSE++ (Xu et al., 2023) on any method: docs/simcse_pp.md ---
+    off_dropout: bool | None = field(default=None, metadata={
+        "help": "SimCSE++: negatives from a dropout-off encoding of the anchors (on any method)."})
+    pos_neg_tradeoff: float | None = field(default=None, metadata={"help": "SimCSE++: trade-off m (0.9)."})
+    off_dropout_form: str | None = field(default=None, metadata={
+        "help": "SimCSE++: m on the positive logit (code, default) or on the negative sum (paper Eq. 3).",
+        "choices": ["code", "paper"]})
+    dcl_weight: float | None = field(default=None, metadata={
+        "help": "SimCSE++: weight lambda of the dimension-wise contrastive loss (0.1 for simcse_pp, else 0)."})
+    dcl_temp: float | None = field(default=None, metadata={"help": "SimCSE++: DCL temperature (5)."})
+    dcl_form: str | None = field(default=None, metadata={
+        "help": "SimCSE++: DCL as in the code (BatchNorm, /N, mean; default) or as printed (Eq. 5).",
+        "choices": ["code", "paper"]})
+
+
+@dataclass
+class MethodArguments(SharedObjectiveArguments):
     method: str = field(default="simcse", metadata={"help": "simcse | sup_simcse | esimcse | simcse_pp | s_simcse"})
     hard_negative_weight: float | None = field(
         default=None, metadata={"help": "Supervised SimCSE: log-weight added to the own hard-negative logit."})
-    gather_negatives: bool | None = field(
-        default=None, metadata={"help": "All-gather negatives across processes (default true)."})
 
     # --- reproduction fidelity (models/presets.py) ---
     fidelity: str | None = field(default=None, metadata={
@@ -92,19 +113,7 @@ class MethodArguments:
     gather_queue: bool | None = field(default=None, metadata={
         "help": "ESimCSE: every process enqueues the gathered global batch (default true; code: false)."})
 
-    # --- SimCSE++ (Xu et al., 2023; any method; docs/simcse_pp.md) ---
-    off_dropout: bool | None = field(default=None, metadata={
-        "help": "SimCSE++: negatives from a dropout-off encoding of the anchors (on any method)."})
-    pos_neg_tradeoff: float | None = field(default=None, metadata={"help": "SimCSE++: trade-off m (0.9)."})
-    off_dropout_form: str | None = field(default=None, metadata={
-        "help": "SimCSE++: m on the positive logit (code, default) or on the negative sum (paper Eq. 3).",
-        "choices": ["code", "paper"]})
-    dcl_weight: float | None = field(default=None, metadata={
-        "help": "SimCSE++: weight lambda of the dimension-wise contrastive loss (0.1 for simcse_pp, else 0)."})
-    dcl_temp: float | None = field(default=None, metadata={"help": "SimCSE++: DCL temperature (5)."})
-    dcl_form: str | None = field(default=None, metadata={
-        "help": "SimCSE++: DCL as in the code (BatchNorm, /N, mean; default) or as printed (Eq. 5).",
-        "choices": ["code", "paper"]})
+    # --- SimCSE++ ablations (docs/simcse_pp.md) ---
     noise_study: str | None = field(default=None, metadata={
         "help": "SimCSE++ Table 1: +/- noise in the positive or negative pairs.",
         "choices": ["none", "pos_plus", "pos_minus", "neg_plus", "neg_minus"]})

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .arguments import CLTrainingArguments, CONFIG_SUFFIXES, config_file_to_argv
+from .arguments import CONFIG_SUFFIXES, CLTrainingArguments, SharedObjectiveArguments, config_file_to_argv
 
 TASK_PROFILES: dict[str, dict[str, str]] = {
     # Table 12 (STS, BERT-base) = the dataclass defaults; listed so the profile is explicit in run_arguments.json
@@ -34,8 +34,9 @@ DIFFCSE_FIDELITY: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class DiffCSEArguments:
-    """DiffCSE's method flags. ``None`` = the default named in the help (or the ``--fidelity`` preset's value)."""
+class DiffCSEArguments(SharedObjectiveArguments):
+    """DiffCSE's method flags, plus the objective parts every method has (SimCSE++'s on top of DiffCSE is the
+    SimCSE++ paper's Table 4). ``None`` = the default named in the help (or the ``--fidelity`` preset's value)."""
 
     task_profile: str = field(default="sts", metadata={
         "help": "sts (Table 12: lr 7e-6, lambda 0.005, mask 0.30) | transfer (Table 13: lr 2e-6, lambda 0.05, "
@@ -75,19 +76,6 @@ class DiffCSEArguments:
     fidelity: str | None = field(default=None, metadata={
         "help": "paper | official_code: set every DiffCSE paper-vs-code switch (and SimCSE++'s forms) at once; "
                 "explicit flags still win.", "choices": ["paper", "official_code"]})
-    gather_negatives: bool | None = field(default=None, metadata={
-        "help": "All-gather negatives across processes (default true)."})
-    # SimCSE++ (Xu et al., 2023) on top of DiffCSE (its Table 4): generic parts of the base objective
-    off_dropout: bool | None = field(default=None, metadata={
-        "help": "SimCSE++: negatives from a dropout-off encoding of the anchors."})
-    pos_neg_tradeoff: float | None = field(default=None, metadata={"help": "SimCSE++: trade-off m (0.9)."})
-    off_dropout_form: str | None = field(default=None, metadata={
-        "help": "SimCSE++: code (default) | paper.", "choices": ["code", "paper"]})
-    dcl_weight: float | None = field(default=None, metadata={
-        "help": "SimCSE++: weight of the dimension-wise contrastive loss (0 = off; SimCSE++ uses 0.1)."})
-    dcl_temp: float | None = field(default=None, metadata={"help": "SimCSE++: DCL temperature (5)."})
-    dcl_form: str | None = field(default=None, metadata={
-        "help": "SimCSE++: code (default) | paper.", "choices": ["code", "paper"]})
 
     def config_overrides(self, projector: str | None = None) -> dict[str, Any]:
         """``ContrastiveConfig`` keyword arguments: the fidelity preset, then every explicitly given field."""
