@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: set up ./.venv from requirements.txt, then run the whole suite (CPU, offline, < 10 min).
 # Real-data tests run when SENTEVAL_DIR points at SentEval's data/downstream folder and skip otherwise. The two-process
-# (torchrun, gloo) tests give up after CSE_TORCHRUN_TIMEOUT seconds (default 900; tests/launch.py).
+# (torchrun, gloo) tests give up after CSE_TORCHRUN_TIMEOUT seconds (default 600; tests/launch.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

@@ -2,7 +2,7 @@
 
 Each launch gets a free port of its own (concurrent torchruns must not meet) and its own process group, so a run
 that overruns the time limit is killed with its workers and fails the test with the end of its output. The limit
-is ``$CSE_TORCHRUN_TIMEOUT`` seconds (default 900): on a small shared CPU machine two processes that wait on each
+is ``$CSE_TORCHRUN_TIMEOUT`` seconds (default 600): on a small shared CPU machine two processes that wait on each
 other at every collective can take minutes when other jobs hold the cores.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ METHODS_WORKER = Path(__file__).parent / "workers" / "methods_ddp_steps.py"
 
 
 def torchrun_timeout() -> float:
-    return float(os.environ.get("CSE_TORCHRUN_TIMEOUT", "900"))
+    return float(os.environ.get("CSE_TORCHRUN_TIMEOUT", "600"))
 
 
 def run_torchrun(args: list[str], env: dict[str, str] | None = None, nproc: int = 2) -> str:

@@ -29,6 +29,7 @@ def main() -> None:
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     torch.save({"loss": loss.detach(), "grads": grads}, Path(os.environ["DDP_OUT"]) / f"rank{rank}.pt")
+    dist.barrier()  # every rank done before any tears down: an unsynchronised destroy can hang (pytorch#75097)
     dist.destroy_process_group()
 
 

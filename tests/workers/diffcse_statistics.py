@@ -22,4 +22,5 @@ def worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     rows = slice(0, 1) if rank == 0 else slice(1, 3)
     stats = rtd_statistics(logits[rows], labels[rows], mask[rows])
     torch.save({k: v.item() for k, v in stats.items()}, f"{out_dir}/rank{rank}.pt")
+    dist.barrier()  # every rank done before any tears down: an unsynchronised destroy can hang (pytorch#75097)
     dist.destroy_process_group()

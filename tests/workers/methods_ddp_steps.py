@@ -49,6 +49,7 @@ def main() -> None:
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         torch.save({"losses": losses, "grads": grads, "state": state},
                    Path(os.environ["DDP_OUT"]) / f"{case['name']}.rank{rank}.pt")
+    dist.barrier()  # every rank done before any tears down: an unsynchronised destroy can hang (pytorch#75097)
     dist.destroy_process_group()
 
 
