@@ -7,13 +7,13 @@ other at every collective can take minutes when other jobs hold the cores.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import json
 from pathlib import Path
 
 import pytest
