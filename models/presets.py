@@ -31,7 +31,7 @@ FIDELITY_PRESETS: dict[str, dict[str, Any]] = {
         "queue_through_mlp": True,       # momentum [CLS] through the online MLP
         "gather_queue": False,           # per-process queue
         # SimCSE++: github.com/Jiahao004/SimCSE-plus-plus
-        "off_dropout_form": "code",      # -m * s_pos + logsumexp([s_pos, s_negs])
+        "off_dropout_form": "code",      # cross-entropy with positive logit m * s_pos (models_re.py)
         "dcl_form": "code",              # BatchNorm1d(affine=False), / batch size, mean over dimensions
     },
 }

@@ -7,9 +7,10 @@ DiffCSE give "+SimCSE++" (the paper's Table 4 applies them to DiffCSE). This cla
 - Off-dropout sampling (Sec. 3.2): a copy of view 0 rides in the same backbone pass with dropout rate 0
   (:class:`models.dropout.RowDropout`); the negatives are similarities between those dropout-free embeddings (they
   keep their gradient), the positive pair keeps dropout, trade-off m = 0.9
-  (:func:`models.losses.off_dropout_info_nce`). Default form: the authors' code (m on the positive logit); Eq. 3
-  as printed (m on the negative sum) with ``--off_dropout_form paper``. Only the code's form explains Table 5
-  (m = 0.5 drops STS-B dev from 83.8 to 68.6; a factor on the negative sum only adds log m to the negative logits).
+  (:func:`models.losses.off_dropout_info_nce`). Default form: the authors' code, cross-entropy whose positive
+  logit is m * s+ (``simcse/models_re.py``); Eq. 3 as printed (m on the negative sum) with
+  ``--off_dropout_form paper``. Table 5 (m = 0.5 drops STS-B dev from 83.8 to 68.6) fits the code form: scaling
+  the positive logit by m caps the margin it can reach, while a factor on the negative sum only adds log m to them.
 - DCL (Sec. 4.3, Eq. 5-6): ``+ lambda * dcl_loss(z1, z2, tau_DCL)``, lambda 0.1, tau_DCL 5, on the code's scale
   (BatchNorm statistics, / batch size, mean over dimensions) by default since those values were tuned on it; the
   printed form with ``--dcl_form paper``. Under DDP it sees the gathered batch.

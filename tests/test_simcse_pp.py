@@ -38,9 +38,25 @@ def decoupled_loop(pa, pb, na, nb, tau, m, form, queue=None):
         neg_sum = sum(math.exp(s) for s in negatives)
         if form == "paper":
             total += -math.log(math.exp(s_pos) / (math.exp(s_pos) + m * neg_sum))
-        else:
-            total += -m * s_pos + math.log(math.exp(s_pos) + neg_sum)
+        else:  # cross-entropy whose positive logit is m * s_pos (numerator AND normaliser)
+            total += -math.log(math.exp(m * s_pos) / (math.exp(m * s_pos) + neg_sum))
     return total / len(pa)
+
+
+def official_off_dropout_loop(z1, z2, z0, tau, pos_ratio):
+    """The released SimCSE++ loss written out step by step as ``simcse/models_re.py`` (``cl_forward``) computes it:
+    ``dropout_norm = pos_ratio * sim(z1, z2)``, ``pos_loss = -dropout_norm``, ``neg_sim = [sim(z0_i, z0_j) +
+    [i == j] * log(1e-45) for j] + [dropout_norm_i]``, ``loss = mean(pos_loss + logsumexp(neg_sim))``."""
+    z1, z2, z0 = z1.tolist(), z2.tolist(), z0.tolist()
+    small = math.log(1e-45)
+    total = 0.0
+    for i in range(len(z1)):
+        dropout_norm = pos_ratio * cosine(z1[i], z2[i]) / tau
+        neg_sim = [cosine(z0[i], z0[j]) / tau + (small if i == j else 0.0) for j in range(len(z0))]
+        neg_sim.append(dropout_norm)
+        peak = max(neg_sim)
+        total += -dropout_norm + peak + math.log(sum(math.exp(s - peak) for s in neg_sim))
+    return total / len(z1)
 
 
 @pytest.mark.parametrize("form", ["code", "paper"])
@@ -51,6 +67,69 @@ def test_off_dropout_info_nce_matches_its_equation(form, m, with_queue):
     queue = queue if with_queue else None
     got = off_dropout_info_nce(z1, z2, z_off, 0.1, m, form=form, queue=queue)
     assert got.item() == pytest.approx(decoupled_loop(z1, z2, z_off, z_off, 0.1, m, form, queue), abs=1e-6)
+
+
+@pytest.mark.parametrize("m", [0.5, 0.9, 1.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_off_dropout_code_form_is_the_released_loss(m, seed):
+    """Form ``code`` equals the official SimCSE++ expression, computed independently in its own loop form."""
+    z1, z2, z_off = rand(7, 5, seed=seed), rand(7, 5, seed=seed + 10), rand(7, 5, seed=seed + 20)
+    got = off_dropout_info_nce(z1, z2, z_off, 0.05, m, form="code")
+    assert got.item() == pytest.approx(official_off_dropout_loop(z1, z2, z_off, 0.05, m), rel=1e-9)
+
+
+def positives_at_cosine(anchor: torch.Tensor, cos: torch.Tensor, seed: int) -> torch.Tensor:
+    """Unit vectors p_i with cos(anchor_i, p_i) = cos_i exactly: cos_i * a_i + sqrt(1 - cos_i^2) * w_i, w_i a unit
+    vector orthogonal to a_i. The loss depends on p only through s+_i = cos_i / tau, so d loss / d cos_i =
+    (d loss / d s+_i) / tau."""
+    a = torch.nn.functional.normalize(anchor, dim=-1)
+    w = rand(*anchor.shape, seed=seed)
+    w = torch.nn.functional.normalize(w - (w * a).sum(-1, keepdim=True) * a, dim=-1)
+    return cos[:, None] * a + torch.sqrt(1 - cos[:, None] ** 2) * w
+
+
+@pytest.mark.parametrize("m", [0.5, 0.9])
+@pytest.mark.parametrize("seed", range(8))
+def test_off_dropout_code_form_always_pulls_the_positive_together(m, seed):
+    """d loss / d s+_i = -m (1 - p'_i) / N <= 0 for every row, p'_i the softmax share of the logit m * s+_i. Batches
+    include rows whose positive already dominates (cos 0.999 against near-orthogonal negatives, p' close to 1 > m),
+    where a normaliser holding the UNscaled e^{s+} would give the positive gradient p - m > 0 (pushing it apart)."""
+    tau, n = 0.05, 6
+    z1 = rand(n, 8, seed=seed)
+    # orthogonal dropout-off embeddings (negative logits 0) plus noise: rows with cos 0.999 then dominate
+    z_off = torch.linalg.qr(rand(8, 8, seed=seed + 100))[0][:n] + 0.05 * rand(n, 8, seed=seed + 300)
+    cos = torch.linspace(-0.5, 0.999, n, dtype=torch.float64).roll(seed).requires_grad_(True)
+    z2 = positives_at_cosine(z1, cos, seed + 200)
+    loss = off_dropout_info_nce(z1, z2, z_off, tau, m, form="code")
+    loss.backward()
+    grad_s_pos = cos.grad * tau
+    assert (grad_s_pos <= 0).all(), grad_s_pos
+    # and it is exactly -m (1 - p') / N, with p' from the logits [m s+_i, s-_ij (j != i)]:
+    s_neg = cosine_matrix(z_off, z_off) / tau
+    logits = torch.cat([m * cos.detach()[:, None] / tau, s_neg.masked_fill(torch.eye(n, dtype=torch.bool), -math.inf)], 1)
+    p_pos = torch.softmax(logits, 1)[:, 0]
+    assert torch.allclose(grad_s_pos, -m * (1 - p_pos) / n, atol=1e-12)
+    assert p_pos.max() > m  # the batch does contain a dominating positive
+
+
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.normalize(a, dim=-1) @ torch.nn.functional.normalize(b, dim=-1).T
+
+
+def test_off_dropout_code_form_at_m_1_is_simcse_info_nce():
+    """m = 1 with the negatives taken from the regular views themselves is SimCSE's Eq. 1."""
+    from models.losses import info_nce
+
+    z1, z2 = rand(6, 5, seed=5), rand(6, 5, seed=6)
+    assert decoupled_info_nce(z1, z2, z1, z2, 0.05, m=1.0, form="code").item() == pytest.approx(
+        info_nce(z1, z2, 0.05).item(), rel=1e-12)
+
+
+def test_off_dropout_paper_form_is_unchanged():
+    """Eq. 3 as printed (m on the negative sum): a value pinned from the written-out equation."""
+    z1, z2, z_off = rand(5, 4, seed=1), rand(5, 4, seed=2), rand(5, 4, seed=3)
+    got = off_dropout_info_nce(z1, z2, z_off, 0.1, 0.9, form="paper")
+    assert got.item() == pytest.approx(decoupled_loop(z1, z2, z_off, z_off, 0.1, 0.9, "paper"), abs=1e-9)
 
 
 def test_forms_agree_at_m_1_and_differ_otherwise():

@@ -64,7 +64,7 @@ class SharedObjectiveArguments:
         "help": "SimCSE++: negatives from a dropout-off encoding of the anchors (on any method)."})
     pos_neg_tradeoff: float | None = field(default=None, metadata={"help": "SimCSE++: trade-off m (0.9)."})
     off_dropout_form: str | None = field(default=None, metadata={
-        "help": "SimCSE++: m on the positive logit (code, default) or on the negative sum (paper Eq. 3).",
+        "help": "SimCSE++: m scales the positive logit (code, default: models_re.py) or the negative sum (paper Eq. 3).",
         "choices": ["code", "paper"]})
     dcl_weight: float | None = field(default=None, metadata={
         "help": "SimCSE++: weight lambda of the dimension-wise contrastive loss (0.1 for simcse_pp, else 0)."})
