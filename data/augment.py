@@ -6,21 +6,26 @@ per-view augmenters do (:class:`data.collators.ContrastiveCollator`), so it runs
 - Repetition (Sec. 3.1, Eq. 3-4): pick ``dup_len`` units uniformly without replacement and repeat each right after
   itself. Units are sub-words (``dup_type="subword"``, the paper's default) or whole words (``"word"``: a word and
   its continuation pieces, the "repetition before tokenization" of Sec. 5.2). ``dup_len`` follows
-  :func:`dup_length`: the paper's ``U{0 .. max(2, int(dup_rate * N))}`` or the code's
-  ``randrange(min(10, int(dup_rate * N)))`` (N = units of the sentence). Special tokens are never picked, and a
-  result longer than ``max_length`` loses body tokens from the end (the closing special token stays), as the code
-  tokenised the repeated sentence with truncation.
+  :func:`dup_length`: the paper's ``U{0 .. max(2, int(dup_rate * N))}`` (N = the sentence's units) or the released
+  code's ``randrange(min(10, int(dup_rate * input_len)))`` (``input_len`` = all its tokens, [CLS] and [SEP]
+  included). Special tokens are never picked. The anchor arrives truncated to ``max_seq_length`` by the collator
+  and the positive is that truncated anchor plus the repetitions, never cut again (the released ``dup_type bpe``
+  path: tokenize with truncation, then repeat), so it may be up to ``max_seq_length + 9`` tokens long and the batch
+  is padded to its longest row. ``truncate_to=max_seq_length`` re-truncates (an opt-in ablation: it removes the
+  length difference for every sentence already at the limit).
 - Table 5 length-extension ablations: after each picked unit insert a random stop-word, a ``[MASK]``, or the
   top-1 masked-LM prediction for an inserted ``[MASK]`` (:class:`MaskedLMFiller`).
 - Table 6: :func:`bucket_sentences` orders a corpus so that consecutive batches hold sentences of one length
   bucket (train on it with ``--train_sampling_strategy sequential``); ``python -m data.augment`` writes such a file.
 
-Randomness: every draw comes from a generator seeded by a hash of the batch's token ids (``resample=True``: a
-sentence seen again, in another batch, gets a fresh draw) or of the sentence alone (``resample=False``: the
-original code's repeat-once-at-preprocessing, cached behaviour, without holding a cache). Nothing depends on global
-RNG state, so a run resumed from a checkpoint repeats exactly the same tokens: the Trainer restores the global
-generators only *after* it has collated the first resumed batches (accelerate fetches a batch ahead), so augmenting
-from them would shift every later draw by one batch.
+Randomness: every sentence's draw comes from a generator seeded by a stable hash of (seed, epoch, its token ids)
+(``resample=True``: a sentence gets a fresh draw every epoch) or of (seed, its token ids) alone (``resample=False``:
+the original code's repeat-once-at-preprocessing, cached behaviour, without holding a cache). The draw depends
+neither on the rest of the batch nor on global RNG state, so (1) N processes repeat exactly the tokens one process
+repeats for the same global batch, however the batch is split, and (2) a run resumed from a checkpoint repeats
+exactly the same tokens (the Trainer restores the global generators only *after* it has collated the first resumed
+batches: accelerate fetches a batch ahead). The trainer sets seed and epoch through :meth:`LengthExtender.set_epoch`
+(:class:`trainers.cl_trainer.CollatorEpochHook`).
 """
 from __future__ import annotations
 
@@ -57,17 +62,20 @@ def seeded_rng(*keys: object) -> random.Random:
     return random.Random(int.from_bytes(digest, "little"))
 
 
-def dup_length(num_units: int, dup_rate: float, rule: str, rng: random.Random) -> int:
+def dup_length(num_units: int, dup_rate: float, rule: str, rng: random.Random, num_special: int = 0) -> int:
     """How many units to repeat (never more than ``num_units``).
 
-    - ``rule="paper"`` (Eq. 3): uniform on the integers ``0 .. max(2, int(dup_rate * N))`` (both ends included).
-    - ``rule="code"``: ``randrange(min(10, int(dup_rate * N)))``, i.e. ``0 .. min(10, int(dup_rate * N)) - 1``;
-      0 when that range is empty (short sentences).
+    - ``rule="paper"`` (Eq. 3): uniform on the integers ``0 .. max(2, int(dup_rate * N))`` (both ends included),
+      N = ``num_units``, the sentence's sub-words (or words): the paper's sentence length, without special tokens.
+    - ``rule="code"`` (``caskcsg/sentemb``, ``ESimCSE/train.py``, ``dup_type bpe``):
+      ``randrange(min(10, int(dup_rate * input_len)))``, i.e. ``0 .. min(10, int(dup_rate * input_len)) - 1``, where
+      ``input_len = num_units + num_special`` counts the [CLS] and [SEP] the released code's ``len(input_ids)``
+      includes; 0 when that range is empty (the code then leaves the sentence unchanged).
     """
     if rule == "paper":
         length = rng.randint(0, max(2, int(dup_rate * num_units)))
     elif rule == "code":
-        upper = min(10, int(dup_rate * num_units))
+        upper = min(10, int(dup_rate * (num_units + num_special)))
         length = rng.randrange(upper) if upper > 0 else 0
     else:
         raise ValueError(f"dup length rule {rule!r}; choose 'paper' or 'code'")
@@ -102,17 +110,20 @@ class LengthExtender:
 
     Args:
         tokenizer: the encoder's fast tokenizer (special ids, ``[MASK]``, stop-word ids, word boundaries).
-        max_length: no result is longer.
+        truncate_to: ``None`` (default, the released code): the result is never cut, the positive is the whole
+            anchor plus its repetitions; an int re-truncates it to that many tokens (opt-in ablation).
         dup_rate: the maximal repetition rate (0.32 for BERT-base).
         dup_type: ``subword`` | ``word``: the unit that is picked (and repeated).
         rule: ``paper`` | ``code`` (:func:`dup_length`).
         mode: ``repetition`` | ``stopword`` | ``mask`` | ``mlm_prediction``: what follows a picked unit.
-        resample: a fresh draw every time a sentence is seen (the paper) vs once per sentence (the code's cache).
+        resample: a fresh draw every epoch (the paper) vs once per sentence (the code's preprocessing cache).
         filler: a :class:`MaskedLMFiller` (needed for ``mlm_prediction``).
-        seed: mixed into every draw.
+        seed: mixed into every draw (the trainer sets the run's seed through :meth:`set_epoch`).
+
+    Every result is at most twice its input's length (each unit is picked at most once and adds at most itself).
     """
 
-    def __init__(self, tokenizer, max_length: int, dup_rate: float = 0.32, dup_type: str = "subword",
+    def __init__(self, tokenizer, truncate_to: int | None = None, dup_rate: float = 0.32, dup_type: str = "subword",
                  rule: str = "paper", mode: str = "repetition", resample: bool = True,
                  filler: "MaskedLMFiller | None" = None, seed: int = 0) -> None:
         if dup_type not in ("subword", "word"):
@@ -121,8 +132,11 @@ class LengthExtender:
             raise ValueError(f"length extension {mode!r}; choose one of {', '.join(LENGTH_EXTENSIONS)}")
         if mode == "mlm_prediction" and filler is None:
             raise ValueError("mode='mlm_prediction' needs a MaskedLMFiller")
-        self.max_length, self.dup_rate, self.dup_type = max_length, dup_rate, dup_type
+        if truncate_to is not None and truncate_to < 2:
+            raise ValueError(f"truncate_to must be None or >= 2 tokens, got {truncate_to}")
+        self.truncate_to, self.dup_rate, self.dup_type = truncate_to, dup_rate, dup_type
         self.rule, self.mode, self.resample, self.filler, self.seed = rule, mode, resample, filler, seed
+        self.epoch = 0
         self.special_ids = frozenset(tokenizer.all_special_ids)
         self.mask_id = tokenizer.mask_token_id
         if mode in ("mask", "mlm_prediction") and self.mask_id is None:
@@ -170,7 +184,7 @@ class LengthExtender:
         """One sentence -> (new ids, positions of inserted tokens)."""
         head, body, tail = self.split_specials(ids)
         spans = self.units(body)
-        count = dup_length(len(spans), self.dup_rate, self.rule, rng)
+        count = dup_length(len(spans), self.dup_rate, self.rule, rng, num_special=len(head) + len(tail))
         picked = {spans[k][1]: spans[k] for k in rng.sample(range(len(spans)), count)}
         out: list[int] = []
         inserted: list[int] = []
@@ -187,13 +201,26 @@ class LengthExtender:
                 addition = [self.mask_id]
             inserted += range(len(out), len(out) + len(addition))
             out += addition
-        budget = max(self.max_length - len(head) - len(tail), 0)
-        out = out[:budget]
-        return head + out + tail, [len(head) + p for p in inserted if p < budget]
+        if self.truncate_to is not None:
+            budget = max(self.truncate_to - len(head) - len(tail), 0)
+            out = out[:budget]
+            inserted = [p for p in inserted if p < budget]
+        return head + out + tail, [len(head) + p for p in inserted]
+
+    def set_epoch(self, epoch: int, seed: int | None = None) -> None:
+        """The epoch (and run seed) that the next draws belong to; called by the trainer at every epoch start."""
+        self.epoch = epoch
+        if seed is not None:
+            self.seed = seed
+
+    def rng_for(self, ids: Sequence[int]) -> random.Random:
+        """The generator of one sentence's draw: (seed, epoch, ids) when resampling, (seed, ids) otherwise."""
+        if self.resample:
+            return seeded_rng(self.seed, "epoch", self.epoch, list(ids))
+        return seeded_rng(self.seed, "sentence", list(ids))
 
     def __call__(self, batch: list[list[int]]) -> list[list[int]]:
-        batch_rng = seeded_rng(self.seed, "batch", batch) if self.resample else None
-        results = [self.extend(ids, batch_rng or seeded_rng(self.seed, "sentence", ids)) for ids in batch]
+        results = [self.extend(ids, self.rng_for(ids)) for ids in batch]
         new_ids = [ids for ids, _ in results]
         self.last_inserted = [positions for _, positions in results]
         if self.mode == "mlm_prediction":

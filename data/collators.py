@@ -44,13 +44,21 @@ class ContrastiveCollator:
         view_columns: the row field each view reads: ``("text", "text")`` for unsupervised SimCSE (the same
             sentence twice; tokenised once), ``("sent0", "sent1", "hard_neg")`` for supervised SimCSE.
         view_augmenters: optional per-view token-id augmentation (``None`` = identity), e.g. ESimCSE's word
-            repetition on view 1. An augmenter must keep every sequence within ``max_length``.
+            repetition on view 1. It receives the views truncated to ``max_length`` and may lengthen them up to
+            twice that (ESimCSE's positive is the truncated anchor plus its repetitions, as the released code
+            builds it); the batch is padded to its longest row.
     """
 
     tokenizer: PreTrainedTokenizerBase
     max_length: int = 32
     view_columns: Sequence[str] = ("text", "text")
     view_augmenters: Sequence[TokenAugmenter | None] = field(default_factory=tuple)
+
+    def set_epoch(self, epoch: int, seed: int | None = None) -> None:
+        """Forwarded to every augmenter that draws per epoch (ESimCSE's repetition); the trainer calls it."""
+        for augment in self.view_augmenters:
+            if hasattr(augment, "set_epoch"):
+                augment.set_epoch(epoch, seed)
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
@@ -64,7 +72,8 @@ class ContrastiveCollator:
             views.append(augment([list(x) for x in ids]) if augment is not None else ids)
         for view in views:
             too_long = max(len(ids) for ids in view)
-            if too_long > self.max_length:
-                raise ValueError(f"an augmenter produced a sequence of {too_long} tokens > max_length={self.max_length}")
+            if too_long > 2 * self.max_length:
+                raise ValueError(f"an augmenter produced a sequence of {too_long} tokens, more than twice "
+                                 f"max_length={self.max_length}: an augmentation may at most double a sentence")
         return pad_views(views, self.tokenizer.pad_token_id,
                          "token_type_ids" in self.tokenizer.model_input_names)

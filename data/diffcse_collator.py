@@ -24,8 +24,10 @@ Extra batch keys (all [N, L'] with N = batch * rtd_views, rows ordered sentence-
 generator fills), ``rtd_original_ids`` (what a filled position is compared with), ``rtd_labels`` (0/1 where the
 collator already knows the label, -1 where it is "generated != original").
 
-Randomness comes from a generator seeded by ``seed`` and a hash of the batch's token ids (``data.augment.seeded_rng``),
-never from global RNG state, so a resumed run repeats the same edits.
+Randomness: each edited row draws from a generator seeded by a stable hash of (seed, edit, epoch, the row's view
+index, its token ids) (``data.augment.seeded_rng``), never from global RNG state or the rest of the batch, so a
+resumed run repeats the same edits and N processes edit exactly as one process does with the global batch. The
+trainer sets the run's seed and the epoch through :meth:`DiffCSECollator.set_epoch`.
 """
 from __future__ import annotations
 
@@ -72,6 +74,7 @@ class DiffCSECollator:
     rtd_views: int = 1
     source: str = "same"
     seed: int = 42
+    epoch: int = 0
     views: ContrastiveCollator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -100,10 +103,16 @@ class DiffCSECollator:
                 raise ValueError(f"source='next' needs a {NEXT_COLUMN!r} column (load_next_sentence_corpus)")
             next_ids = self.views.tokenize([row[NEXT_COLUMN] for row in rows])
             sources = [[list(ids)] * self.rtd_views for ids in next_ids]
-        rng = seeded_rng("diffcse", self.seed, self.edit, [ids for per_row in sources for ids in per_row])
-        edited = [self.edit_row(ids, rng) for per_row in sources for ids in per_row]
+        edited = [self.edit_row(ids, seeded_rng("diffcse", self.seed, self.edit, self.epoch, view, ids))
+                  for per_row in sources for view, ids in enumerate(per_row)]
         batch.update(self.pad(edited))
         return batch
+
+    def set_epoch(self, epoch: int, seed: int | None = None) -> None:
+        """The epoch (and run seed) the next edits belong to; called by the trainer at every epoch start."""
+        self.epoch = epoch
+        if seed is not None:
+            self.seed = seed
 
     def edit_row(self, ids: list[int], rng: random.Random) -> EditedRow:
         return {"replace": self.replace, "insert": self.insert, "delete": self.delete}[self.edit](ids, rng)

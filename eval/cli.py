@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--max_length", type=int, default=None)
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    parser.add_argument("--eval_dtype", choices=("fp32", "bf16"), default="fp32",
+                        help="fp32 (default: autocast and TF32 off, as the papers evaluated) or bf16 autocast; "
+                             "recorded in --output_json")
     parser.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's 1111)")
     parser.add_argument("--analysis_dir", type=Path, default=None,
                         help="where analyses write (default: the --output_json folder, else outputs/analysis)")
@@ -200,7 +203,7 @@ def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
 
     senteval_dir = resolve_senteval_dir(args.senteval_dir)
     encoder = load_encoder(args.model_name_or_path, args.pooler, device=args.device,
-                           batch_size=args.batch_size, max_length=args.max_length)
+                           batch_size=args.batch_size, max_length=args.max_length, eval_dtype=args.eval_dtype)
     results: dict[str, Any] = {}
     if plan.sts_tasks:
         results.update(evaluate_sts(encoder, senteval_dir, tasks=plan.sts_tasks, split=plan.sts_split))
@@ -209,15 +212,17 @@ def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     analyses = run_analyses(encoder, senteval_dir, args)
     if analyses:
         results["analysis"] = analyses
+    results["eval_dtype"] = args.eval_dtype  # the precision every score above was computed at
     return results
 
 
 def _report(results: Mapping[str, Any], wall_time: float, args: argparse.Namespace) -> None:
-    print(f"\n{args.model_name_or_path} (pooler: {args.pooler or 'default'}, mode: {args.mode})")
+    print(f"\n{args.model_name_or_path} (pooler: {args.pooler or 'default'}, mode: {args.mode}, "
+          f"precision: {args.eval_dtype})")
     if any(key in results for key in STS_TASKS):
         print(format_table(results, STS_COLUMNS))
     transfer_keys = [key for key in results
-                     if key not in STS_COLUMNS and key != "analysis" and not key.endswith("_dev")]
+                     if key not in STS_COLUMNS and key not in ("analysis", "eval_dtype") and not key.endswith("_dev")]
     if transfer_keys:
         print(format_table(results, {key: "Avg." if key == "transfer_avg" else key for key in transfer_keys}))
     print(f"wall time: {wall_time:.1f} s")

@@ -9,7 +9,7 @@ padding change nothing but the speed: a padded position is masked out of attenti
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ EmbedFn = Callable[..., torch.Tensor]
 """``embed_fn(input_ids=..., attention_mask=..., [token_type_ids=...]) -> Tensor[B, d]``."""
 
 _UNBOUNDED_MODEL_MAX_LENGTH = 1_000_000  # tokenizers without a limit report int(1e30)
+
+EVAL_DTYPES = ("fp32", "bf16")
+"""Evaluation precision: ``fp32`` (default, the papers' numbers) or ``bf16`` autocast (opt-in)."""
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -31,6 +34,32 @@ def default_max_length(tokenizer: Any) -> int | None:
     """The tokenizer's own limit (``model_max_length``), or ``None`` (no truncation) when it sets none."""
     limit = getattr(tokenizer, "model_max_length", None)
     return int(limit) if limit is not None and limit < _UNBOUNDED_MODEL_MAX_LENGTH else None
+
+
+@contextlib.contextmanager
+def evaluation_precision(eval_dtype: str, device: torch.device) -> Iterator[None]:
+    """The numeric precision of an evaluation, whatever the training around it set.
+
+    - ``"fp32"`` (default): the papers' setting. Autocast is disabled (also inside a bf16 training run's context)
+      and TF32 is off for the duration (``torch.set_float32_matmul_precision("highest")``, cuDNN TF32 off); the
+      previous settings are restored afterwards.
+    - ``"bf16"``: bfloat16 autocast on ``device`` (faster on a GPU; scores may differ in the second decimal).
+    """
+    if eval_dtype not in EVAL_DTYPES:
+        raise ValueError(f"eval_dtype={eval_dtype!r}; choose one of {', '.join(EVAL_DTYPES)}")
+    if eval_dtype == "bf16":
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+        return
+    matmul_precision, cudnn_tf32 = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.autocast(device.type, enabled=False):
+            yield
+    finally:
+        torch.set_float32_matmul_precision(matmul_precision)
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -56,8 +85,9 @@ class SentenceEncoder:
 
     The encoder never calls ``model.eval()``/``model.train()``: the caller owns the module's mode
     (:func:`eval.loading.load_encoder` sets eval mode; a trainer evaluating mid-training switches to eval and
-    back itself). Encoding runs under :func:`torch.inference_mode`, and on CUDA under bfloat16 autocast when
-    the GPU supports it; the result is always float32 on the CPU.
+    back itself). Encoding runs under :func:`torch.inference_mode` and :func:`evaluation_precision`: float32 by
+    default (``eval_dtype="fp32"``: autocast off, TF32 off, as the papers' numbers were computed), bfloat16
+    autocast only when asked (``eval_dtype="bf16"``). The result is always float32 on the CPU.
     """
 
     def __init__(
@@ -68,9 +98,13 @@ class SentenceEncoder:
         device: str | torch.device | None = None,
         batch_size: int = 128,
         max_length: int | None = None,
+        eval_dtype: str = "fp32",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if eval_dtype not in EVAL_DTYPES:
+            raise ValueError(f"eval_dtype={eval_dtype!r}; choose one of {', '.join(EVAL_DTYPES)}")
+        self.eval_dtype = eval_dtype
         self.embed_fn = embed_fn
         self.tokenizer = tokenizer
         self.device = resolve_device(device)
@@ -90,7 +124,7 @@ class SentenceEncoder:
         tokenized = self._tokenize(unique)
         batches = length_sorted_batches([len(ids) for ids in tokenized["input_ids"]], self.batch_size)
         embeddings: np.ndarray | None = None
-        with torch.inference_mode(), self._autocast():
+        with torch.inference_mode(), evaluation_precision(self.eval_dtype, self.device):
             for indices in self._progress(batches, show_progress, desc):
                 batch = self._collate(tokenized, indices)
                 vectors = self.embed_fn(**batch).to(dtype=torch.float32, device="cpu").numpy()
@@ -129,11 +163,6 @@ class SentenceEncoder:
             ]
             batch[key] = torch.tensor(padded, dtype=torch.long).to(self.device, non_blocking=True)
         return batch
-
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
 
     @staticmethod
     def _progress(batches: list[list[int]], show: bool, desc: str | None) -> Iterable[list[int]]:

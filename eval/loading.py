@@ -221,6 +221,7 @@ def load_encoder(
     device: str | torch.device | None = None,
     batch_size: int = 128,
     max_length: int | None = None,
+    eval_dtype: str = "fp32",
 ) -> SentenceEncoder:
     """Load a model (see the module docstring for the kinds) as an eval-mode :class:`SentenceEncoder`.
 
@@ -232,6 +233,8 @@ def load_encoder(
         batch_size: sentences per forward pass.
         max_length: truncation length; ``None`` = the sentence-transformers ``max_seq_length`` when there is one,
             else the tokenizer's ``model_max_length``.
+        eval_dtype: ``fp32`` (default: autocast and TF32 off) or ``bf16`` autocast
+            (:func:`eval.encoder.evaluation_precision`).
 
     Raises:
         ModelLoadingError: the model cannot be loaded or has no layer for the requested pooler.
@@ -250,4 +253,5 @@ def load_encoder(
         device=device,
         batch_size=batch_size,
         max_length=max_length if max_length is not None else backend.max_length,
+        eval_dtype=eval_dtype,
     )

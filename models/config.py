@@ -32,8 +32,8 @@ class ContrastiveConfig(PreTrainedConfig):
         hard_negative_weight: log-weight added to hard-negative logits (supervised SimCSE, Eq. 5 / Appendix).
         gather_negatives: all-gather embeddings across processes so N processes see the global batch.
 
-    ESimCSE (``dup_*``, ``resample_repetition``, ``length_extension``, ``insert_mlm_name_or_path``,
-    ``momentum_contrast``, ``momentum``, ``queue_*``, ``gather_queue``; docs/esimcse.md), SimCSE++ (``off_dropout*``,
+    ESimCSE (``dup_*``, ``resample_repetition``, ``truncate_positive``, ``length_extension``,
+    ``insert_mlm_name_or_path``, ``momentum_contrast``, ``momentum``, ``queue_*``, ``gather_queue``; docs/esimcse.md), SimCSE++ (``off_dropout*``,
     ``pos_neg_tradeoff``, ``dcl_*``, ``noise_*``, ``barlow_*``; any method; docs/simcse_pp.md), S-SimCSE
     (``dropout_dist``, ``dropout_low``/``high``, ``sentence_wise_dropout``, ``dropout_sample_per_op``;
     docs/s_simcse.md); ``fidelity`` records the ``--fidelity`` preset the run used (models/presets.py).
@@ -78,6 +78,7 @@ class ContrastiveConfig(PreTrainedConfig):
     dup_type: str = "subword"
     dup_length_rule: str = "paper"
     resample_repetition: bool = True
+    truncate_positive: bool = False
     length_extension: str = "repetition"
     insert_mlm_name_or_path: str | None = None
     momentum_contrast: bool = True
@@ -98,6 +99,7 @@ class ContrastiveConfig(PreTrainedConfig):
     lambda_weight: float = 0.005
     condition_before_projector: bool = False
     sample_generator: bool = True
+    generator_dropout: bool = False
     # DiffCSE: generator structure, edits, conditioning and ablations (models/diffcse.py checks them;
     # docs/diffcse.md). generator_config = the generator's own config dict (filled by DiffCSEModel.from_encoder).
     generator_config: dict | None = None

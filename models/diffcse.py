@@ -6,8 +6,10 @@
   negatives and DCL switch on for DiffCSE through the config alone, as for every method).
 - A frozen masked LM, the *generator* (any ``AutoModelForMaskedLM`` with the encoder's vocabulary; the paper uses
   distilbert-base-uncased), fills the positions the collator masked (``data.diffcse_collator``): sampled from its
-  distribution (the paper) or its argmax (``sample_generator=False``, the code). It is in eval mode and has no
-  gradients, always.
+  distribution (the paper) or its argmax (``sample_generator=False``, the code). It never receives gradients and
+  its weights never change. It runs in eval mode (the paper's "fixed" generator) unless ``generator_dropout``: in
+  the released code (``diffcse/models.py``) the generator is a submodule of the model, so the Trainer's
+  ``model.train()`` switches its dropout on for the no-grad prediction; ``--fidelity official_code`` sets it.
 - The *discriminator* is a second copy of the encoder, initialised from the *loaded* pretrained weights
   (:meth:`DiffCSEModel.sync_auxiliary_networks`). It reads the edited sentence x'' with its position-0 input replaced
   by the sentence vector h of the original sentence (after the projector; before it with
@@ -25,7 +27,7 @@ Ablations (config fields, run_diffcse.py flags): ``use_contrastive_loss=False`` 
 ``rtd_edit`` insert / delete (Table 4), ``rtd_source="next"`` (Table 3), the generator (Table 6), ``rtd_all_views``
 (the code edits both dropout views), ``mask_style="bert"`` (the code's 80/10/10 masking),
 ``generator_all_positions`` (the code's argmax over every position), ``rtd_include_padding`` (the code's loss over
-padding).
+padding), ``generator_dropout`` (the code's generator in training mode).
 """
 from __future__ import annotations
 
@@ -138,7 +140,7 @@ class DiffCSEModel(ContrastiveModel):
         self.generator.requires_grad_(False)
         self._unprojected: torch.Tensor | None = None  # h before the projector, from embed_views to compute_loss
         self.post_init()  # registers the new submodules' tied weights; initialises rtd_head (loaded modules are kept)
-        self.generator.eval()
+        self.train(self.training)  # the generator's mode follows generator_dropout
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -181,9 +183,10 @@ class DiffCSEModel(ContrastiveModel):
         self.discriminator.load_state_dict(self.encoder.state_dict())
 
     def train(self, mode: bool = True) -> "DiffCSEModel":
-        """``model.train()`` never switches the frozen generator's dropout on."""
+        """``model.train()`` switches the frozen generator's dropout on only with ``generator_dropout`` (the
+        released code's behaviour); its weights stay frozen either way."""
         super().train(mode)
-        self.generator.eval()
+        self.generator.train(mode and self.config.generator_dropout)
         return self
 
     def build_collator(self, tokenizer, max_length: int):

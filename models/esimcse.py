@@ -103,7 +103,7 @@ class ESimCSEModel(ContrastiveModel):
             filler = (MaskedLMFiller.from_pretrained(config.insert_mlm_name_or_path, tokenizer)
                       if config.length_extension == "mlm_prediction" else None)
             augmenter = LengthExtender(
-                tokenizer, max_length, dup_rate=config.dup_rate, dup_type=config.dup_type,
+                tokenizer, max_length if config.truncate_positive else None, dup_rate=config.dup_rate, dup_type=config.dup_type,
                 rule=config.dup_length_rule, mode=config.length_extension, resample=config.resample_repetition,
                 filler=filler)
         return ContrastiveCollator(tokenizer, max_length=max_length, view_columns=self.view_columns,

@@ -1,5 +1,7 @@
-"""ESimCSE's augmentations (data/augment.py): the repetition length rules (property tests), what is repeated or
-inserted, special tokens never touched, max_length kept, resampling vs caching, and length bucketing."""
+"""ESimCSE's augmentations (data/augment.py): the repetition length rules (property tests and the exact
+distribution of the added length for every sentence length), what is repeated or inserted, special tokens never
+touched, the positive never cut (unless re-truncation is asked for), per-epoch resampling vs caching, independence
+from the batch split, and length bucketing."""
 from __future__ import annotations
 
 import random
@@ -63,24 +65,91 @@ def body_without_insertions(ids, inserted):
     return [t for p, t in enumerate(ids) if p not in set(inserted)]
 
 
+def code_upper(input_len: int, rate: float) -> int:
+    """The released code's range: randrange(min(10, int(dup_rate * input_len))), input_len with [CLS] and [SEP]."""
+    return min(10, int(rate * input_len))
+
+
 @settings(max_examples=150, deadline=None)
 @given(body=st.lists(st.integers(5, 60), min_size=0, max_size=40), rate=st.floats(0.0, 1.0),
-       max_length=st.integers(2, 64), rule=st.sampled_from(["paper", "code"]), seed=st.integers(0, 1000))
-def test_subword_repetition_property(tokenizer, body, rate, max_length, rule, seed):
-    ids = [CLS] + body[: max_length - 2] + [SEP]
-    extender = LengthExtender(tokenizer, max_length, dup_rate=rate, rule=rule, seed=seed)
+       rule=st.sampled_from(["paper", "code"]), seed=st.integers(0, 1000))
+def test_subword_repetition_property(tokenizer, body, rate, rule, seed):
+    """The positive is exactly the whole anchor plus copies of some of its tokens, never cut."""
+    ids = [CLS] + body + [SEP]
+    extender = LengthExtender(tokenizer, dup_rate=rate, rule=rule, seed=seed)
     out = extender([ids])[0]
     inserted = extender.last_inserted[0]
-    assert len(out) <= max_length and out[0] == CLS and out[-1] == SEP
+    assert out[0] == CLS and out[-1] == SEP
     assert all(out[p] == out[p - 1] and out[p] not in (CLS, SEP) for p in inserted)  # a copy of the token before
-    kept = body_without_insertions(out, inserted)
-    n = len(ids) - 2
-    if len(ids) + paper_bound(n, rate) <= max_length:  # nothing truncated: exactly the original + copies
-        assert kept == ids
-        bound = paper_bound(n, rate) if rule == "paper" else max(min(10, int(rate * n)) - 1, 0)
-        assert len(out) - len(ids) == len(inserted) <= bound
-    else:  # truncated from the end of the body: a prefix of the original, closing special token kept
-        assert kept[:-1] == ids[: len(kept) - 1] and kept[-1] == SEP
+    assert body_without_insertions(out, inserted) == ids
+    bound = paper_bound(len(body), rate) if rule == "paper" else max(code_upper(len(ids), rate) - 1, 0)
+    assert len(out) - len(ids) == len(inserted) <= bound
+
+
+@settings(max_examples=100, deadline=None)
+@given(body=st.lists(st.integers(5, 60), min_size=0, max_size=40), rate=st.floats(0.0, 1.0),
+       truncate_to=st.integers(2, 64), seed=st.integers(0, 1000))
+def test_opt_in_truncation_cuts_the_body_from_the_end(tokenizer, body, rate, truncate_to, seed):
+    ids = [CLS] + body[: truncate_to - 2] + [SEP]
+    extender = LengthExtender(tokenizer, truncate_to, dup_rate=rate, seed=seed)
+    out = extender([ids])[0]
+    kept = body_without_insertions(out, extender.last_inserted[0])
+    assert len(out) <= truncate_to and out[-1] == SEP
+    assert kept[:-1] == ids[: len(kept) - 1] and kept[-1] == SEP  # a prefix of the original, [SEP] kept
+
+
+def expected_added_length(input_len: int, rate: float, rule: str) -> dict[int, float]:
+    """The distribution of the number of repeated sub-words for a sentence of ``input_len`` tokens ([CLS] and
+    [SEP] included), written out from each rule's definition:
+    - paper (ESimCSE Eq. 3): dup_len uniform on {0, ..., max(2, int(rate * N))}, N = the N = input_len - 2
+      sub-words; no more than N distinct sub-words can be picked, so the draw is capped at N;
+    - code (caskcsg/sentemb ESimCSE/train.py, dup_type bpe): random.randrange(min(10, int(dup_rate * input_len))),
+      uniform on {0, ..., upper - 1}; nothing added when upper is 0 (the code skips the sentence)."""
+    n = input_len - 2
+    if rule == "paper":
+        top = max(2, int(rate * n))
+        dist: dict[int, float] = {}
+        for k in range(top + 1):
+            dist[min(k, n)] = dist.get(min(k, n), 0.0) + 1 / (top + 1)
+        return dist
+    upper = min(10, int(rate * input_len))
+    return {0: 1.0} if upper == 0 else {k: 1 / upper for k in range(upper)}
+
+
+@pytest.mark.parametrize("rule", ["paper", "code"])
+def test_added_length_distribution_for_every_sentence_length(tokenizer, rule):
+    """For every sentence length 3..32 at dup_rate 0.32, 600 per-epoch draws of the augmenter follow the rule's
+    distribution: the same support, and a chi-square goodness-of-fit p-value above 1e-4 (deterministic: the draws
+    are seeded). The body-length N under the code rule (one smaller) changes the support for 17 of the 30 lengths."""
+    from scipy.stats import chisquare
+
+    rate, draws = 0.32, 600
+    extender = LengthExtender(tokenizer, dup_rate=rate, rule=rule, seed=7)
+    mismatched_support = []
+    for input_len in range(3, 33):
+        ids = [CLS] + [5 + (i % 50) for i in range(input_len - 2)] + [SEP]
+        counts: Counter[int] = Counter()
+        for epoch in range(draws):
+            extender.set_epoch(epoch)
+            counts[len(extender([ids])[0]) - input_len] += 1
+        expected = expected_added_length(input_len, rate, rule)
+        if set(counts) != set(expected):
+            mismatched_support.append((input_len, sorted(counts), sorted(expected)))
+            continue
+        support = sorted(expected)
+        if len(support) > 1:
+            p_value = chisquare([counts[k] for k in support], [expected[k] * draws for k in support]).pvalue
+            assert p_value > 1e-4, (input_len, counts, expected)
+    assert not mismatched_support, mismatched_support
+
+
+def test_code_rule_counts_the_special_tokens():
+    """Official: add_len = randrange(min(10, int(0.32 * len(input_ids)))), len with [CLS]/[SEP]: a sentence of 25
+    tokens (23 sub-words) can get up to int(0.32 * 25) - 1 = 7 repetitions, not int(0.32 * 23) - 1 = 6."""
+    rng = random.Random(0)
+    assert max(dup_length(23, 0.32, "code", rng, num_special=2) for _ in range(3000)) == 7
+    assert max(dup_length(23, 0.32, "code", rng) for _ in range(3000)) == 6
+    assert max(dup_length(23, 0.32, "paper", rng, num_special=2) for _ in range(3000)) == 7  # int(0.32 * 23) = 7
 
 
 def test_special_tokens_inside_the_body_are_never_repeated(tokenizer):
@@ -111,15 +180,38 @@ def test_word_repetition_repeats_whole_words(piece_tokenizer):
     assert any("##bio ##bio" in t or "micro micro" in t for t in subs)  # sub-words alone repeat too
 
 
-def test_resampled_per_batch_but_cached_per_sentence(tokenizer):
+def test_resampled_per_epoch_but_cached_per_sentence(tokenizer):
     sentence = tokenizer(" ".join(WORDS[:25]))["input_ids"]
     others = [tokenizer(" ".join(WORDS[i:i + 5]))["input_ids"] for i in range(30, 60, 5)]
-    fresh = LengthExtender(tokenizer, 64, resample=True)
-    cached = LengthExtender(tokenizer, 64, resample=False)
-    assert fresh([sentence, others[0]]) == fresh([sentence, others[0]])  # deterministic given the batch
-    fresh_views = {tuple(fresh([sentence, other])[0]) for other in others}
-    cached_views = {tuple(cached([sentence, other])[0]) for other in others}
-    assert len(fresh_views) > 1 and len(cached_views) == 1
+    fresh = LengthExtender(tokenizer, resample=True)
+    cached = LengthExtender(tokenizer, resample=False)
+    views_by_epoch = set()
+    for epoch in range(8):
+        fresh.set_epoch(epoch)
+        cached.set_epoch(epoch)
+        # the draw of a sentence does not depend on the rest of its batch (so not on how a batch is split)
+        fresh_views = {tuple(fresh([sentence, other])[0]) for other in others} | {tuple(fresh([sentence])[0])}
+        assert len(fresh_views) == 1
+        views_by_epoch |= fresh_views
+        assert {tuple(cached([sentence, other])[0]) for other in others} == {tuple(cached([sentence])[0])}
+    assert len(views_by_epoch) > 1  # a fresh draw every epoch
+    assert len({tuple(cached([sentence])[0]) for _ in range(3)}) == 1
+
+
+def test_batch_split_does_not_change_any_draw(tokenizer):
+    """1 x 16 and 2 x 8 (two processes' halves) repeat the same tokens: ESimCSE under DDP = one process."""
+    batch = [tokenizer(" ".join(WORDS[i:i + 6 + i % 7]))["input_ids"] for i in range(0, 64, 4)]
+    extender = LengthExtender(tokenizer, seed=42)
+    extender.set_epoch(3)
+    assert extender(batch) == extender(batch[:8]) + extender(batch[8:])
+
+
+def test_seed_changes_the_draws(tokenizer):
+    batch = [tokenizer(" ".join(WORDS[i:i + 12]))["input_ids"] for i in range(0, 40, 4)]
+    a, b = LengthExtender(tokenizer), LengthExtender(tokenizer)
+    a.set_epoch(0, seed=42)
+    b.set_epoch(0, seed=43)
+    assert a(batch) != b(batch)
 
 
 @pytest.mark.parametrize("mode", ["stopword", "mask"])

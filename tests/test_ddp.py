@@ -50,12 +50,15 @@ def test_two_processes_equal_one_process_with_global_batch(tmp_path, views):
             torch.testing.assert_close(rank["grads"][name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_torchrun_training_equals_single_process_training(tmp_path):
+@pytest.mark.parametrize("method", ["simcse", "esimcse"])
+def test_torchrun_training_equals_single_process_training(tmp_path, method):
     """End to end through run_unsup.py and the Trainer: 2 processes x batch 4 end with the same weights as
-    1 process x batch 8 (dropout 0, so the only difference could be the objective or the data split)."""
+    1 process x batch 8 (dropout 0, so the only difference could be the objective or the data split). ESimCSE's
+    views are random beyond dropout (its repetition): each sentence's draw must not depend on how the global batch
+    is split, and the momentum queue holds the gathered keys."""
     model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=32)
-    common = ["run_unsup.py", "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
+    common = ["run_unsup.py", "--method", method, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
               "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
               "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
               "--use_cpu", "true", "--report_to", "none"]

@@ -127,9 +127,28 @@ def test_collator_never_masks_special_tokens_or_padding(paths):
         assert not fill[batch["rtd_attention_mask"] == 0].any()
         if style == "mask":
             assert (batch["rtd_input_ids"][fill] == tokenizer.mask_token_id).all()
-    share = DiffCSECollator(tokenizer, masking_ratio=0.3, seed=0)(ROWS * 64)["rtd_fill"].float()
+    collator = DiffCSECollator(tokenizer, masking_ratio=0.3, seed=0)
+    filled = 0.0
+    for epoch in range(64):  # a sentence's edit is drawn per (seed, epoch, sentence): fresh every epoch
+        collator.set_epoch(epoch)
+        filled += collator(ROWS)["rtd_fill"].float().sum().item()
     body = sum(len(r["text"].split()) for r in ROWS) * 64
-    assert share.sum().item() / body == pytest.approx(0.3, abs=0.05)
+    assert filled / body == pytest.approx(0.3, abs=0.05)
+
+
+def test_collator_edits_do_not_depend_on_the_batch_split(paths):
+    """Each row's edit depends on (seed, epoch, view, sentence) only: two processes' halves edit as the whole."""
+    tokenizer = tiny_tokenizer(paths.root / "tok")
+    collator = DiffCSECollator(tokenizer, max_length=16, masking_ratio=0.3, rtd_views=2, seed=5)
+    collator.set_epoch(2)
+    whole = collator(ROWS)
+    halves = [collator(ROWS[:2]), collator(ROWS[2:])]
+    for key in ("rtd_input_ids", "rtd_fill"):
+        rows = [row[: int(mask.sum())] for row, mask in zip(whole[key], whole["rtd_attention_mask"])]
+        half_rows = [row[: int(mask.sum())] for half in halves for row, mask in zip(half[key], half["rtd_attention_mask"])]
+        assert all(torch.equal(a, b) for a, b in zip(rows, half_rows)) and len(rows) == len(half_rows)
+    fill = whole["rtd_fill"]  # rows: sentence-major, (sentence b, view v) at 2b + v: each view draws its own edit
+    assert any(not torch.equal(fill[2 * b], fill[2 * b + 1]) for b in range(len(ROWS)))
 
 
 def test_insert_and_delete_edits_and_their_labels(paths):
@@ -215,6 +234,26 @@ def test_discriminator_equals_encoder_at_step_zero_and_generator_is_frozen(paths
     model.train()
     assert not model.generator.training and model.discriminator.training
     assert not any(p.requires_grad for p in model.generator.parameters())
+
+
+@pytest.mark.parametrize("generator_dropout", [False, True])
+def test_generator_mode_follows_generator_dropout(paths, generator_dropout):
+    """Paper: a fixed generator in eval mode. Official code (``--fidelity official_code``): the generator is a
+    submodule, so ``model.train()`` turns its dropout on for the no-grad prediction. Frozen either way."""
+    model = build(paths, generator_dropout=generator_dropout, sample_generator=False)
+    batch = collate(model)
+    before = {k: v.clone() for k, v in model.generator.state_dict().items()}
+    model.train()
+    assert model.generator.training is generator_dropout
+    inputs, mask = batch["rtd_input_ids"], batch["rtd_attention_mask"]
+    first, second = (model.generator(input_ids=inputs, attention_mask=mask).logits for _ in range(2))
+    assert torch.equal(first, second) is not generator_dropout  # dropout draws new masks in training mode only
+    out = model(**batch)
+    out.loss.backward()
+    assert all(p.grad is None and not p.requires_grad for p in model.generator.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.generator.state_dict().items())
+    model.eval()
+    assert not model.generator.training
 
 
 def test_vocabulary_mismatch_is_refused(paths, tmp_path):
@@ -305,6 +344,9 @@ def test_task_profiles_and_flags():
     overrides = diffcse.config_overrides()
     assert overrides["projector"] == "mlp" and overrides["sample_generator"] is False
     assert overrides["rtd_all_views"] is True and overrides["off_dropout_form"] == "code"
+    assert overrides["generator_dropout"] is True  # the released code's generator runs in training mode
+    *_, diffcse, _ = parse_args(types, expand_argv(["--fidelity", "paper"]))
+    assert diffcse.config_overrides()["generator_dropout"] is False
     *_, diffcse, _ = parse_args(types, expand_argv(["--off_dropout", "true", "--dcl_weight", "0.1"]))
     assert diffcse.config_overrides()["off_dropout"] is True and diffcse.config_overrides()["dcl_weight"] == 0.1
     with pytest.raises(SystemExit, match="contradicts"):

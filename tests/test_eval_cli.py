@@ -18,11 +18,14 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 STS_KEYS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"]
 
 
-def run_cli(tmp_path: Path, *args: str) -> tuple[dict, dict]:
-    """Run the CLI with ``--output_json``; return (main's return value, the JSON written)."""
+def run_cli(tmp_path: Path, *args: str, eval_dtype: str = "fp32") -> tuple[dict, dict]:
+    """Run the CLI with ``--output_json``; return (main's return value, the JSON written), both without the
+    ``eval_dtype`` record, which must come last and say ``eval_dtype`` (the CLI's default: fp32)."""
     out = tmp_path / "out" / "results.json"
     returned = main([*args, "--output_json", str(out), "--device", "cpu"])
-    return returned, json.loads(out.read_text())
+    written = json.loads(out.read_text())
+    assert list(written)[-1] == "eval_dtype" and written.pop("eval_dtype") == returned.pop("eval_dtype") == eval_dtype
+    return returned, written
 
 
 def assert_two_decimals(values: dict) -> None:
@@ -45,6 +48,14 @@ def test_cli_test_mode_writes_the_eight_sts_keys(tmp_path: Path, tiny_bert_dir: 
         "STS12", "STS13", "STS14", "STS15", "STS16", "STSB", "SICKR", "Avg."]
     assert [float(cell) for cell in printed[header + 1].split("|")] == [written[k] for k in STS_KEYS]
     assert printed[-1].startswith("wall time")
+
+
+def test_cli_eval_dtype_bf16_is_opt_in_and_recorded(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path):
+    args = ["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev",
+            "--senteval_dir", str(sts_fixture_dir)]
+    _, fp32 = run_cli(tmp_path / "fp32", *args)
+    _, bf16 = run_cli(tmp_path / "bf16", *args, "--eval_dtype", "bf16", eval_dtype="bf16")
+    assert fp32.keys() == bf16.keys()
 
 
 def test_cli_dev_mode_writes_stsb_and_sickr_dev(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path):

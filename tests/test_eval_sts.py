@@ -293,6 +293,41 @@ def test_encoder_dedupes_and_keeps_input_order(tiny_tokenizer):
     np.testing.assert_array_equal(out[:, 1], lengths)  # row i belongs to sentence i
 
 
+class PrecisionProbe:
+    """An embed_fn recording the autocast state and fp32 matmul precision it runs under."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[bool, torch.dtype, str]] = []
+
+    def __call__(self, input_ids, attention_mask, **_):
+        self.seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+                          torch.get_float32_matmul_precision()))
+        return torch.zeros(len(input_ids), 2)
+
+
+def test_encoder_default_is_fp32_even_inside_a_bf16_training_context(tiny_tokenizer):
+    """The papers' numbers come from fp32: the default evaluation disables autocast and TF32 even when a bf16/TF32
+    training run surrounds it, and restores that run's settings afterwards."""
+    probe, previous = PrecisionProbe(), torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # what --tf32 sets for a training run
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            SentenceEncoder(probe, tiny_tokenizer, device="cpu", batch_size=3).encode(SENTENCES)
+            assert torch.is_autocast_enabled("cpu")  # the training context is back after the evaluation
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert probe.seen and all(not enabled and precision == "highest" for enabled, _, precision in probe.seen)
+
+
+def test_encoder_bf16_is_opt_in(tiny_tokenizer):
+    probe = PrecisionProbe()
+    SentenceEncoder(probe, tiny_tokenizer, device="cpu", batch_size=3, eval_dtype="bf16").encode(SENTENCES)
+    assert probe.seen and all(enabled and dtype == torch.bfloat16 for enabled, dtype, _ in probe.seen)
+    with pytest.raises(ValueError, match="eval_dtype"):
+        SentenceEncoder(probe, tiny_tokenizer, eval_dtype="fp16")
+
+
 def test_encoder_batches_are_length_sorted_and_minimally_padded(tiny_tokenizer):
     embed = RecordingEmbed()
     SentenceEncoder(embed, tiny_tokenizer, device="cpu", batch_size=3).encode(SENTENCES)

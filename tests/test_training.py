@@ -42,12 +42,15 @@ def test_train_select_best_export_and_round_trip(tmp_path, backbone, sts_fixture
     state = json.loads((Path(metrics["best_model_checkpoint"]) / "trainer_state.json").read_text())
     evals = [e for e in state["log_history"] if "eval_stsb_spearman" in e]
     assert "before_stsb_spearman" in metrics  # evaluated before training (the "before" number)
+    assert metrics["eval_dtype"] == "fp32"  # every score of the run was computed in fp32 (the default)
+    assert json.loads((out / "all_results.json").read_text())["eval_dtype"] == "fp32"
     assert metrics["best_stsb_spearman"] == max(e["eval_stsb_spearman"] for e in evals)
 
     trained = load_contrastive_model(metrics["best_model_checkpoint"])
     card = (out / "export" / "hf" / "README.md").read_text()
     pooler = "cls" if method == "sup_simcse" else "cls_before_pooler"
     assert f"test-time pooler: `{pooler}`" in card and '"method": "' + method in card
+    assert '"eval_dtype": "fp32"' in card
     reference = evaluate_sts(load_encoder(metrics["best_model_checkpoint"], device="cpu"), sts_fixture_dir)
     for path, pool in [(out / "export" / "hf", pooler), (out / "export" / "sentence-transformers", None)]:
         scores = evaluate_sts(load_encoder(str(path), pool, device="cpu"), sts_fixture_dir)

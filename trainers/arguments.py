@@ -91,11 +91,14 @@ class MethodArguments(SharedObjectiveArguments):
     dup_type: str | None = field(default=None, metadata={
         "help": "ESimCSE: repeat sub-words (default) or whole words.", "choices": ["subword", "word"]})
     dup_length_rule: str | None = field(default=None, metadata={
-        "help": "ESimCSE: dup_len ~ U{0..max(2, int(dup_rate*N))} (paper, default) or randrange(min(10, "
-                "int(dup_rate*N))) (code).", "choices": ["paper", "code"]})
+        "help": "ESimCSE: dup_len ~ U{0..max(2, int(dup_rate*N))}, N = sub-words (paper, default) or "
+                "randrange(min(10, int(dup_rate*len))), len incl. [CLS]/[SEP] (code).", "choices": ["paper", "code"]})
     resample_repetition: bool | None = field(default=None, metadata={
         "help": "ESimCSE: new repetition every time a sentence is seen (default true; false = the code's "
                 "repeat-once cache)."})
+    truncate_positive: bool | None = field(default=None, metadata={
+        "help": "ESimCSE: cut the repeated positive back to max_seq_length (default false: the positive is the "
+                "truncated anchor plus its repetitions, as in the released code; true = a same-length ablation)."})
     length_extension: str | None = field(default=None, metadata={
         "help": "ESimCSE Table 4/5: repetition (default) | stopword | mask | mlm_prediction insertion after the picked "
                 "units | none (momentum contrast alone).",
@@ -175,6 +178,10 @@ class CLTrainingArguments(TrainingArguments):
     bf16: bool | None = field(
         default=None, metadata={"help": "bf16 autocast; default: on when a bf16-capable GPU is present."})
     tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls; default: on with an Ampere+ GPU."})
+    eval_dtype: str = field(default="fp32", metadata={
+        "help": "Precision of every evaluation of the run (STS-B dev during training, the final scores): fp32 "
+                "(default: autocast and TF32 off, as the papers evaluated, whatever bf16/tf32 training uses) or bf16 "
+                "autocast. Recorded in all_results.json and the model card.", "choices": ["fp32", "bf16"]})
     eval_transfer: bool = field(
         default=False, metadata={"help": "Also evaluate SentEval transfer dev accuracies (fasttest) at each eval."})
     evaluate_at_start: bool = field(

@@ -27,6 +27,18 @@ class OptimizerStepHook(TrainerCallback):
             hook()
 
 
+class CollatorEpochHook(TrainerCallback):
+    """Tells a collator whose augmentations draw per epoch (``set_epoch(epoch, seed)``, e.g. ESimCSE's repetition)
+    the run's seed and the epoch about to start, so the draws depend on neither the process count nor a resume."""
+
+    def __init__(self, collator: Any) -> None:
+        self.collator = collator
+
+    def on_epoch_begin(self, args, state, control, **kwargs):  # noqa: D102
+        # state.epoch is the float position in training (resumed mid-epoch: e.g. 0.5): its floor is the epoch.
+        self.collator.set_epoch(int(state.epoch + 1e-6) if state.epoch else 0, args.seed)
+
+
 class CLTrainer(Trainer):
     """``Trainer`` whose evaluation is SentEval-style STS dev: encodes STS-B dev + SICK-R dev only (about 4k
     sentences instead of the ~37k of all STS sets) and returns ``eval_stsb_spearman``, ``eval_sickr_spearman``,
@@ -49,6 +61,8 @@ class CLTrainer(Trainer):
         self._metric_count = 0
         self._throughput_mark: tuple[float, int] | None = None
         self.add_callback(OptimizerStepHook())
+        if hasattr(self.data_collator, "set_epoch"):
+            self.add_callback(CollatorEpochHook(self.data_collator))
 
     # ---------------------------------------------------------------- training-time metrics
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -88,12 +102,15 @@ class CLTrainer(Trainer):
 
     # ---------------------------------------------------------------- evaluation
     def sentence_encoder(self):
-        """A :class:`eval.encoder.SentenceEncoder` over the model's test-time embedding (``model.embed``)."""
+        """A :class:`eval.encoder.SentenceEncoder` over the model's test-time embedding (``model.embed``), at the
+        run's ``eval_dtype`` (fp32 by default, also inside a bf16/TF32 training run: model selection ranks
+        checkpoints by the same numbers the final report gives)."""
         from eval.encoder import SentenceEncoder
 
         model = self.model
         return SentenceEncoder(lambda **batch: model.embed(**batch), self.processing_class,
-                               device=self.args.device, batch_size=self.args.per_device_eval_batch_size * 16)
+                               device=self.args.device, batch_size=self.args.per_device_eval_batch_size * 16,
+                               eval_dtype=getattr(self.args, "eval_dtype", "fp32"))
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """STS-B dev (+ SICK-R dev) Spearman x 100; every process computes it (4k sentences), so all agree on

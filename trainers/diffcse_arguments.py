@@ -26,10 +26,12 @@ TASK_PROFILES: dict[str, dict[str, str]] = {
 
 #: DiffCSE's paper-vs-code switches (the config fields of models/diffcse.py).
 DIFFCSE_FIDELITY: dict[str, dict[str, Any]] = {
-    "paper": {"sample_generator": True, "mask_style": "mask", "generator_all_positions": False,
-              "rtd_all_views": False, "rtd_include_padding": False, "rtd_condition_site": "inputs_embeds"},
-    "official_code": {"sample_generator": False, "mask_style": "bert", "generator_all_positions": True,
-                      "rtd_all_views": True, "rtd_include_padding": True, "rtd_condition_site": "embeddings_output"},
+    "paper": {"sample_generator": True, "generator_dropout": False, "mask_style": "mask",
+              "generator_all_positions": False, "rtd_all_views": False, "rtd_include_padding": False,
+              "rtd_condition_site": "inputs_embeds"},
+    "official_code": {"sample_generator": False, "generator_dropout": True, "mask_style": "bert",
+                      "generator_all_positions": True, "rtd_all_views": True, "rtd_include_padding": True,
+                      "rtd_condition_site": "embeddings_output"},
 }
 
 
@@ -52,6 +54,9 @@ class DiffCSEArguments(SharedObjectiveArguments):
         "help": "Condition the discriminator on [CLS] before the projector (the code's --before_mlp); default false."})
     sample_generator: bool | None = field(default=None, metadata={
         "help": "Sample replacements from the generator (paper, default true) or take its argmax (code)."})
+    generator_dropout: bool | None = field(default=None, metadata={
+        "help": "Generator dropout on during training (code: the generator is a submodule, model.train() reaches "
+                "it); default false = the paper's fixed generator in eval mode. Never trained either way."})
     mask_style: str | None = field(default=None, metadata={
         "help": "mask: every masked token -> [MASK] (paper, default) | bert: 80/10/10 (code).",
         "choices": ["mask", "bert"]})

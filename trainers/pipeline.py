@@ -89,6 +89,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     metrics.update(train_result.metrics)
     if training_args.eval_strategy != "no":
         metrics.update(trainer.evaluate())
+        metrics["eval_dtype"] = training_args.eval_dtype  # the precision of every score above
     if trainer.is_world_process_zero():
         if trainer.state.best_model_checkpoint:
             metrics["best_model_checkpoint"] = trainer.state.best_model_checkpoint
