@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     overrides = {"pooler_type": model_args.pooler_type, "mlp_only_train": model_args.mlp_only_train,
                  "temperature": model_args.temp, **diffcse_args.config_overrides(model_args.projector)}
-    with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, prefix="could not load a model: "):
+    with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, prefix=(
+            f"could not load --model_name_or_path {model_args.model_name_or_path} or --generator_name "
+            f"{diffcse_args.generator_name}: ")):
         tokenizer = load_tokenizer(model_args)
         model = DiffCSEModel.from_encoder(
             model_args.model_name_or_path, attn_implementation=model_args.attn_implementation,

@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     overrides = {"pooler_type": model_args.pooler_type, "mlp_only_train": model_args.mlp_only_train,
                  "projector": model_args.projector, "temperature": model_args.temp,
                  **method_args.config_overrides()}
-    with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, prefix="could not load the model: "):
+    with reraise_as(UsageError, ValueError), reraise_as(
+            UserError, OSError, prefix=f"could not load --model_name_or_path {model_args.model_name_or_path}: "):
         model = model_class_for(method_args.method).from_encoder(
             model_args.model_name_or_path, attn_implementation=model_args.attn_implementation,
             cache_dir=model_args.cache_dir, **{k: v for k, v in overrides.items() if v is not None})

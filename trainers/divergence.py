@@ -58,19 +58,34 @@ def weights_finite(trainer: Any) -> bool:
     return bool(gathered.min().item())
 
 
+#: Above / below these the learning rate / temperature is a likely cause of a divergence (the papers: 1e-5 to 5e-5
+#: and 0.05).
+HIGH_LEARNING_RATE = 1e-4
+LOW_TEMPERATURE = 0.02
+
+
+def likely_causes(learning_rate: float, temperature: float | None) -> str:
+    """The run's settings that explain a divergence, or what else to try when both look normal."""
+    causes = []
+    if learning_rate > HIGH_LEARNING_RATE:
+        causes.append(f"the learning rate is too high (--learning_rate {learning_rate:g}; the papers use 1e-5 to 5e-5)")
+    if temperature is not None and temperature < LOW_TEMPERATURE:
+        causes.append(f"the temperature is too low (--temp {temperature:g}; the papers use 0.05)")
+    if causes:
+        return f"Likely cause: {' and '.join(causes)}. Change it and start again (a resumed run keeps the " \
+               "learning rate of its checkpoint)."
+    return (f"The learning rate ({learning_rate:g}) and temperature ({temperature:g}) look normal: try a lower "
+            "learning rate, float32 (--bf16 false --fp16 false), or gradient clipping (--max_grad_norm 1.0).")
+
+
 def divergence_message(trainer: Any, what: str, before: str | None = None) -> str:
     """What happened, what was (not) written, the likely causes with this run's values, and what to do."""
-    causes = [f"the learning rate is too high (--learning_rate {trainer.args.learning_rate:g}; the papers use 1e-5 "
-              "to 5e-5)"]
     temperature = getattr(getattr(trainer.model, "config", None), "temperature", None)
-    if temperature is not None:
-        causes.append(f"the temperature is too low (--temp {temperature:g}; the papers use 0.05)")
     last = latest_checkpoint(trainer.args.output_dir)
     kept = f" The last checkpoint, {last}, was written before and is untouched." if last else ""
     stopped = f"stopped before {before}" if before else "stopped"
     return (f"training diverged: {what}; {stopped}, so no checkpoint or export holds non-finite weights.{kept} "
-            f"Likely cause: {' or '.join(causes)}. Lower it and start again (a resumed run keeps the "
-            "learning rate of its checkpoint).")
+            + likely_causes(trainer.args.learning_rate, temperature))
 
 
 def latest_checkpoint(output_dir: str | None) -> str | None:

@@ -217,9 +217,14 @@ def missing_inputs(train_file: str | None, corpus_hint: str, models: Mapping[str
     problems += [p for flag, name in models.items() if name for p in [model_problem(flag, name, cache_dir)] if p]
     if not problems:
         return
-    if len(problems) == 1:
-        raise UserError(problems[0] + ("" if train_file and Path(train_file).exists() else f"\n{QUICKSTART}"))
-    raise UserError("this run cannot start:\n" + "\n".join(f"  - {p}" for p in problems) + f"\n{QUICKSTART}")
+    notes = [f"{flag} {name} is not in the local Hugging Face cache: it would be downloaded (needs internet)"
+             for flag, name in models.items() if name and not Path(name).expanduser().exists() and is_hub_name(name)
+             and not in_hub_cache(name, cache_dir) and not any(p.startswith(f"{flag} ") for p in problems)]
+    items = problems + notes
+    quickstart = "" if train_file and Path(train_file).exists() else f"\n{QUICKSTART}"
+    if len(items) == 1:
+        raise UserError(items[0] + quickstart)
+    raise UserError("this run cannot start:\n" + "\n".join(f"  - {item}" for item in items) + quickstart)
 
 
 # ------------------------------------------------------------------------------------------------ evaluation data
@@ -238,8 +243,8 @@ def check_evaluation_data(training_args: Any, senteval_dir: str | None) -> None:
         try:
             load_sts(task, senteval_dir, "dev", check_sizes=check)
         except SentEvalDataError as error:
-            raise UserError(f"{error} (checked before training: evaluation reads {' and '.join(DEV_TASKS)} dev; "
-                            "or pass --eval_strategy no to train without model selection)") from error
+            raise UserError(f"{error}. (Checked before training because model selection reads STS-B dev and "
+                            "SICK-R dev; --eval_strategy no trains without them.)") from error
 
 
 def preflight(training_args: Any, data_args: Any, models: Mapping[str, str | None], *, corpus_hint: str,
