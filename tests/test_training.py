@@ -14,6 +14,7 @@ from eval.loading import load_encoder
 from eval.sts import evaluate_sts
 from models import load_contrastive_model
 from tests.tiny import FAST_TRAINING_ARGS, WORDS, tiny_corpus
+from trainers.errors import UsageError, UserError
 
 
 
@@ -84,7 +85,7 @@ def test_resume_gives_the_same_final_weights(tmp_path, backbone):
 
 
 def test_refuses_to_train_with_evaluation_but_no_senteval_data(tmp_path, backbone):
-    with pytest.raises(SystemExit, match="SentEval data not found.*download_senteval.sh"):
+    with pytest.raises(UserError, match="SentEval data not found.*download_senteval.sh"):
         train(["--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
                "--senteval_dir", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "o")])
 
@@ -107,7 +108,7 @@ def test_data_parallel_is_refused_with_the_launch_command():
 
     from trainers.arguments import refuse_data_parallel
 
-    with pytest.raises(SystemExit, match="accelerate launch --num_processes 4"):
+    with pytest.raises(UsageError, match="accelerate launch --num_processes 4"):
         refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=4))
     refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.DISTRIBUTED, n_gpu=1))  # a DDP launch is fine
     refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=1))

@@ -13,7 +13,7 @@ from transformers import TrainingArguments
 
 SHOWN_TRAINER_FLAGS = frozenset({
     "max_steps", "save_steps", "resume_from_checkpoint", "gradient_accumulation_steps", "per_device_eval_batch_size",
-    "max_grad_norm", "fp16", "use_cpu", "disable_tqdm", "log_level", "dataloader_num_workers", "logging_dir",
+    "max_grad_norm", "fp16", "use_cpu", "disable_tqdm", "log_level", "dataloader_num_workers",
 })
 """Inherited Trainer flags that a training recipe commonly sets, shown in ``--help`` beside the redeclared ones."""
 
@@ -32,7 +32,6 @@ SHORT_HELP = {
     "disable_tqdm": "No progress bars (training and evaluation).",
     "log_level": "Log level of the main process (passive: warnings; info: every log line).",
     "dataloader_num_workers": "Data-loading worker processes (0: in the main process).",
-    "logging_dir": "TensorBoard folder (default: <output_dir>/runs/<date>_<host>).",
 }
 """One-line help for the inherited Trainer flags ``--help`` shows (the Trainer's own texts run to several lines)."""
 

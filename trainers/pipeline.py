@@ -122,8 +122,15 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             method=model.config.method, metrics=metrics, output_dir=training_args.output_dir, export=exported,
             corpus=corpus, train_rows=len(train_dataset), steps=trainer.state.global_step,
             wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
-            warnings=warnings)), flush=True)
+            tensorboard_dir=tensorboard_dir(training_args), warnings=warnings)), flush=True)
     return metrics
+
+
+def tensorboard_dir(training_args) -> str | None:
+    """Where the Trainer's TensorBoard callback writes (``None`` when TensorBoard is not among ``report_to``)."""
+    if "tensorboard" not in (training_args.report_to or []):
+        return None
+    return os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(training_args.output_dir, "runs")
 
 
 def process_wall_time() -> float:

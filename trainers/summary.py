@@ -25,6 +25,7 @@ class RunSummary:
     steps: int | None = None
     wall_seconds: float = 0.0
     selected_best: bool = True
+    tensorboard_dir: str | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -75,6 +76,8 @@ def format_summary(summary: RunSummary) -> str:
     if summary.export:
         hf, st = summary.export.get("hf"), summary.export.get("sentence-transformers")
         lines.append(f"export: {hf} (AutoModel)" + (f" and {st} (SentenceTransformer)" if st else ""))
+    if summary.tensorboard_dir:
+        lines.append(f"training curves: tensorboard --logdir {summary.tensorboard_dir}")
     lines.append(f"wall time: {duration(summary.wall_seconds)}; everything else in {summary.output_dir}")
     lines += [f"warning: {w}" for w in summary.warnings]
     return "\n".join(lines)
