@@ -26,6 +26,22 @@ def test_the_monitor_records_the_first_bad_step_without_a_host_sync():
     assert int(monitor.first_bad_step) == 3
 
 
+def test_non_finite_weights_behind_a_finite_loss_are_caught_before_a_write(backbone, tmp_path):
+    import pytest
+
+    from models import model_class_for
+    from tests.tiny import tiny_trainer
+    from trainers.errors import TrainingDiverged
+
+    model = model_class_for("simcse").from_encoder(str(backbone))
+    trainer = tiny_trainer(model, backbone, tmp_path / "out", tiny_corpus(tmp_path / "c.txt"))
+    trainer.check_finite(weights=True, before="the export")  # finite: nothing raised
+    with torch.no_grad():
+        next(model.parameters())[0] = float("nan")
+    with pytest.raises(TrainingDiverged, match="the weights hold NaN or inf after step 0; stopped before the export"):
+        trainer.check_finite(weights=True, before="the export")
+
+
 def test_a_nan_run_stops_before_writing_and_keeps_the_last_checkpoint(backbone, tmp_path):
     """The NaN is first seen when step 2 would be saved: checkpoint-1 stays (finite), nothing else is written."""
     out = tmp_path / "run"

@@ -63,6 +63,19 @@ def test_invalid_flags_are_refused_at_parse_time(argv, message, capsys, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_invalid_method_settings_and_config_files_are_usage_errors(backbone, corpus, tmp_path, capsys):
+    args = base_args(backbone, corpus, tmp_path / "out") + ["--eval_strategy", "no"]
+    pooler = in_process(run_unsup.main, args + ["--pooler_type", "nope"], capsys)
+    assert pooler.code == 2 and "run_unsup.py: error: pooler_type='nope'; choose one of cls," in pooler.err
+    config = tmp_path / "run.yaml"
+    config.write_text("- a list\n")
+    listed = in_process(run_unsup.main, [str(config)], capsys)
+    assert listed.code == 2 and f"{config}: expected a mapping of argument names to values, got list" in listed.err
+    profile = in_process(run_diffcse.main, ["--task_profile", "nope"], capsys, prog="run_diffcse.py")
+    assert profile.code == 2 and "--task_profile 'nope'; choose one of sts, transfer" in profile.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_eval_strategy_no_alone_trains_and_exports(backbone, corpus, tmp_path, capsys):
     """The hint 'pass --eval_strategy no' is enough: save_strategy and load_best_model_at_end follow it."""
     out = tmp_path / "out"
