@@ -67,8 +67,21 @@ def test_a_nan_seen_at_a_log_line_stops_the_run_without_an_export(backbone, tmp_
         "--output_dir", str(out), "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "no",
         *FAST_TRAINING_ARGS, *DIVERGING], capsys)
     assert result.code == 3
-    assert "training diverged: the training loss became NaN or inf at step 2; stopped," in result.err
+    assert "training diverged: the training loss became NaN or inf at step 2; stopped at step 2," in result.err
     assert not (out / "export").exists() and not (out / "all_results.json").exists()
+
+
+def test_a_nan_seen_at_an_evaluation_stops_before_it(backbone, sts_fixture_dir, tmp_path, capsys):
+    """The default settings log every 25 steps but evaluate every 125: the evaluation is where the NaN shows."""
+    out = tmp_path / "run"
+    result = in_process(run_unsup.main, [
+        "--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
+        "--senteval_dir", str(sts_fixture_dir), "--output_dir", str(out), "--max_steps", "4", "--eval_steps", "3",
+        "--evaluate_at_start", "false", *FAST_TRAINING_ARGS, "--logging_steps", "25", *DIVERGING], capsys)
+    assert result.code == 3
+    assert ("the training loss became NaN or inf at step 2; stopped before the evaluation at step 3, so no "
+            "checkpoint or export holds non-finite weights") in result.err
+    assert sorted(p.name for p in out.iterdir()) in ([], ["runs"])  # TensorBoard's folder, if it is installed
 
 
 def test_a_finished_good_run_is_never_replaced_by_a_diverged_one(backbone, tmp_path, capsys):

@@ -86,7 +86,8 @@ def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, back
             f"{results['eval_stsb_spearman']:.2f} (best checkpoint)") in summary
     assert f"best checkpoint: {results['best_model_checkpoint']}" in summary
     assert f"corpus: 64 rows of {corpus} (skipped 2 blank lines)" in summary
-    assert "for 4 steps" in summary and "sentences/s" in summary and "wall time:" in summary
+    assert "for 4 steps (" in summary and "of it evaluating), " in summary and "sentences/s" in summary
+    assert "wall time:" in summary
     assert f"export: {out / 'export' / 'hf'} (AutoModel) and {out / 'export' / 'sentence-transformers'}" in summary
     assert "STS dev: 100%" in result.err  # evaluation shows its progress (the training bar is not frozen)
 

@@ -57,6 +57,7 @@ class CLTrainer(Trainer):
         self._metric_count = 0
         self._throughput_mark: tuple[float, int] | None = None
         self.divergence = DivergenceMonitor()
+        self.evaluation_seconds = 0.0  # spent in evaluate() inside train(): not training throughput
         self.add_callback(OptimizerStepHook())
 
     # ---------------------------------------------------------------- training-time metrics
@@ -122,7 +123,7 @@ class CLTrainer(Trainer):
         the best checkpoint without a broadcast."""
         from eval.sts import evaluate_sts_dev
 
-        self.check_finite()
+        self.check_finite(before=f"the evaluation at step {self.state.global_step}" if self.is_in_train else None)
         model, was_training = self.model, self.model.training
         model.eval()
         started = time.perf_counter()
@@ -139,6 +140,8 @@ class CLTrainer(Trainer):
             model.train(was_training)
         metrics = {f"{metric_key_prefix}_{name}": round(float(value), 4) for name, value in metrics.items()}
         metrics[f"{metric_key_prefix}_runtime"] = round(time.perf_counter() - started, 2)
+        if self.is_in_train:
+            self.evaluation_seconds += time.perf_counter() - started
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         self._throughput_mark = None  # evaluation time is not training throughput

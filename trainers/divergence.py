@@ -83,7 +83,7 @@ def divergence_message(trainer: Any, what: str, before: str | None = None) -> st
     temperature = getattr(getattr(trainer.model, "config", None), "temperature", None)
     last = latest_checkpoint(trainer.args.output_dir)
     kept = f" The last checkpoint, {last}, was written before and is untouched." if last else ""
-    stopped = f"stopped before {before}" if before else "stopped"
+    stopped = f"stopped before {before}" if before else f"stopped at step {trainer.state.global_step}"
     return (f"training diverged: {what}; {stopped}, so no checkpoint or export holds non-finite weights.{kept} "
             + likely_causes(trainer.args.learning_rate, temperature))
 

@@ -121,6 +121,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         print(format_summary(RunSummary(
             method=model.config.method, metrics=metrics, output_dir=training_args.output_dir, export=exported,
             corpus=corpus, train_rows=len(train_dataset), steps=trainer.state.global_step,
+            evaluation_seconds=trainer.evaluation_seconds,
             wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
             tensorboard_dir=tensorboard_dir(training_args), warnings=warnings)), flush=True)
     return metrics

@@ -23,6 +23,7 @@ class RunSummary:
     corpus: CorpusStats | None = None
     train_rows: int | None = None
     steps: int | None = None
+    evaluation_seconds: float = 0.0  # of train_runtime, spent evaluating
     wall_seconds: float = 0.0
     selected_best: bool = True
     tensorboard_dir: str | None = None
@@ -50,6 +51,15 @@ def _score_line(name: str, key: str, metrics: Mapping[str, Any], after_label: st
     return f"{name} dev Spearman x100: " + " -> ".join(p for p in parts if p)
 
 
+def throughput(metrics: Mapping[str, Any], evaluation_seconds: float) -> str:
+    """``, 123.4 sentences/s`` over the training steps alone (the Trainer's own rate counts evaluation time too)."""
+    runtime, rate = metrics.get("train_runtime"), metrics.get("train_samples_per_second")
+    if runtime is None or rate is None:
+        return ""
+    training = runtime - evaluation_seconds
+    return f", {rate * runtime / training:,.1f} sentences/s" if training > 0 else ""
+
+
 def format_summary(summary: RunSummary) -> str:
     """A short block of lines (no logging prefix), ready to print."""
     m = summary.metrics
@@ -70,9 +80,9 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"corpus: {summary.train_rows:,} training rows")
     steps, runtime = summary.steps, m.get("train_runtime")
     if runtime is not None:
-        rate = m.get("train_samples_per_second")
         lines.append(f"training: {duration(runtime)}" + (f" for {steps} steps" if steps else "")
-                     + (f", {rate:,.1f} sentences/s" if rate is not None else ""))
+                     + (f" ({duration(summary.evaluation_seconds)} of it evaluating)" if summary.evaluation_seconds
+                        else "") + throughput(m, summary.evaluation_seconds))
     if summary.export:
         hf, st = summary.export.get("hf"), summary.export.get("sentence-transformers")
         lines.append(f"export: {hf} (AutoModel)" + (f" and {st} (SentenceTransformer)" if st else ""))
@@ -83,4 +93,4 @@ def format_summary(summary: RunSummary) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RunSummary", "duration", "format_summary"]
+__all__ = ["RunSummary", "duration", "format_summary", "throughput"]
