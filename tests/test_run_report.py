@@ -71,8 +71,9 @@ def finished_run(tmp_path, monkeypatch):
     return tmp_path, corpus, write_sts_fixture(tmp_path / "senteval")
 
 
-def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, backbone, capsys):
+def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, backbone, capsys, monkeypatch):
     tmp, corpus, senteval = finished_run
+    monkeypatch.chdir(tmp)  # nothing may land in the working directory
     out = tmp / "run"
     result = in_process(run_unsup.main, [
         "--model_name_or_path", str(backbone), "--train_file", str(corpus), "--senteval_dir", str(senteval),
@@ -103,7 +104,15 @@ def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, back
         assert body.index("<details>") < body.index('"CLTrainingArguments"') < body.index("</details>")
 
     pytest.importorskip("tensorboard", reason="TensorBoard is optional; its logs are only written when installed")
-    assert list((out / "runs").glob("*/events.out.tfevents.*"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (run_dir,) = (out / "runs").iterdir()
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert {"train/loss", "eval/stsb_spearman", "train/before_stsb_spearman"} <= scalars, scalars
+    assert len(events.Scalars("eval/stsb_spearman")) == 3  # steps 2 and 4, and the best checkpoint's at the end
+    assert not (tmp / "runs").exists()
     assert f"training curves: tensorboard --logdir {out / 'runs'}" in summary
 
 
@@ -121,7 +130,7 @@ def test_tensorboard_is_optional(monkeypatch):
 
 def test_the_card_names_the_hub_base_model_and_dataset(backbone):
     from models import model_class_for
-    from models.export import model_card
+    from models.card import model_card
 
     model = model_class_for("simcse").from_encoder(str(backbone))
     training = {"ModelArguments": {"model_name_or_path": "bert-base-uncased"},

@@ -15,6 +15,7 @@ before a non-finite checkpoint or export exists.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any, ClassVar
 
@@ -59,6 +60,17 @@ class CLTrainer(Trainer):
         self.divergence = DivergenceMonitor()
         self.evaluation_seconds = 0.0  # spent in evaluate() inside train(): not training throughput
         self.add_callback(OptimizerStepHook())
+        self._pin_tensorboard_dir()
+
+    def _pin_tensorboard_dir(self) -> None:
+        """Give the TensorBoard callback its folder now: the Trainer sets it at ``on_train_begin``, but our
+        'before' evaluation logs earlier, and a writer opened then would write every curve to ./runs."""
+        from transformers.integrations import TensorBoardCallback
+        from transformers.integrations.integration_utils import default_logdir
+
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+                callback.logging_dir = os.path.join(self.args.output_dir, default_logdir())
 
     # ---------------------------------------------------------------- training-time metrics
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -20,6 +20,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
+from models.card import is_hub_name
+
 from .errors import UserError
 
 logger = logging.getLogger("cse_repro")
@@ -188,18 +190,6 @@ def model_problem(flag: str, name: str, cache_dir: str | None = None) -> str | N
         return (f"{flag} {name}: no such local folder, and not in the Hugging Face cache while the Hub is "
                 "offline (HF_HUB_OFFLINE=1); download it once with internet, or pass a local model folder")
     return None
-
-
-def is_hub_name(name: str) -> bool:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    if name.startswith((".", "/", "~")):
-        return False
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
 
 
 def in_hub_cache(name: str, cache_dir: str | None) -> bool:
