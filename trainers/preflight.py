@@ -130,7 +130,7 @@ def weights_problem(folder: Path) -> str | None:
         problem = safetensors_problem(safetensors)
         if problem:
             return problem
-    for name in ("optimizer.pt", "scheduler.pt", "pytorch_model.bin"):
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "pytorch_model.bin"):
         archive = folder / name
         if archive.is_file() and not zipfile.is_zipfile(archive):
             return f"{archive} is truncated or corrupt (not a complete torch archive)"
