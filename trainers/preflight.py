@@ -79,6 +79,7 @@ def check_output_dir(training_args: Any) -> None:
 
 
 def output_dir_message(out: Path, found: list[Path], resume: str | None) -> str:
+    """Why the folder is refused and the ways on: resume (an unfinished run), another folder, or overwrite."""
     names = ", ".join(p.name for p in found[:6]) + (", ..." if len(found) > 6 else "")
     checkpoints = [p for p in found if p.name.startswith("checkpoint-")]
     finished = any(p.name == "all_results.json" or (p.is_dir() and p not in checkpoints) for p in found)
@@ -91,10 +92,9 @@ def output_dir_message(out: Path, found: list[Path], resume: str | None) -> str:
         return (f"--output_dir {out} holds a finished run ({names}): starting a new one there would delete its "
                 f"checkpoints and overwrite its export. Choose another --output_dir, or pass --overwrite_output_dir "
                 f"to delete that run first.")
-    resume_hint = f"resume it with --resume_from_checkpoint {checkpoints[-1]}, " if checkpoints else ""
+    resume_it = f"Resume it with --resume_from_checkpoint {checkpoints[-1]}, choose" if checkpoints else "Choose"
     return (f"--output_dir {out} holds an unfinished run ({names}): starting a new one there would delete its "
-            f"checkpoints. {resume_hint[:1].upper() + resume_hint[1:]}choose another --output_dir, or pass "
-            f"--overwrite_output_dir to delete that run first.")
+            f"checkpoints. {resume_it} another --output_dir, or pass --overwrite_output_dir to delete that run first.")
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
