@@ -26,6 +26,23 @@ def test_the_monitor_records_the_first_bad_step_without_a_host_sync():
     assert int(monitor.first_bad_step) == 3
 
 
+def test_the_trainer_step_records_the_loss_without_a_host_sync(backbone, tmp_path):
+    from transformers import AutoTokenizer
+
+    from models import model_class_for
+    from tests.test_no_host_sync import ROWS
+    from tests.tiny import tiny_trainer
+
+    model = model_class_for("simcse").from_encoder(str(backbone)).train()
+    trainer = tiny_trainer(model, backbone, tmp_path / "out", tiny_corpus(tmp_path / "c.txt"))
+    batch = model.build_collator(AutoTokenizer.from_pretrained(str(backbone)), 16)(ROWS)
+    recorder = HostSyncRecorder()
+    with recorder:
+        trainer.compute_loss(model, batch)
+    assert recorder.syncs == []
+    assert trainer.divergence.first_bad_step is not None  # the loss was recorded (on the device)
+
+
 def test_non_finite_weights_behind_a_finite_loss_are_caught_before_a_write(backbone, tmp_path):
     import pytest
 
