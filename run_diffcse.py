@@ -9,33 +9,43 @@
 
 Parse flat dataclasses -> DiffCSE model (encoder + frozen generator + discriminator copied from the loaded encoder)
 -> corpus -> CLTrainer (STS-B dev every 125 steps, best checkpoint kept) -> export the sentence encoder only (plain
-HF folder + sentence-transformers folder; generator, discriminator and RTD head are dropped).
+HF folder + sentence-transformers folder; generator, discriminator and RTD head are dropped) -> print a summary.
+Checks run before anything is loaded or written (trainers/preflight.py); a user error prints one message and exits
+non-zero (docs/errors.md; CSE_DEBUG=1 shows the traceback).
 """
 from __future__ import annotations
 
 from transformers import set_seed
 
+from data.corpus import UNSUP_HINT
 from models.diffcse import DiffCSEModel
 from trainers.arguments import DataArguments, ModelArguments, parse_args
 from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
-from trainers.pipeline import (check_evaluation_data, describe_arguments, load_tokenizer, setup_logging,
-                               train_and_export)
+from trainers.errors import UsageError, UserError, reraise_as, run_cli
+from trainers.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
+from trainers.preflight import preflight
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, diffcse_args, training_args = parse_args(
-        (ModelArguments, DataArguments, DiffCSEArguments, DiffCSETrainingArguments), expand_argv(argv))
+        (ModelArguments, DataArguments, DiffCSEArguments, DiffCSETrainingArguments), expand_argv(argv),
+        description=__doc__)
     setup_logging(training_args)
-    check_evaluation_data(training_args, data_args.senteval_dir)
+    preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
+                                         "--generator_name": diffcse_args.generator_name},
+              corpus_hint=UNSUP_HINT, cache_dir=model_args.cache_dir)
     set_seed(training_args.seed)  # the RTD head's initialisation and the collator's edits follow the run's seed
 
     overrides = {"pooler_type": model_args.pooler_type, "mlp_only_train": model_args.mlp_only_train,
                  "temperature": model_args.temp, **diffcse_args.config_overrides(model_args.projector)}
-    tokenizer = load_tokenizer(model_args)
-    model = DiffCSEModel.from_encoder(
-        model_args.model_name_or_path, attn_implementation=model_args.attn_implementation,
-        cache_dir=model_args.cache_dir, tokenizer=tokenizer,
-        **{k: v for k, v in overrides.items() if v is not None})
+    with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, prefix=(
+            f"could not load --model_name_or_path {model_args.model_name_or_path} or --generator_name "
+            f"{diffcse_args.generator_name}: ")):
+        tokenizer = load_tokenizer(model_args)
+        model = DiffCSEModel.from_encoder(
+            model_args.model_name_or_path, attn_implementation=model_args.attn_implementation,
+            cache_dir=model_args.cache_dir, tokenizer=tokenizer,
+            **{k: v for k, v in overrides.items() if v is not None})
     train_dataset = None
     if model.config.rtd_source == "next":  # Table 3: pairs of consecutive sentences from an ordered corpus
         from data.diffcse_collator import load_next_sentence_corpus
@@ -49,4 +59,4 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -17,6 +17,7 @@ import csv
 import logging
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -39,12 +40,23 @@ class CorpusError(ValueError):
     """A corpus file is missing or malformed; the message names the file (and line) and says how to fix it."""
 
 
+@dataclass
+class CorpusStats:
+    """What a loader read and dropped, filled in when passed as ``stats=`` (the end-of-run summary prints it)."""
+
+    file: str = ""
+    rows: int = 0  # rows (lines) read, dropped ones included
+    skipped: int = 0
+    skipped_what: str = ""  # e.g. "blank lines"
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Public loaders
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None) -> datasets.Dataset:
+def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None,
+                      stats: CorpusStats | None = None) -> datasets.Dataset:
     """Load a one-sentence-per-line corpus as a ``Dataset`` with one column ``"text"``.
 
     Lines are stripped; blank lines are skipped and their count is logged. A ``.csv`` file must have a single
@@ -66,12 +78,14 @@ def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None) -> data
         dataset = _load_csv(file, header, cache_dir=cache_dir)
         if header[0] != "text":
             dataset = dataset.rename_column(header[0], "text")
-        return _drop_blank_rows(dataset, file, skipped="blank rows", problem="every row is blank")
+        return _drop_blank_rows(dataset, file, skipped="blank rows", problem="every row is blank", stats=stats)
     dataset = _load_builder("text", file, cache_dir=cache_dir)
-    return _drop_blank_rows(dataset, file, skipped="blank lines", problem="the file holds only blank lines")
+    return _drop_blank_rows(dataset, file, skipped="blank lines", problem="the file holds only blank lines",
+                            stats=stats)
 
 
-def load_sup_corpus(path: str | Path, *, cache_dir: str | None = None) -> datasets.Dataset:
+def load_sup_corpus(path: str | Path, *, cache_dir: str | None = None,
+                    stats: CorpusStats | None = None) -> datasets.Dataset:
     """Load supervised SimCSE's NLI CSV as a ``Dataset`` with columns ``sent0, sent1, hard_neg``.
 
     The header must be ``sent0,sent1,hard_neg`` or, for a corpus without hard negatives, ``sent0,sent1`` (then the
@@ -91,7 +105,8 @@ def load_sup_corpus(path: str | Path, *, cache_dir: str | None = None) -> datase
             f"(the second without hard negatives); fix the first line of the file, or {SUP_HINT}"
         )
     dataset = _load_csv(file, header, cache_dir=cache_dir)
-    return _drop_blank_rows(dataset, file, skipped="rows with an empty cell", problem="every row has an empty cell")
+    return _drop_blank_rows(dataset, file, skipped="rows with an empty cell", problem="every row has an empty cell",
+                            stats=stats)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -195,8 +210,9 @@ def _load_builder(builder: str, file: Path, *, cache_dir: str | None, **config: 
         raise CorpusError(f"{file}: could not be read as {builder} ({type(cause).__name__}: {cause})") from error
 
 
-def _drop_blank_rows(dataset: datasets.Dataset, file: Path, *, skipped: str, problem: str) -> datasets.Dataset:
-    """Strip every cell, drop rows with an empty cell, and log how many were dropped.
+def _drop_blank_rows(dataset: datasets.Dataset, file: Path, *, skipped: str, problem: str,
+                     stats: CorpusStats | None = None) -> datasets.Dataset:
+    """Strip every cell, drop rows with an empty cell, and log how many were dropped (and note it in ``stats``).
 
     ``skipped`` names the dropped rows in the log ("skipped 3 blank lines of 10 in FILE"); ``problem`` says what is
     wrong with the file when nothing is left.
@@ -205,6 +221,8 @@ def _drop_blank_rows(dataset: datasets.Dataset, file: Path, *, skipped: str, pro
     dataset = dataset.map(_strip_cells, batched=True, desc=f"strip {file.name}")
     dataset = dataset.filter(_rows_without_empty_cell, batched=True, desc=f"skip {skipped} of {file.name}")
     logger.info("skipped %d %s of %d in %s", total - len(dataset), skipped, total, file)
+    if stats is not None:
+        stats.file, stats.rows, stats.skipped, stats.skipped_what = str(file), total, total - len(dataset), skipped
     if len(dataset) == 0:
         raise CorpusError(f"{file}: {problem} ({total} in all); a corpus needs at least one sentence")
     return dataset

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from eval.senteval_sizes import SIZES_ENV
 from eval.sts import DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, resolve_senteval_dir
 from models.poolers import POOLER_TYPES
 
@@ -84,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="explicit task list (overrides --task_set); STS names go to STS, others to transfer")
     parser.add_argument("--senteval_dir", default=os.environ.get("SENTEVAL_DIR", "data/senteval"),
                         help="SentEval's data/downstream folder (default: $SENTEVAL_DIR, else data/senteval)")
+    parser.add_argument("--no_check_senteval_sizes", dest="check_senteval_sizes", action="store_false",
+                        default=None, help="evaluate your own STS-format files: skip the check that every STS file "
+                                           "has SentEval's line count (also: SENTEVAL_CHECK_SIZES=0)")
     parser.add_argument("--output_json", type=Path, default=None)
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--max_length", type=int, default=None)
@@ -201,6 +205,8 @@ def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     """Load the encoder, run the planned tasks and analyses, and return the (unrounded) results."""
     from eval.loading import load_encoder
 
+    if args.check_senteval_sizes is False:  # every loader (STS, analyses) reads its default from the environment
+        os.environ[SIZES_ENV] = "0"
     senteval_dir = resolve_senteval_dir(args.senteval_dir)
     encoder = load_encoder(args.model_name_or_path, args.pooler, device=args.device,
                            batch_size=args.batch_size, max_length=args.max_length, eval_dtype=args.eval_dtype)

@@ -25,6 +25,8 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
+from eval.senteval_sizes import check_sizes_default, mismatch_message, size_mismatch
+
 logger = logging.getLogger(__name__)
 
 STS_TASKS: tuple[str, ...] = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
@@ -106,11 +108,12 @@ def resolve_senteval_dir(senteval_dir: str | os.PathLike[str]) -> Path:
     return root
 
 
-def _read_lines(path: Path) -> list[str]:
+def _read_lines(path: Path, size_key: str | None = None) -> list[str]:
     """Read a SentEval file as lines, like SentEval's ``io.open(path, encoding='utf8').read().splitlines()``.
 
     The files are UTF-8 (a BOM is ignored). A file that is not valid UTF-8 (a re-encoded copy) is decoded as
-    latin-1, which accepts every byte, and a warning names it.
+    latin-1, which accepts every byte, and a warning names it. With ``size_key`` (a key of
+    :data:`eval.senteval_sizes.SENTEVAL_LINE_COUNTS`), a line count other than SentEval's is an error.
     """
     if not path.is_file():
         raise SentEvalDataError(f"SentEval file not found: {path}; {DATA_HINT}")
@@ -120,7 +123,11 @@ def _read_lines(path: Path) -> list[str]:
     except UnicodeDecodeError:
         logger.warning("%s is not valid UTF-8; decoding it as latin-1", path)
         text = raw.decode("latin-1")
-    return text.splitlines()
+    lines = text.splitlines()
+    expected = size_mismatch(size_key, len(lines)) if size_key is not None else None
+    if expected is not None:
+        raise SentEvalDataError(mismatch_message(path, len(lines), expected))
+    return lines
 
 
 def _split_row(line: str, path: Path, lineno: int, n_columns: int, *, exact: bool) -> list[str]:
@@ -153,13 +160,14 @@ def _roundtrip(sentence: str) -> str:
 # ----------------------------------------------------------------------------------------------- loaders
 
 
-def _load_sts_subset(folder: Path, subset: str) -> STSPairs:
+def _load_sts_subset(folder: Path, subset: str, check_sizes: bool) -> STSPairs:
     """One SemEval subset: ``STS.input.<subset>.txt`` (``sent1<TAB>sent2``) + ``STS.gs.<subset>.txt`` (scores).
 
     A blank gold line marks an unscored pair, which SentEval drops (``raw_scores != ''``).
     """
     input_path, gold_path = folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
-    inputs, golds = _read_lines(input_path), _read_lines(gold_path)
+    size_key = f"STS/{folder.name}/{subset}" if check_sizes else None
+    inputs, golds = _read_lines(input_path, size_key), _read_lines(gold_path, size_key)
     if len(inputs) != len(golds):
         raise SentEvalDataError(
             f"{input_path} has {len(inputs)} lines but {gold_path} has {len(golds)}: one of them is truncated; "
@@ -176,10 +184,10 @@ def _load_sts_subset(folder: Path, subset: str) -> STSPairs:
     return STSPairs(sent1, sent2, np.asarray(scores), [subset] * len(scores))
 
 
-def _load_sts_year(task: str, root: Path) -> STSPairs:
+def _load_sts_year(task: str, root: Path, check_sizes: bool) -> STSPairs:
     """STS12-16 test: every subset of the year, concatenated (the "all" setting)."""
     folder = root / "STS" / f"{task}-en-test"
-    return STSPairs.concatenate([_load_sts_subset(folder, subset) for subset in STS_YEAR_SUBSETS[task]])
+    return STSPairs.concatenate([_load_sts_subset(folder, subset, check_sizes) for subset in STS_YEAR_SUBSETS[task]])
 
 
 @dataclass(frozen=True)
@@ -205,7 +213,7 @@ _TABLES: dict[str, _TableFormat] = {
 }
 
 
-def _load_table(task: str, root: Path, split: str) -> STSPairs:
+def _load_table(task: str, root: Path, split: str, check_sizes: bool) -> STSPairs:
     """STS-B / SICK-R: one pair a row; extra trailing columns are ignored, as SentEval indexes the columns."""
     fmt = _TABLES[task]
     if split not in fmt.files:
@@ -214,7 +222,8 @@ def _load_table(task: str, root: Path, split: str) -> STSPairs:
     n_columns = max(fmt.score_column, *fmt.sentence_columns) + 1
     first_row = 2 if fmt.header else 1
     sent1, sent2, scores = [], [], []
-    for lineno, line in enumerate(_read_lines(path)[first_row - 1:], start=first_row):
+    size_key = f"{fmt.folder}/{fmt.files[split]}" if check_sizes else None
+    for lineno, line in enumerate(_read_lines(path, size_key)[first_row - 1:], start=first_row):
         if not line.strip():
             continue
         columns = _split_row(line.strip(), path, lineno, n_columns, exact=False)
@@ -226,13 +235,16 @@ def _load_table(task: str, root: Path, split: str) -> STSPairs:
     return STSPairs(sent1, sent2, np.asarray(scores), [path.stem] * len(scores))
 
 
-def load_sts(task: str, senteval_dir: str | os.PathLike[str], split: str = "test") -> STSPairs:
+def load_sts(task: str, senteval_dir: str | os.PathLike[str], split: str = "test",
+             check_sizes: bool | None = None) -> STSPairs:
     """Load one STS task in SentEval's format.
 
     Args:
         task: one of :data:`STS_TASKS`.
         senteval_dir: SentEval's ``data/downstream`` folder (or its parent).
         split: ``"test"`` for every task; STS-B and SICK-R also have ``"train"`` and ``"dev"``.
+        check_sizes: every file must have SentEval's line count (:mod:`eval.senteval_sizes`); ``False`` for your
+            own STS-format files. Default: on unless ``SENTEVAL_CHECK_SIZES=0``.
 
     Expected test-split pair counts on the real data: STS12 3108, STS13 1500, STS14 3750, STS15 3000,
     STS16 1186, STS-B 1379, SICK-R 4927; dev: STS-B 1500, SICK-R 500.
@@ -241,12 +253,13 @@ def load_sts(task: str, senteval_dir: str | os.PathLike[str], split: str = "test
         SentEvalDataError: missing or malformed data (the message names the file, the line and the fix).
         ValueError: unknown task, or a split the task does not have.
     """
+    check = check_sizes_default() if check_sizes is None else check_sizes
     if task in STS_YEAR_SUBSETS:
         if split != "test":
             raise ValueError(f"{task} has only a test split (dev-time evaluation uses {' and '.join(DEV_TASKS)})")
-        return _load_sts_year(task, resolve_senteval_dir(senteval_dir))
+        return _load_sts_year(task, resolve_senteval_dir(senteval_dir), check)
     if task in _TABLES:
-        return _load_table(task, resolve_senteval_dir(senteval_dir), split)
+        return _load_table(task, resolve_senteval_dir(senteval_dir), split, check)
     raise ValueError(f"unknown STS task {task!r}; choose from {', '.join(STS_TASKS)}")
 
 
@@ -293,15 +306,17 @@ def evaluate_sts(
     tasks: Sequence[str] = STS_TASKS,
     split: str = "test",
     show_progress: bool = True,
+    check_sizes: bool | None = None,
 ) -> dict[str, float]:
     """Cosine-Spearman x 100 of each task (STS12-16 in the "all" setting) plus ``"avg"``, their mean.
 
     All sentences of all requested tasks are encoded in a single :meth:`encode` call, each distinct sentence once.
+    ``check_sizes``: see :func:`load_sts`.
     """
     tasks = tuple(tasks)
     if not tasks:
         raise ValueError("evaluate_sts needs at least one task")
-    pairs = {task: load_sts(task, senteval_dir, split) for task in tasks}
+    pairs = {task: load_sts(task, senteval_dir, split, check_sizes) for task in tasks}
     for task, p in pairs.items():
         logger.info("%s (%s): %d pairs", task, split, len(p))
     predictions = _cosine_by_task(encoder, pairs, show_progress, desc=f"STS {split}")
@@ -311,13 +326,15 @@ def evaluate_sts(
 
 
 def evaluate_sts_dev(
-    encoder: SupportsEncode, senteval_dir: str | os.PathLike[str], show_progress: bool = False
+    encoder: SupportsEncode, senteval_dir: str | os.PathLike[str], show_progress: bool = False,
+    check_sizes: bool | None = None,
 ) -> dict[str, float]:
     """In-training evaluation: STS-B dev and SICK-R dev only (about 4k sentences, not the ~37k of all STS).
 
     Returns ``{"stsb_spearman", "sickr_spearman", "avg_sts"}``, all Spearman x 100.
     """
-    results = evaluate_sts(encoder, senteval_dir, tasks=DEV_TASKS, split="dev", show_progress=show_progress)
+    results = evaluate_sts(encoder, senteval_dir, tasks=DEV_TASKS, split="dev", show_progress=show_progress,
+                           check_sizes=check_sizes)
     return {
         "stsb_spearman": results["STSBenchmark"],
         "sickr_spearman": results["SICKRelatedness"],

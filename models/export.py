@@ -20,6 +20,7 @@ from torch import nn
 from transformers import AutoModel, PreTrainedTokenizerBase
 
 from .base import ContrastiveModel, has_linear_tanh_pooler
+from .card import model_card
 from .heads import MLPProjector
 
 logger = logging.getLogger(__name__)
@@ -73,36 +74,6 @@ def export_sentence_transformers(
         modules.append(dense)
     SentenceTransformer(modules=modules, device="cpu").save(str(out_dir))
     return Path(out_dir)
-
-
-def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, training: dict[str, Any] | None,
-               kind: str) -> str:
-    """Markdown card: method, pooling to use, hyperparameters, scores."""
-    config = model.config
-    pooler = test_time_pooler(model)
-    usage = {
-        "plain": (f"Load with `AutoModel.from_pretrained(path)` and pool with **`{pooler}`**: "
-                  + ("`outputs.pooler_output` ([CLS] + the trained MLP)." if pooler == "cls" else
-                     "`outputs.last_hidden_state[:, 0]` ([CLS] without the MLP; do NOT use `pooler_output`)."
-                     if pooler == "cls_before_pooler" else "see `models/poolers.py`.")
-                  + f"\nEvaluate: `python -m eval --model_name_or_path PATH --pooler {pooler} --mode test`"),
-        "sentence-transformers": "Load with `SentenceTransformer(path)`; the folder's modules apply the right "
-                                 "pooling (and the MLP where the method keeps it).",
-    }[kind]
-    hyper = {k: getattr(config, k) for k in (
-        "method", "pooler_type", "mlp_only_train", "projector", "temperature", "hard_negative_weight")}
-    # + the method's own settings, and every other method field set away from its default (e.g. SimCSE++ parts)
-    for name in type(config).__annotations__:
-        if name != "encoder_config" and name not in hyper and hasattr(config, name) and (
-                name in type(model).method_defaults or getattr(config, name) != getattr(type(config), name, None)):
-            hyper[name] = getattr(config, name)
-    lines = [f"# cse-repro export: {config.method}", "", f"- test-time pooler: `{pooler}`", "",
-             usage, "", "## Method hyperparameters", "```json", json.dumps(hyper, indent=2), "```"]
-    if training:
-        lines += ["", "## Training arguments", "```json", json.dumps(training, indent=2, default=str), "```"]
-    if scores:
-        lines += ["", "## Scores (Spearman x 100)", "```json", json.dumps(scores, indent=2), "```"]
-    return "\n".join(lines) + "\n"
 
 
 def export_model(

@@ -12,7 +12,8 @@
 # Options (any script):
 #   --dry_run | DRY_RUN=1        print every command (one a line, "+ " then the shell-quoted command), run nothing
 #   --only REGEX | ONLY=REGEX    only the rows whose name matches REGEX (bash =~)
-#   --force | FORCE=1            re-run rows whose results JSON already exists (default: skip them)
+#   --force | FORCE=1            re-run rows whose results JSON already exists (default: skip them), replacing
+#                                their previous training run (--overwrite_output_dir)
 #   --help
 # Environment:
 #   RESULTS_DIR=results  OUTPUT_ROOT=outputs/tables   where results JSON and checkpoints go
@@ -246,7 +247,12 @@ train() {
   local script=$1 out=$2
   shift 2
   launcher
-  run "${LAUNCHER[@]}" "$script" --output_dir "$out" --train_file "$TRAIN_FILE" "$@" "${CSE_EXTRA_TRAIN[@]}"
+  local overwrite=()
+  if [ "$FORCE" = 1 ]; then
+    overwrite=(--overwrite_output_dir)  # --force re-runs a row: replace its previous run (refused otherwise)
+  fi
+  run "${LAUNCHER[@]}" "$script" --output_dir "$out" --train_file "$TRAIN_FILE" "$@" "${overwrite[@]}" \
+    "${CSE_EXTRA_TRAIN[@]}"
 }
 
 # evaluate MODEL_DIR OUT_JSON EVAL: the evaluation of one trained row (python -m eval, eval/cli.py):

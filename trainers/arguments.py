@@ -21,9 +21,22 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
 from transformers.training_args import ParallelMode
 
+from .cli_help import USAGE, CompactHelpFormatter, hide_inherited_trainer_flags, move_group_first, move_to_front
+from .errors import UsageError, reraise_as
+from .launch import refuse_single_process_launch
+
+
+TEMP_RANGE = (1e-3, 10.0)
+"""Accepted ``--temp``. The logits are cos/tau with |cos| <= 1, and the loss and its gradients grow like 1/tau
+(measured on a tiny BERT: the first loss is ~13 at tau 0.01, ~1e3 at 1e-4, ~1e11 at 1e-12). Every paper uses 0.05;
+the lower bound 1e-3 (50x lower) keeps the logits <= 1e3, far inside float16's 65504 (they overflow it, to inf and
+then NaN, below tau ~1.5e-5). Above 10 every logit is within 0.1 of 0 and the softmax carries almost no signal."""
+
 
 @dataclass
 class ModelArguments:
+    _argument_group_name = "model"
+
     model_name_or_path: str = field(
         default="bert-base-uncased", metadata={"help": "Backbone: any AutoModel name or local folder."})
     pooler_type: str | None = field(
@@ -31,13 +44,23 @@ class ModelArguments:
     mlp_only_train: bool | None = field(
         default=None, metadata={"help": "Use the MLP projector in training only (unsupervised SimCSE: true)."})
     projector: str | None = field(default=None, metadata={"help": "mlp | batchnorm | none (default: mlp)."})
-    temp: float | None = field(default=None, metadata={"help": "Temperature tau of the InfoNCE loss (0.05)."})
+    temp: float | None = field(default=None, metadata={
+        "help": f"Temperature tau of the InfoNCE loss (0.05), in [{TEMP_RANGE[0]:g}, {TEMP_RANGE[1]:g}]."})
     attn_implementation: str | None = field(default="sdpa", metadata={"help": "Backbone attention kernel."})
     cache_dir: str | None = field(default=None, metadata={"help": "Hugging Face cache directory."})
+
+    def __post_init__(self) -> None:
+        low, high = TEMP_RANGE
+        if self.temp is not None and not low <= self.temp <= high:
+            effect = "makes them overflow (the run trains to NaN)" if self.temp < low else "flattens the softmax"
+            raise UsageError(f"--temp {self.temp:g} is outside the valid range [{low:g}, {high:g}]: the logits are "
+                             f"cos/temp, and this temperature {effect}. The papers use 0.05.")
 
 
 @dataclass
 class DataArguments:
+    _argument_group_name = "data"
+
     train_file: str = field(
         default="data/wiki1m_for_simcse.txt",
         metadata={"help": "Unsupervised: one sentence per line (.txt). Supervised: CSV sent0,sent1,hard_neg."})
@@ -76,6 +99,8 @@ class SharedObjectiveArguments:
 
 @dataclass
 class MethodArguments(SharedObjectiveArguments):
+    _argument_group_name = "method (--method and the flags of its paper; default None = the paper's value)"
+
     method: str = field(default="simcse", metadata={"help": "simcse | sup_simcse | esimcse | simcse_pp | s_simcse"})
     hard_negative_weight: float | None = field(
         default=None, metadata={"help": "Supervised SimCSE: log-weight added to the own hard-negative logit."})
@@ -152,26 +177,46 @@ class MethodArguments(SharedObjectiveArguments):
 
 @dataclass
 class CLTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` with the SimCSE recipe as defaults; best checkpoint by STS-B dev Spearman."""
+    """``TrainingArguments`` with the SimCSE recipe as defaults; best checkpoint by STS-B dev Spearman.
 
-    output_dir: str | None = field(default="outputs/simcse")
-    learning_rate: float = field(default=3e-5)
-    per_device_train_batch_size: int = field(default=64)
-    num_train_epochs: float = field(default=1.0)
-    eval_strategy: IntervalStrategy | str = field(default="steps")
-    eval_steps: float | None = field(default=125)
-    save_strategy: SaveStrategy | str = field(default="best")
-    save_total_limit: int | None = field(default=1)
-    metric_for_best_model: str | None = field(default="stsb_spearman")
-    greater_is_better: bool | None = field(default=True)
-    load_best_model_at_end: bool = field(default=True)
-    logging_steps: float = field(default=25)
-    weight_decay: float = field(default=0.0)
-    warmup_steps: float = field(default=0)
-    lr_scheduler_type: SchedulerType | str = field(default="linear")
-    seed: int = field(default=42)
-    remove_unused_columns: bool = field(default=False)
-    report_to: None | str | list[str] = field(default="none")
+    ``--eval_strategy no`` derives what depends on it (unless given): ``save_strategy`` steps (the last checkpoint
+    kept, to resume) instead of best, and ``load_best_model_at_end`` false."""
+
+    _argument_group_name = "training (the paper recipe; --help_all also lists the inherited Trainer flags)"
+
+    output_dir: str | None = field(default="outputs/simcse", metadata={
+        "help": "Where checkpoints, results and the export go. A folder holding a previous run is refused unless "
+                "the run resumes (--resume_from_checkpoint) or --overwrite_output_dir is given."})
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "Delete the previous run in --output_dir (its checkpoints, results and export) and start anew."})
+    learning_rate: float = field(default=3e-5, metadata={"help": "Peak learning rate (linear decay)."})
+    per_device_train_batch_size: int = field(default=64, metadata={
+        "help": "Sentences per process and step; with N processes the contrast batch is N times this (min 2)."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the corpus (--max_steps wins)."})
+    eval_strategy: IntervalStrategy | str = field(default="steps", metadata={
+        "help": "steps: STS-B dev every --eval_steps, the best checkpoint kept and exported; no: no evaluation "
+                "(the final model is exported)."})
+    eval_steps: float | None = field(default=125, metadata={"help": "Evaluate STS-B + SICK-R dev every N steps."})
+    save_strategy: SaveStrategy | str | None = field(default=None, metadata={
+        "help": "Default: best with evaluation (a checkpoint whenever STS-B dev improves), steps without.",
+        "choices": [s.value for s in SaveStrategy]})
+    save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept on disk (the best one "
+                                                                       "is never deleted)."})
+    metric_for_best_model: str | None = field(default="stsb_spearman", metadata={
+        "help": "Model selection metric (stsb_spearman | sickr_spearman | avg_sts)."})
+    greater_is_better: bool | None = field(default=True, metadata={"help": "Whether a higher metric is better."})
+    load_best_model_at_end: bool | None = field(default=None, metadata={
+        "help": "Reload the best checkpoint before exporting. Default: true with evaluation, false without."})
+    logging_steps: float = field(default=25, metadata={"help": "Log loss and method metrics every N steps."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    warmup_steps: float = field(default=0, metadata={"help": "Linear warmup steps (or a ratio if < 1)."})
+    lr_scheduler_type: SchedulerType | str = field(default="linear", metadata={"help": "Learning rate schedule."})
+    seed: int = field(default=42, metadata={
+        "help": "Seed of the projector's initialisation, the data order, dropout and augmentations."})
+    remove_unused_columns: bool = field(default=False, metadata={
+        "help": "Keep false: the collators read the raw text columns."})
+    report_to: None | str | list[str] = field(default=None, metadata={
+        "help": "Logging integrations. Default: tensorboard when installed (logs in <output_dir>/runs), else none."})
     logging_nan_inf_filter: bool = field(default=False, metadata={
         "help": "Skip non-finite step losses in the logged mean. Off here: the Trainer's check reads the loss on the "
                 "host after every step (a host-device sync per step on GPU)."})
@@ -182,6 +227,9 @@ class CLTrainingArguments(TrainingArguments):
         "help": "Precision of every evaluation of the run (STS-B dev during training, the final scores): fp32 "
                 "(default: autocast and TF32 off, as the papers evaluated, whatever bf16/tf32 training uses) or bf16 "
                 "autocast. Recorded in all_results.json and the model card.", "choices": ["fp32", "bf16"]})
+    check_senteval_sizes: bool | None = field(default=None, metadata={
+        "help": "Require SentEval's line counts in every STS file evaluation reads (false: your own STS-format "
+                "files). Default: true unless SENTEVAL_CHECK_SIZES=0."})
     eval_transfer: bool = field(
         default=False, metadata={"help": "Also evaluate SentEval transfer dev accuracies (fasttest) at each eval."})
     evaluate_at_start: bool = field(
@@ -191,6 +239,12 @@ class CLTrainingArguments(TrainingArguments):
                                         "<output_dir>/export)."})
 
     def __post_init__(self) -> None:
+        refuse_single_process_launch()
+        self.derive_evaluation_dependent_settings()
+        if self.report_to is None:
+            from transformers.integrations import is_tensorboard_available
+
+            self.report_to = "tensorboard" if is_tensorboard_available() else "none"
         gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         if self.bf16 is None:
             self.bf16 = gpu_bf16 and not self.fp16
@@ -204,12 +258,22 @@ class CLTrainingArguments(TrainingArguments):
         refuse_data_parallel(self)
         refuse_silent_single_process(self)
 
+    def derive_evaluation_dependent_settings(self) -> None:
+        """``save_strategy`` and ``load_best_model_at_end`` left unset follow ``eval_strategy``: with evaluation,
+        save the best and reload it; without, save every ``save_steps`` (the last kept) and export the final model.
+        Set explicitly, they are kept (and a contradiction is the Trainer's error, shown as a one-line message)."""
+        evaluating = str(getattr(self.eval_strategy, "value", self.eval_strategy)) != "no"
+        if self.save_strategy is None:
+            self.save_strategy = "best" if evaluating else "steps"
+        if self.load_best_model_at_end is None:
+            self.load_best_model_at_end = evaluating
+
 
 def refuse_data_parallel(args: TrainingArguments) -> None:
     """Several GPUs without a distributed launch make the Trainer use DataParallel, which never gathers negatives
     across replicas (each sees 1/N of the batch) and breaks the objective. Refuse it with the fix."""
     if args.parallel_mode == ParallelMode.NOT_DISTRIBUTED and args.n_gpu > 1:
-        raise SystemExit(
+        raise UsageError(
             f"{torch.cuda.device_count()} GPUs are visible but this is not a distributed launch, so the Trainer "
             "would use DataParallel, which does not gather in-batch negatives across GPUs. Launch one process "
             f"per GPU instead:\n  accelerate launch --num_processes {args.n_gpu} {Path(sys.argv[0]).name} ...\n"
@@ -225,7 +289,7 @@ def launched_world_size() -> int:
 def refuse_silent_single_process(args: TrainingArguments) -> None:
     """N launched processes that each train alone on the full data would silently run N independent jobs."""
     if launched_world_size() > 1 and args.parallel_mode != ParallelMode.DISTRIBUTED:
-        raise SystemExit(f"launched with WORLD_SIZE={launched_world_size()} but the Trainer did not set up "
+        raise UsageError(f"launched with WORLD_SIZE={launched_world_size()} but the Trainer did not set up "
                          f"distributed training (parallel mode {args.parallel_mode}); check the launcher's "
                          "environment (MASTER_ADDR/PORT, backend) or launch a single process")
 
@@ -242,7 +306,7 @@ def config_file_to_argv(path: str) -> list[str]:
     text = Path(path).read_text(encoding="utf-8")
     values = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     if not isinstance(values, dict):
-        raise SystemExit(f"{path}: expected a mapping of argument names to values, got {type(values).__name__}")
+        raise UsageError(f"{path}: expected a mapping of argument names to values, got {type(values).__name__}")
     argv: list[str] = []
     for key, value in values.items():
         items = value if isinstance(value, list) else [value]
@@ -250,7 +314,8 @@ def config_file_to_argv(path: str) -> list[str]:
     return argv
 
 
-def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None = None) -> tuple[Any, ...]:
+def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None = None,
+               description: str | None = None) -> tuple[Any, ...]:
     """Parse ``[config.yaml|config.json] [--flag value ...]`` into the given dataclasses.
 
     A leading config file supplies values like HfArgumentParser's ``parse_yaml_file``/``parse_json_file``; flags
@@ -259,5 +324,31 @@ def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None = None)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0].endswith(CONFIG_SUFFIXES) and not argv[0].startswith("-"):
         argv = config_file_to_argv(argv[0]) + argv[1:]
-    parser = HfArgumentParser(dataclass_types)
-    return parser.parse_args_into_dataclasses(args=argv)
+    parser = build_parser(dataclass_types, description)
+    with reraise_as(UsageError, ValueError):  # the Trainer's checks of flag combinations
+        *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if unknown:
+        raise UsageError(unknown_arguments_message(parser, unknown))
+    return tuple(parsed)
+
+
+def unknown_arguments_message(parser: HfArgumentParser, unknown: list[str]) -> str:
+    """``unknown argument(s): --lerning_rate 3 (did you mean --learning_rate?) ...``"""
+    import difflib
+
+    options = [option for action in parser._actions for option in action.option_strings]
+    guesses = [match for token in unknown if token.startswith("--")
+               for match in difflib.get_close_matches(token.split("=", 1)[0], options, n=1)]
+    hint = f" (did you mean {', '.join(dict.fromkeys(guesses))}?)" if guesses else ""
+    return f"unknown argument(s): {' '.join(unknown)}{hint}; --help lists the flags, --help_all all of them"
+
+
+def build_parser(dataclass_types: tuple[type, ...], description: str | None = None) -> HfArgumentParser:
+    """The parser of the training scripts: one help group per dataclass, inherited Trainer flags behind --help_all.
+    ``description``: the script's docstring (its first paragraph is shown)."""
+    parser = HfArgumentParser(dataclass_types, description=(description or "").split("\n\n")[0] or None,
+                              usage=USAGE, formatter_class=CompactHelpFormatter)
+    hide_inherited_trainer_flags(parser, dataclass_types)
+    move_to_front(parser, "method")
+    move_group_first(parser, "learning_rate")  # the recipe first, then model, data and the method's flags
+    return parser

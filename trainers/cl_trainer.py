@@ -5,15 +5,24 @@ per-step method work (ESimCSE's momentum update) runs through :class:`OptimizerS
 ``on_optimizer_step``. Training logs carry the model's metrics (averaged over steps and processes) and
 ``sentences_per_second``. Best-checkpoint selection is the Trainer's own (``metric_for_best_model="stsb_spearman"``,
 ``load_best_model_at_end``), fed by the metrics :meth:`CLTrainer.evaluate` returns.
+
+Divergence (NaN/inf) is caught without a host-device sync in the step: :meth:`CLTrainer.compute_loss` records the
+first step with a non-finite loss in a device tensor (:class:`trainers.divergence.DivergenceMonitor`), which is read
+where the Trainer synchronises anyway (every log, every evaluation) and before anything is written (every
+checkpoint, together with a check of the weights). Training then stops with :class:`trainers.errors.TrainingDiverged`
+before a non-finite checkpoint or export exists.
 """
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any, ClassVar
 
 import torch
 from transformers import Trainer, TrainerCallback
+
+from .divergence import DivergenceMonitor
 
 logger = logging.getLogger(__name__)
 
@@ -60,13 +69,28 @@ class CLTrainer(Trainer):
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
         self._throughput_mark: tuple[float, int] | None = None
+        self.divergence = DivergenceMonitor()
+        self.evaluation_seconds = 0.0  # spent in evaluate() inside train(): not training throughput
         self.add_callback(OptimizerStepHook())
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpochHook(self.data_collator))
+        self._pin_tensorboard_dir()
+
+    def _pin_tensorboard_dir(self) -> None:
+        """Give the TensorBoard callback its folder now: the Trainer sets it at ``on_train_begin``, but our
+        'before' evaluation logs earlier, and a writer opened then would write every curve to ./runs."""
+        from transformers.integrations import TensorBoardCallback
+        from transformers.integrations.integration_utils import default_logdir
+
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+                callback.logging_dir = os.path.join(self.args.output_dir, default_logdir())
 
     # ---------------------------------------------------------------- training-time metrics
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs)
+        if model.training:
+            self.divergence.record(outputs.loss, step=self.state.global_step + 1)  # on the device: no sync
         if outputs.metrics and model.training:
             for name, value in outputs.metrics.items():  # accumulated on device: no sync in the step
                 self._metric_sums[name] = self._metric_sums.get(name, 0) + value.detach().float()
@@ -74,6 +98,7 @@ class CLTrainer(Trainer):
         return (outputs.loss, outputs) if return_outputs else outputs.loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self.check_finite()  # the Trainer has just synchronised (to read the loss or the evaluation's scores)
         if "loss" in logs:
             self._log_throughput(logs)
         if "loss" in logs and self._metric_count:
@@ -100,6 +125,16 @@ class CLTrainer(Trainer):
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
         return super().training_step(model, inputs, num_items_in_batch)
 
+    # ---------------------------------------------------------------- divergence
+    def check_finite(self, weights: bool = False, before: str | None = None) -> None:
+        """Raise :class:`trainers.errors.TrainingDiverged` if a step's loss was NaN/inf (or, with ``weights``, a
+        parameter is): every process calls it at the same points, so all stop together."""
+        self.divergence.check(self, weights=weights, before=before)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        self.check_finite(weights=True, before=f"writing checkpoint-{self.state.global_step}")
+        super()._save_checkpoint(model, trial)
+
     # ---------------------------------------------------------------- evaluation
     def sentence_encoder(self):
         """A :class:`eval.encoder.SentenceEncoder` over the model's test-time embedding (``model.embed``), at the
@@ -117,12 +152,15 @@ class CLTrainer(Trainer):
         the best checkpoint without a broadcast."""
         from eval.sts import evaluate_sts_dev
 
+        self.check_finite(before=f"the evaluation at step {self.state.global_step}" if self.is_in_train else None)
         model, was_training = self.model, self.model.training
         model.eval()
         started = time.perf_counter()
         try:
             encoder = self.sentence_encoder()
-            metrics = evaluate_sts_dev(encoder, self.senteval_dir)
+            show_progress = not self.args.disable_tqdm and self.is_world_process_zero()
+            metrics = evaluate_sts_dev(encoder, self.senteval_dir, show_progress=show_progress,
+                                       check_sizes=getattr(self.args, "check_senteval_sizes", None))
             if getattr(self.args, "eval_transfer", False):
                 from eval.transfer import evaluate_transfer_dev
 
@@ -131,6 +169,8 @@ class CLTrainer(Trainer):
             model.train(was_training)
         metrics = {f"{metric_key_prefix}_{name}": round(float(value), 4) for name, value in metrics.items()}
         metrics[f"{metric_key_prefix}_runtime"] = round(time.perf_counter() - started, 2)
+        if self.is_in_train:
+            self.evaluation_seconds += time.perf_counter() - started
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         self._throughput_mark = None  # evaluation time is not training throughput

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .arguments import CONFIG_SUFFIXES, CLTrainingArguments, SharedObjectiveArguments, config_file_to_argv
+from .errors import UsageError
 
 TASK_PROFILES: dict[str, dict[str, str]] = {
     # Table 12 (STS, BERT-base) = the dataclass defaults; listed so the profile is explicit in run_arguments.json
@@ -39,6 +40,8 @@ DIFFCSE_FIDELITY: dict[str, dict[str, Any]] = {
 class DiffCSEArguments(SharedObjectiveArguments):
     """DiffCSE's method flags, plus the objective parts every method has (SimCSE++'s on top of DiffCSE is the
     SimCSE++ paper's Table 4). ``None`` = the default named in the help (or the ``--fidelity`` preset's value)."""
+
+    _argument_group_name = "DiffCSE (the flags of its paper; default None = the paper's value)"
 
     task_profile: str = field(default="sts", metadata={
         "help": "sts (Table 12: lr 7e-6, lambda 0.005, mask 0.30) | transfer (Table 13: lr 2e-6, lambda 0.05, "
@@ -102,7 +105,7 @@ def resolve_projector(projector: str | None, batchnorm: bool | None) -> str:
     if projector is None:
         return "mlp" if batchnorm is False else "batchnorm"
     if batchnorm is not None and (projector == "batchnorm") != batchnorm:
-        raise SystemExit(f"--projector {projector} contradicts --batchnorm {batchnorm}; give one of them")
+        raise UsageError(f"--projector {projector} contradicts --batchnorm {batchnorm}; give one of them")
     return projector
 
 
@@ -110,9 +113,11 @@ def resolve_projector(projector: str | None, batchnorm: bool | None) -> str:
 class DiffCSETrainingArguments(CLTrainingArguments):
     """SimCSE's trainer defaults with DiffCSE's lr (7e-6), 2 epochs and its own output folder."""
 
-    output_dir: str | None = field(default="outputs/diffcse")
-    learning_rate: float = field(default=7e-6)
-    num_train_epochs: float = field(default=2.0)
+    output_dir: str | None = field(default="outputs/diffcse", metadata={
+        "help": CLTrainingArguments.__dataclass_fields__["output_dir"].metadata["help"]})
+    learning_rate: float = field(default=7e-6, metadata={"help": "Peak learning rate (linear decay); "
+                                                                 "--task_profile sets it."})
+    num_train_epochs: float = field(default=2.0, metadata={"help": "Passes over the corpus (--max_steps wins)."})
 
 
 def expand_argv(argv: list[str] | None) -> list[str]:
@@ -127,7 +132,7 @@ def expand_argv(argv: list[str] | None) -> list[str]:
         elif token.startswith("--task_profile="):
             profile = token.split("=", 1)[1]
     if profile not in TASK_PROFILES:
-        raise SystemExit(f"--task_profile {profile!r}; choose one of {', '.join(TASK_PROFILES)}")
+        raise UsageError(f"--task_profile {profile!r}; choose one of {', '.join(TASK_PROFILES)}")
     defaults = [item for key, value in TASK_PROFILES[profile].items() for item in (f"--{key}", value)]
     return defaults + argv
 

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,16 +18,15 @@ import datasets
 import transformers
 from transformers import AutoTokenizer
 
+from data.corpus import CorpusStats
 from models.base import ContrastiveModel
 from models.export import export_model
 
 from .cl_trainer import CLTrainer
+from .errors import UsageError
+from .summary import RunSummary, format_summary
 
 logger = logging.getLogger("cse_repro")
-
-SENTEVAL_HELP = ("Get it with `bash data/download_senteval.sh` (needs internet) and point "
-                 "`--senteval_dir`/`SENTEVAL_DIR` at its `downstream/` folder, or pass `--eval_strategy no` to train "
-                 "without model selection.")
 
 
 def setup_logging(training_args) -> None:
@@ -37,43 +37,62 @@ def setup_logging(training_args) -> None:
         library.set_verbosity(level)
 
 
-def senteval_available(senteval_dir: str | None) -> bool:
-    return bool(senteval_dir) and (Path(senteval_dir) / "STS" / "STSBenchmark").is_dir()
-
-
-def check_evaluation_data(training_args, senteval_dir: str | None) -> None:
-    """Model selection needs STS-B dev: refuse to train 'with evaluation' when it is absent."""
-    if training_args.eval_strategy != "no" and not senteval_available(senteval_dir):
-        raise SystemExit(f"SentEval data not found at {senteval_dir!r} (needed for STS-B dev evaluation). "
-                         + SENTEVAL_HELP)
-
-
 def load_tokenizer(model_args):
     return AutoTokenizer.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
 
 
-def load_train_dataset(model: ContrastiveModel, data_args) -> datasets.Dataset:
+def load_train_dataset(model: ContrastiveModel, data_args, stats: CorpusStats | None = None) -> datasets.Dataset:
     """The corpus the model's views read: one sentence a line, or the supervised CSV."""
-    from data.corpus import load_sup_corpus, load_unsup_corpus
+    from data.corpus import CorpusError, load_sup_corpus, load_unsup_corpus
 
     loader = load_unsup_corpus if set(model.view_columns) == {"text"} else load_sup_corpus
-    dataset = loader(data_args.train_file)
+    dataset = loader(data_args.train_file, stats=stats)
     missing = set(model.view_columns) - set(dataset.column_names)
     if missing:
-        raise SystemExit(f"{data_args.train_file}: method {model.config.method!r} needs columns "
-                         f"{sorted(set(model.view_columns))}, the file has {dataset.column_names}")
+        raise CorpusError(f"{data_args.train_file}: method {model.config.method!r} needs columns "
+                          f"{sorted(set(model.view_columns))}, the file has {dataset.column_names}")
     if data_args.max_train_samples is not None:
         dataset = dataset.select(range(min(data_args.max_train_samples, len(dataset))))
     logger.info("training corpus: %d rows from %s", len(dataset), data_args.train_file)
     return dataset
 
 
+def check_contrast_batch(model: ContrastiveModel, training_args) -> None:
+    """Refuse a contrast batch of one sentence without other negatives: its loss and gradient are exactly 0."""
+    processes = training_args.world_size if model.config.gather_negatives else 1
+    batch = training_args.per_device_train_batch_size * processes
+    other_negatives = len(model.view_columns) > 2 or getattr(model, "queue", None) is not None
+    if batch < 2 and not other_negatives:
+        raise UsageError(
+            f"--per_device_train_batch_size {training_args.per_device_train_batch_size} on {processes} process(es) "
+            f"contrasts each sentence with no other sentence (no in-batch negatives), so the loss and its gradient "
+            f"are 0 and nothing is learned. The minimum is 2 sentences per contrast batch (per-device batch x "
+            f"processes); the papers use 64.")
+
+
+def method_warnings(model: ContrastiveModel) -> list[str]:
+    """Settings that quietly turn a method into one of its ablations: logged loudly and repeated in the summary."""
+    config = model.config
+    warnings = []
+    if config.method == "esimcse" and config.momentum_contrast and config.queue_size == 0:
+        warnings.append("--queue_size 0 turns ESimCSE's momentum contrast off (no queue, so no momentum encoder "
+                        "either): this run is the 'repetition only' ablation (ESimCSE Table 4), not ESimCSE. Say so "
+                        "with --momentum_contrast false, or use the paper's --queue_size 160.")
+    return warnings
+
+
 def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_args,
                      run_arguments: dict[str, Any], train_dataset: datasets.Dataset | None = None) -> dict[str, float]:
-    """Train (or resume), reload the best checkpoint, evaluate it on STS dev, export it. Returns final metrics.
-    ``train_dataset``: a corpus the script built itself (DiffCSE's ordered next-sentence pairs); default: the file."""
+    """Train (or resume), reload the best checkpoint, evaluate it on STS dev, export it, print a summary. Returns
+    the final metrics. ``train_dataset``: a corpus the script built itself (DiffCSE's ordered next-sentence pairs);
+    default: the file."""
+    check_contrast_batch(model, training_args)
+    warnings = method_warnings(model)
+    for warning in warnings:
+        logger.warning(warning)
+    corpus = CorpusStats()
     if train_dataset is None:
-        train_dataset = load_train_dataset(model, data_args)
+        train_dataset = load_train_dataset(model, data_args, corpus)
     trainer = CLTrainer(
         model=model,
         args=training_args,
@@ -90,17 +109,37 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if training_args.eval_strategy != "no":
         metrics.update(trainer.evaluate())
         metrics["eval_dtype"] = training_args.eval_dtype  # the precision of every score above
+    trainer.check_finite(weights=True, before="the export")  # the model about to be exported (best or final)
     if trainer.is_world_process_zero():
         if trainer.state.best_model_checkpoint:
             metrics["best_model_checkpoint"] = trainer.state.best_model_checkpoint
             metrics["best_stsb_spearman"] = trainer.state.best_metric
         trainer.save_metrics("all", metrics)
         export_dir = training_args.export_dir or os.path.join(training_args.output_dir, "export")
-        scores = {k: v for k, v in metrics.items() if k.startswith("eval_")}
-        export_model(trainer.model, tokenizer, export_dir, scores=scores, training=run_arguments)
+        exported = export_model(trainer.model, tokenizer, export_dir, scores=metrics, training=run_arguments)
         (Path(training_args.output_dir) / "run_arguments.json").write_text(
             json.dumps(run_arguments, indent=2, default=str))
+        print(format_summary(RunSummary(
+            method=model.config.method, metrics=metrics, output_dir=training_args.output_dir, export=exported,
+            corpus=corpus, train_rows=len(train_dataset), steps=trainer.state.global_step,
+            evaluation_seconds=trainer.evaluation_seconds,
+            wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
+            tensorboard_dir=tensorboard_dir(training_args), warnings=warnings)), flush=True)
     return metrics
+
+
+def tensorboard_dir(training_args) -> str | None:
+    """Where the Trainer's TensorBoard callback writes (``None`` when TensorBoard is not among ``report_to``)."""
+    if "tensorboard" not in (training_args.report_to or []):
+        return None
+    return os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(training_args.output_dir, "runs")
+
+
+def process_wall_time() -> float:
+    """Seconds since this process started (imports and model loading included)."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
 
 
 def describe_arguments(*argument_objects: Any) -> dict[str, Any]:

@@ -1,0 +1,228 @@
+"""Bad input through the real entry points: one message (what, where, what to do), the documented exit status, no
+traceback, and nothing written or lost (docs/errors.md lists every case)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import run_diffcse
+import run_unsup
+from tests.cli import in_process, subprocess_run
+from tests.tiny import FAST_TRAINING_ARGS, tiny_corpus
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    return tiny_corpus(tmp_path / "corpus.txt")
+
+
+def base_args(backbone: Path, corpus: Path, out: Path) -> list[str]:
+    return ["--model_name_or_path", str(backbone), "--train_file", str(corpus), "--output_dir", str(out),
+            "--max_steps", "2", *FAST_TRAINING_ARGS]
+
+
+# ------------------------------------------------------------------------------------------ the process itself
+def test_a_user_error_is_one_line_without_traceback_unless_debugging(tmp_path):
+    plain = subprocess_run("run_unsup.py", ["--temp", "1e-12"], cwd=tmp_path)
+    assert plain.code == 2, plain.err
+    assert plain.err.strip().splitlines() == [
+        "run_unsup.py: error: --temp 1e-12 is outside the valid range [0.001, 10]: the logits are cos/temp, and this "
+        "temperature makes them overflow (the run trains to NaN). The papers use 0.05."]
+    debug = subprocess_run("run_unsup.py", ["--temp", "1e-12"], cwd=tmp_path, env={"CSE_DEBUG": "1"})
+    assert debug.code != 0 and "Traceback" in debug.err and "UsageError" in debug.err
+
+
+def test_no_arguments_say_what_is_missing_and_point_at_the_quickstart(tmp_path, sts_fixture_dir):
+    result = subprocess_run("run_unsup.py", [], cwd=tmp_path, env={"SENTEVAL_DIR": str(sts_fixture_dir)})
+    assert result.code == 1
+    assert "Traceback" not in result.err
+    assert "--train_file data/wiki1m_for_simcse.txt: no such file" in result.err
+    assert "--model_name_or_path bert-base-uncased: no such local folder, and not in the Hugging Face cache" in result.err
+    assert "bash scripts/quickstart.sh" in result.err
+    assert not (tmp_path / "outputs").exists()
+
+
+# ------------------------------------------------------------------------------------------ parse time (exit 2)
+@pytest.mark.parametrize("argv, message", [
+    (["--temp", "1e-12"], "--temp 1e-12 is outside the valid range [0.001, 10]"),
+    (["--temp", "50"], "--temp 50 is outside the valid range [0.001, 10]"),
+    (["--lerning_rate", "1e-5"], "unknown argument(s): --lerning_rate 1e-5 (did you mean --learning_rate?)"),
+    (["--eval_strategy", "no", "--save_strategy", "steps", "--load_best_model_at_end", "true"],
+     "--load_best_model_at_end requires the save and eval strategy to match"),
+])
+def test_invalid_flags_are_refused_at_parse_time(argv, message, capsys, tmp_path):
+    result = in_process(run_unsup.main, argv + ["--output_dir", str(tmp_path / "out")], capsys)
+    assert result.code == 2
+    assert result.err.startswith("run_unsup.py: error: ") and message in result.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_invalid_method_settings_and_config_files_are_usage_errors(backbone, corpus, tmp_path, capsys):
+    args = base_args(backbone, corpus, tmp_path / "out") + ["--eval_strategy", "no"]
+    pooler = in_process(run_unsup.main, args + ["--pooler_type", "nope"], capsys)
+    assert pooler.code == 2 and "run_unsup.py: error: pooler_type='nope'; choose one of cls," in pooler.err
+    config = tmp_path / "run.yaml"
+    config.write_text("- a list\n")
+    listed = in_process(run_unsup.main, [str(config)], capsys)
+    assert listed.code == 2 and f"{config}: expected a mapping of argument names to values, got list" in listed.err
+    profile = in_process(run_diffcse.main, ["--task_profile", "nope"], capsys, prog="run_diffcse.py")
+    assert profile.code == 2 and "--task_profile 'nope'; choose one of sts, transfer" in profile.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_strategy_no_alone_trains_and_exports(backbone, corpus, tmp_path, capsys):
+    """The hint 'pass --eval_strategy no' is enough: save_strategy and load_best_model_at_end follow it."""
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(backbone, corpus, out) + [
+        "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "1"], capsys)
+    assert result.code == 0, result.err
+    assert (out / "checkpoint-2").is_dir() and (out / "export" / "hf" / "model.safetensors").is_file()
+    assert "no STS-B dev evaluation (--eval_strategy no): the export is the final model" in result.out
+
+
+def test_a_contrast_batch_of_one_is_refused_with_the_minimum(backbone, corpus, tmp_path, capsys):
+    result = in_process(run_unsup.main, base_args(backbone, corpus, tmp_path / "out") + [
+        "--eval_strategy", "no", "--per_device_train_batch_size", "1"], capsys)
+    assert result.code == 2
+    assert "--per_device_train_batch_size 1 on 1 process(es)" in result.err and "minimum is 2" in result.err
+    assert not (tmp_path / "out" / "export").exists()
+
+
+# ------------------------------------------------------------------------------------------ missing inputs (exit 1)
+def truncated_checkpoint(folder: Path, *, state: bool = True) -> Path:
+    """A checkpoint folder whose model.safetensors lost its end (an interrupted save), with or without its state."""
+    folder.mkdir(parents=True)
+    save_file({"weight": torch.zeros(1000)}, folder / "model.safetensors")
+    (folder / "full_size").write_text(str((folder / "model.safetensors").stat().st_size))
+    with (folder / "model.safetensors").open("r+b") as handle:
+        handle.truncate(1000)
+    if state:
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    return folder
+
+
+@pytest.mark.parametrize("case", ["missing_model", "not_a_model_folder", "truncated_weights", "no_trainer_state",
+                                  "no_checkpoint_folder"])
+def test_missing_or_broken_inputs_name_what_and_where(case, backbone, corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = base_args(backbone, corpus, out) + ["--eval_strategy", "no"]
+    if case == "missing_model":
+        args += ["--model_name_or_path", str(tmp_path / "nope")]
+        expected = f"--model_name_or_path {tmp_path / 'nope'}: no such folder (and not a Hub model name)"
+    elif case == "not_a_model_folder":
+        (tmp_path / "empty").mkdir()
+        args += ["--model_name_or_path", str(tmp_path / "empty")]
+        expected = "the folder has no config.json, so it is not a saved model"
+    elif case == "truncated_weights":
+        checkpoint = truncated_checkpoint(tmp_path / "old" / "checkpoint-3")
+        args += ["--resume_from_checkpoint", str(checkpoint)]
+        expected = (f"{checkpoint / 'model.safetensors'} is truncated "
+                    f"(1000 bytes of {(checkpoint / 'full_size').read_text()})")
+    elif case == "no_trainer_state":
+        checkpoint = truncated_checkpoint(tmp_path / "old" / "checkpoint-3", state=False)
+        args += ["--resume_from_checkpoint", str(checkpoint)]
+        expected = "no trainer_state.json in it, so it is not a complete Trainer checkpoint"
+    else:
+        args += ["--resume_from_checkpoint", str(tmp_path / "old" / "checkpoint-7")]
+        expected = f"--resume_from_checkpoint {tmp_path / 'old' / 'checkpoint-7'}: no such folder"
+    result = in_process(run_unsup.main, args, capsys)
+    assert result.code == 1
+    assert result.err.startswith("run_unsup.py: error: ") and expected in result.err, result.err
+    assert not out.exists()
+
+
+def test_a_missing_generator_is_named(backbone, corpus, tmp_path, capsys):
+    result = in_process(run_diffcse.main, base_args(backbone, corpus, tmp_path / "out") + [
+        "--eval_strategy", "no", "--generator_name", str(tmp_path / "generator")], capsys, prog="run_diffcse.py")
+    assert result.code == 1
+    assert f"run_diffcse.py: error: --generator_name {tmp_path / 'generator'}: no such folder" in result.err
+
+
+# ------------------------------------------------------------------------------------------ output folders
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_folder_holding_a_run_is_refused_until_resumed_or_overwritten(backbone, corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    common = base_args(backbone, corpus, out) + ["--eval_strategy", "no", "--save_strategy", "steps",
+                                                 "--save_steps", "2"]
+    assert in_process(run_unsup.main, common, capsys).code == 0
+    exported = out / "export" / "hf" / "model.safetensors"
+    before = {p.relative_to(out): digest(p) for p in out.rglob("*") if p.is_file()}
+
+    again = in_process(run_unsup.main, common + ["--seed", "7"], capsys)
+    assert again.code == 1
+    assert f"--output_dir {out} holds a finished run (checkpoint-2, all_results.json" in again.err
+    assert "pass --overwrite_output_dir to delete that run first" in again.err
+    assert {p.relative_to(out): digest(p) for p in out.rglob("*") if p.is_file()} == before  # nothing lost
+
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(out / "checkpoint-2", unfinished / "checkpoint-2")
+    refused = in_process(run_unsup.main, common + ["--output_dir", str(unfinished)], capsys)
+    assert refused.code == 1
+    assert f"Resume it with --resume_from_checkpoint {unfinished / 'checkpoint-2'}" in refused.err
+
+    replaced = in_process(run_unsup.main, common + ["--seed", "7", "--overwrite_output_dir"], capsys)
+    assert replaced.code == 0, replaced.err
+    assert digest(exported) != before[exported.relative_to(out)]  # a new run (another seed) replaced the old one
+
+
+# ------------------------------------------------------------------------------------------ SentEval data
+def senteval_copy(senteval_dir: Path, root: Path) -> Path:
+    """STS-B and SICK of the real data, copied (tests never touch the shared folder)."""
+    (root / "STS").mkdir(parents=True)
+    shutil.copytree(senteval_dir / "STS" / "STSBenchmark", root / "STS" / "STSBenchmark")
+    shutil.copytree(senteval_dir / "SICK", root / "SICK")
+    return root
+
+
+def test_real_senteval_files_have_the_tabled_line_counts(senteval_dir, monkeypatch):
+    from eval.senteval_sizes import SENTEVAL_LINE_COUNTS
+    from eval.sts import STS_TASKS, load_sts
+
+    monkeypatch.delenv("SENTEVAL_CHECK_SIZES", raising=False)
+    for task in STS_TASKS:  # every file, checked against the table (raises on a mismatch)
+        for split in (("train", "dev", "test") if task in ("STSBenchmark", "SICKRelatedness") else ("test",)):
+            assert len(load_sts(task, senteval_dir, split)) > 0
+    assert len(SENTEVAL_LINE_COUNTS) == 24 + 6
+
+
+def test_a_truncated_dev_file_is_refused_before_training_and_by_eval(senteval_dir, backbone, corpus, tmp_path,
+                                                                       capsys, monkeypatch):
+    import eval.cli
+
+    monkeypatch.delenv("SENTEVAL_CHECK_SIZES", raising=False)
+    root = senteval_copy(senteval_dir, tmp_path / "senteval")
+    dev = root / "STS" / "STSBenchmark" / "sts-dev.csv"
+    dev.write_text("".join(dev.read_text(encoding="utf-8").splitlines(keepends=True)[:857]), encoding="utf-8")
+    message = f"{dev} has 857 lines but SentEval's file has 1500: it is truncated or not SentEval's file"
+
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(backbone, corpus, out) + ["--senteval_dir", str(root)], capsys)
+    assert result.code == 1 and message in result.err
+    assert "Checked before training" in result.err and not out.exists()
+
+    evaluation = ["--model_name_or_path", str(backbone), "--pooler", "avg", "--mode", "dev", "--senteval_dir",
+                  str(root)]
+    refused = in_process(eval.cli.main, evaluation, capsys, prog="python -m eval")
+    assert refused.code == 1 and message in refused.err
+    own_files = in_process(eval.cli.main, evaluation + ["--no_check_senteval_sizes"], capsys, prog="python -m eval")
+    assert own_files.code == 0 and "STSB" in own_files.out  # a user's own STS-format files still evaluate
+
+
+def test_a_missing_sick_folder_is_refused_before_the_first_step(sts_fixture_dir, backbone, corpus, tmp_path,
+                                                                 capsys):
+    shutil.rmtree(sts_fixture_dir / "SICK")
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(backbone, corpus, out) + ["--senteval_dir", str(sts_fixture_dir)],
+                        capsys)
+    assert result.code == 1
+    assert f"SentEval file not found: {sts_fixture_dir / 'SICK' / 'SICK_trial.txt'}" in result.err
+    assert not out.exists()  # refused before any training step (nothing trained, nothing lost)

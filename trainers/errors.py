@@ -1,0 +1,83 @@
+"""User errors of the training scripts: one message (what, where, what to do), no traceback, a non-zero exit.
+
+``run_unsup.py`` and ``run_diffcse.py`` run their ``main`` through :func:`run_cli`. It turns the errors below (and
+the project's data errors, :class:`data.corpus.CorpusError` and :class:`eval.sts.SentEvalDataError`) into
+
+    run_unsup.py: error: <message>
+
+on stderr and the error's exit status (docs/errors.md lists every message). Anything else is a bug and keeps its
+traceback; ``CSE_DEBUG=1`` shows the traceback of user errors too.
+
+Exit statuses: 1 = a file, folder, model or dataset is missing or unusable; 2 = the command line asks for
+something invalid (argparse's own status for its errors); 3 = training diverged (a non-finite loss or weights).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+DEBUG_ENV = "CSE_DEBUG"
+
+
+class UserError(Exception):
+    """Something the user gave cannot work; ``str(error)`` says what, where and what to do."""
+
+    exit_code = 1
+
+
+class UsageError(UserError):
+    """Invalid flag values or combinations (argparse's exit status 2)."""
+
+    exit_code = 2
+
+
+class TrainingDiverged(UserError):
+    """The loss or the weights became NaN/inf; nothing after the last finite state was written."""
+
+    exit_code = 3
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """The exception types that are the user's to fix (imported lazily: they live beside their loaders)."""
+    from data.corpus import CorpusError
+    from eval.sts import SentEvalDataError
+
+    return UserError, CorpusError, SentEvalDataError
+
+
+def exit_code_of(error: BaseException) -> int:
+    return getattr(error, "exit_code", 1)
+
+
+def run_cli(main: Callable[[], Any], prog: str | None = None) -> None:
+    """Run a script's ``main()``; a user error prints ``prog: error: message`` and exits with its status."""
+    prog = prog or Path(sys.argv[0]).name
+    try:
+        main()
+    except user_error_types() as error:
+        if debug_enabled():
+            raise
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        raise SystemExit(exit_code_of(error)) from None
+
+
+@contextmanager
+def reraise_as(error_type: type[UserError], *exception_types: type[BaseException],
+               prefix: str = "") -> Iterator[None]:
+    """Turn ``exception_types`` raised in the block into ``error_type`` with the same message (and ``prefix``)."""
+    try:
+        yield
+    except exception_types as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        raise error_type(f"{prefix}{message}") from exc
+
+
+__all__ = ["DEBUG_ENV", "TrainingDiverged", "UsageError", "UserError", "debug_enabled", "reraise_as", "run_cli",
+           "user_error_types"]

@@ -1,0 +1,75 @@
+"""Catch a multi-process launch that started a single process.
+
+``accelerate launch --cpu --num_processes 2 run_unsup.py ...`` (and ``--num_processes 2`` without ``--cpu`` on a
+machine without GPUs) goes through accelerate's *simple* launcher, which starts several CPU processes only through
+MPI (``--mpirun_hostfile``). Otherwise it starts ONE process and merely sets ``MASTER_ADDR``/``MASTER_PORT``: the
+run trains alone with 1/N of the global batch and exits 0. :func:`refuse_single_process_launch` detects that
+environment (accelerate's variables and a master address, but no ``WORLD_SIZE`` and no MPI rank variables) and
+refuses with the torchrun command that does start N processes (gloo on CPU; tests/test_launchers.py runs both).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from .errors import UsageError
+
+MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_RANK")
+
+
+def launcher_num_processes() -> int | None:
+    """``--num_processes N`` of the parent ``accelerate launch`` command line, when it can be read."""
+    try:
+        import psutil
+
+        command = psutil.Process(os.getppid()).cmdline()
+    except Exception:  # noqa: BLE001 - no psutil, no permission, no parent: the count is only for the message
+        return None
+    for index, token in enumerate(command):
+        value = None
+        if token == "--num_processes" and index + 1 < len(command):
+            value = command[index + 1]
+        elif token.startswith("--num_processes="):
+            value = token.split("=", 1)[1]
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
+
+
+def single_process_accelerate_launch(environ: dict[str, str] | None = None) -> bool:
+    """Whether this process was started by accelerate's simple launcher asked for several processes, without MPI."""
+    env = os.environ if environ is None else environ
+    started_by_accelerate = "ACCELERATE_DYNAMO_BACKEND" in env or "ACCELERATE_USE_CPU" in env
+    return (started_by_accelerate and "MASTER_ADDR" in env and "WORLD_SIZE" not in env
+            and not any(name in env for name in MPI_SIZE_VARIABLES))
+
+
+def torchrun_command(processes: int | str, argv: list[str] | None = None) -> str:
+    """``torchrun --nproc_per_node N <script> <the same arguments>``."""
+    argv = list(sys.argv if argv is None else argv)
+    script = argv[0] if argv else "run_unsup.py"
+    try:
+        script = str(Path(script).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        pass
+    return shlex.join(["torchrun", "--nproc_per_node", str(processes), script, *argv[1:]])
+
+
+def refuse_single_process_launch() -> None:
+    """Refuse an ``accelerate launch --num_processes N`` (N > 1) that started one process, with a working command."""
+    if not single_process_accelerate_launch():
+        return
+    processes = launcher_num_processes()
+    if processes is not None and processes < 2:
+        return
+    n = processes if processes is not None else "N"
+    raise UsageError(
+        f"`accelerate launch --num_processes {n}` started ONE process: on the CPU, accelerate starts several only "
+        f"through MPI (--mpirun_hostfile), so this run would train alone on 1/{n} of the global batch. Start the "
+        f"{n} processes with torchrun instead (gloo on CPU, NCCL on GPUs):\n  {torchrun_command(n)}")
+
+
+__all__ = ["launcher_num_processes", "refuse_single_process_launch", "single_process_accelerate_launch",
+           "torchrun_command"]

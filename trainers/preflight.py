@@ -1,0 +1,251 @@
+"""Checks that run before a training script loads or writes anything, so that a doomed run fails in a second
+with one message instead of after minutes of loading (or, worse, after training steps it then loses).
+
+- :func:`check_output_dir`: a folder holding a previous run is refused unless the run is resumed or
+  ``--overwrite_output_dir`` replaces it (which then deletes the old run's checkpoints, results and export first).
+- :func:`check_resume_checkpoint`: ``--resume_from_checkpoint`` names a complete, untruncated Trainer checkpoint.
+- :func:`missing_inputs`: the corpus exists and every model named on the command line is a local model folder or
+  a Hub name that can be reached (in the cache, or the Hub is not switched offline).
+- :func:`check_evaluation_data`: the dev sets evaluation reads (STS-B dev and SICK-R dev) load, with SentEval's
+  line counts, before the first training step.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from models.card import is_hub_name
+
+from .errors import UserError
+
+logger = logging.getLogger("cse_repro")
+
+QUICKSTART = ("New here? `bash scripts/quickstart.sh` trains SimCSE offline on a CPU in minutes (README.md, "
+              "'Two commands').")
+SENTEVAL_HELP = ("Get it with `bash data/download_senteval.sh` (needs internet) and point "
+                 "`--senteval_dir`/`SENTEVAL_DIR` at its `downstream/` folder, or pass `--eval_strategy no` to train "
+                 "without model selection.")
+
+#: Files a finished (or started) run leaves in its output folder, besides its checkpoint-N folders and export.
+RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "run_arguments.json")
+
+
+# ------------------------------------------------------------------------------------------------ output folder
+def previous_run(output_dir: str | Path, export_dir: str | Path | None) -> list[Path]:
+    """What a previous run left in ``output_dir``: checkpoint folders, result files, a non-empty export folder."""
+    out = Path(output_dir)
+    found: list[Path] = []
+    if out.is_dir():
+        found += sorted((p for p in out.glob("checkpoint-*") if p.is_dir()), key=checkpoint_step)
+        found += [out / name for name in RUN_FILES if (out / name).is_file()]
+    export = Path(export_dir) if export_dir else out / "export"
+    if export.is_dir() and any(export.iterdir()):
+        found.append(export)
+    return found
+
+
+def checkpoint_step(path: Path) -> int:
+    suffix = path.name.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else -1
+
+
+def check_output_dir(training_args: Any) -> None:
+    """Refuse to start in a folder holding a previous run, unless this run resumes it or replaces it.
+
+    Every process decides from the same files before the main process deletes anything (two barriers), so all
+    of them take the same branch."""
+    from accelerate import PartialState
+
+    out = Path(training_args.output_dir)
+    found = previous_run(out, training_args.export_dir)
+    resume = training_args.resume_from_checkpoint
+    resuming_here = bool(resume) and Path(resume).resolve().parent == out.resolve()
+    overwrite = bool(found) and not resuming_here and training_args.overwrite_output_dir
+    if found and not resuming_here and not overwrite:
+        raise UserError(output_dir_message(out, found, resume))
+    PartialState().wait_for_everyone()
+    if overwrite and training_args.process_index == 0:
+        for path in found:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        logger.warning("--overwrite_output_dir: deleted the previous run's %s in %s",
+                       ", ".join(p.name for p in found), out)
+    PartialState().wait_for_everyone()
+
+
+def output_dir_message(out: Path, found: list[Path], resume: str | None) -> str:
+    """Why the folder is refused and the ways on: resume (an unfinished run), another folder, or overwrite."""
+    names = ", ".join(p.name for p in found[:6]) + (", ..." if len(found) > 6 else "")
+    checkpoints = [p for p in found if p.name.startswith("checkpoint-")]
+    finished = any(p.name == "all_results.json" or (p.is_dir() and p not in checkpoints) for p in found)
+    if resume:
+        return (f"--output_dir {out} holds another run ({names}) and --resume_from_checkpoint {resume} is not one "
+                f"of its checkpoints: resuming there would mix two runs and overwrite its export. Resume into the "
+                f"checkpoint's own folder, choose another --output_dir, or pass --overwrite_output_dir to delete "
+                f"that run first.")
+    if finished:
+        return (f"--output_dir {out} holds a finished run ({names}): starting a new one there would delete its "
+                f"checkpoints and overwrite its export. Choose another --output_dir, or pass --overwrite_output_dir "
+                f"to delete that run first.")
+    resume_it = f"Resume it with --resume_from_checkpoint {checkpoints[-1]}, choose" if checkpoints else "Choose"
+    return (f"--output_dir {out} holds an unfinished run ({names}): starting a new one there would delete its "
+            f"checkpoints. {resume_it} another --output_dir, or pass --overwrite_output_dir to delete that run first.")
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+def check_resume_checkpoint(path: str | None) -> None:
+    """``--resume_from_checkpoint``: an existing folder with a readable ``trainer_state.json`` and complete weights
+    (a ``model.safetensors`` as long as its header says, optimizer/scheduler archives that are whole zip files)."""
+    if not path:
+        return
+    folder = Path(path)
+    flag = f"--resume_from_checkpoint {path}"
+    if not folder.is_dir():
+        raise UserError(f"{flag}: no such folder.{complete_checkpoints_hint(folder)}")
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        raise UserError(f"{flag}: no trainer_state.json in it, so it is not a complete Trainer checkpoint (its save "
+                        f"was interrupted, or it is an export).{complete_checkpoints_hint(folder)}")
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"{flag}: {state} is not valid JSON (a truncated save?).{complete_checkpoints_hint(folder)}")
+    problem = weights_problem(folder)
+    if problem:
+        raise UserError(f"{flag}: {problem}.{complete_checkpoints_hint(folder)}")
+
+
+def weights_problem(folder: Path) -> str | None:
+    """Why the checkpoint's weights or optimizer state cannot be loaded (``None`` if they look complete)."""
+    weights = [folder / name for name in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")]
+    if not any(p.is_file() for p in weights):
+        return f"no model weights (model.safetensors) in {folder}"
+    safetensors = folder / "model.safetensors"
+    if safetensors.is_file():
+        problem = safetensors_problem(safetensors)
+        if problem:
+            return problem
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "pytorch_model.bin"):
+        archive = folder / name
+        if archive.is_file() and not zipfile.is_zipfile(archive):
+            return f"{archive} is truncated or corrupt (not a complete torch archive)"
+    return None
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header and the tensors; the header gives the size."""
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            return f"{path} is truncated ({size} bytes)"
+        (header_len,) = struct.unpack("<Q", prefix)
+        if header_len > size - 8:
+            return f"{path} is truncated ({size} bytes; its header alone needs {header_len + 8})"
+        try:
+            header = json.loads(handle.read(header_len))
+        except ValueError:
+            return f"{path} is corrupt (its header is not valid JSON)"
+    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    expected = 8 + header_len + end
+    if size < expected:
+        return f"{path} is truncated ({size} bytes of {expected})"
+    return None
+
+
+def complete_checkpoints_hint(folder: Path) -> str:
+    """`` Complete checkpoints in PARENT: a, b; resume from one, or start again.`` (or a shorter hint)."""
+    parent = folder.parent
+    complete = sorted((p for p in parent.glob("checkpoint-*") if p != folder and (p / "trainer_state.json").is_file()
+                       and weights_problem(p) is None), key=checkpoint_step) if parent.is_dir() else []
+    if complete:
+        return f" Complete checkpoints in {parent}: {', '.join(p.name for p in complete)}; resume from one of them."
+    return " Resume from a complete checkpoint-N folder, or start again without --resume_from_checkpoint."
+
+
+# ------------------------------------------------------------------------------------------------ corpus, models
+def model_problem(flag: str, name: str, cache_dir: str | None = None) -> str | None:
+    """Why ``name`` (a local folder or a Hub model name) cannot be loaded, if that is known without the network."""
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            return f"{flag} {name}: is a file; pass a model folder (one with config.json) or a Hub model name"
+        if not (path / "config.json").is_file():
+            return (f"{flag} {name}: the folder has no config.json, so it is not a saved model; pass a folder "
+                    "written by save_pretrained (e.g. an export's hf/ folder) or a Hub model name")
+        return None
+    if not is_hub_name(name):
+        return (f"{flag} {name}: no such folder (and not a Hub model name); pass an existing model folder or a Hub "
+                "name such as bert-base-uncased")
+    if in_hub_cache(name, cache_dir):
+        return None
+    from huggingface_hub.constants import is_offline_mode
+
+    if is_offline_mode():
+        return (f"{flag} {name}: no such local folder, and not in the Hugging Face cache while the Hub is "
+                "offline (HF_HUB_OFFLINE=1); download it once with internet, or pass a local model folder")
+    return None
+
+
+def in_hub_cache(name: str, cache_dir: str | None) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir), str)
+
+
+def missing_inputs(train_file: str | None, corpus_hint: str, models: Mapping[str, str | None],
+                   cache_dir: str | None = None) -> None:
+    """Raise one :class:`UserError` listing every input that is missing: the corpus, models that cannot load."""
+    problems: list[str] = []
+    if train_file is not None and not Path(train_file).exists():
+        problems.append(f"--train_file {train_file}: no such file; {corpus_hint}")
+    problems += [p for flag, name in models.items() if name for p in [model_problem(flag, name, cache_dir)] if p]
+    if not problems:
+        return
+    notes = [f"{flag} {name} is not in the local Hugging Face cache: it would be downloaded (needs internet)"
+             for flag, name in models.items() if name and not Path(name).expanduser().exists() and is_hub_name(name)
+             and not in_hub_cache(name, cache_dir) and not any(p.startswith(f"{flag} ") for p in problems)]
+    items = problems + notes
+    quickstart = "" if train_file and Path(train_file).exists() else f"\n{QUICKSTART}"
+    if len(items) == 1:
+        raise UserError(items[0] + quickstart)
+    raise UserError("this run cannot start:\n" + "\n".join(f"  - {item}" for item in items) + quickstart)
+
+
+# ------------------------------------------------------------------------------------------------ evaluation data
+def check_evaluation_data(training_args: Any, senteval_dir: str | None) -> None:
+    """Model selection reads STS-B dev and SICK-R dev: load both now (existence, format, SentEval's line counts),
+    so a missing or truncated file fails before the first training step instead of at the first evaluation."""
+    if str(getattr(training_args.eval_strategy, "value", training_args.eval_strategy)) == "no":
+        return
+    from eval.sts import DEV_TASKS, SentEvalDataError, load_sts
+
+    if not senteval_dir or not Path(senteval_dir).is_dir():
+        raise UserError(f"SentEval data not found at {senteval_dir!r} (needed for STS-B dev evaluation). "
+                        + SENTEVAL_HELP)
+    check = getattr(training_args, "check_senteval_sizes", None)
+    for task in DEV_TASKS:
+        try:
+            load_sts(task, senteval_dir, "dev", check_sizes=check)
+        except SentEvalDataError as error:
+            raise UserError(f"{error}. (Checked before training because model selection reads STS-B dev and "
+                            "SICK-R dev; --eval_strategy no trains without them.)") from error
+
+
+def preflight(training_args: Any, data_args: Any, models: Mapping[str, str | None], *, corpus_hint: str,
+              cache_dir: str | None = None) -> None:
+    """Every check of this module, cheapest and most basic first; nothing is loaded or written before they pass
+    (except what ``--overwrite_output_dir`` asks to delete)."""
+    check_resume_checkpoint(training_args.resume_from_checkpoint)
+    missing_inputs(data_args.train_file, corpus_hint, models, cache_dir)
+    check_evaluation_data(training_args, data_args.senteval_dir)
+    check_output_dir(training_args)
+
+
+__all__ = ["QUICKSTART", "SENTEVAL_HELP", "check_evaluation_data", "check_output_dir", "check_resume_checkpoint",
+           "missing_inputs", "model_problem", "preflight", "previous_run"]

@@ -1,0 +1,96 @@
+"""The end-of-run summary a training script prints at any log level: the numbers a user looks for first.
+
+STS-B (and SICK-R) dev before and after training, the best checkpoint, where the export went, how much of the
+corpus was used (and how many lines were skipped), wall time and throughput, and the warnings worth repeating.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from data.corpus import CorpusStats
+
+
+@dataclass
+class RunSummary:
+    """What :func:`format_summary` reports; ``metrics`` are ``train_and_export``'s (``before_*``, ``eval_*``,
+    ``train_*``, ``best_*``)."""
+
+    method: str
+    metrics: Mapping[str, Any]
+    output_dir: str
+    export: Mapping[str, Any] | None = None
+    corpus: CorpusStats | None = None
+    train_rows: int | None = None
+    steps: int | None = None
+    evaluation_seconds: float = 0.0  # of train_runtime, spent evaluating
+    wall_seconds: float = 0.0
+    selected_best: bool = True
+    tensorboard_dir: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def duration(seconds: float) -> str:
+    """``42.0 s`` / ``6 min 43 s`` / ``2 h 05 min``."""
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _score_line(name: str, key: str, metrics: Mapping[str, Any], after_label: str) -> str | None:
+    before, after = metrics.get(f"before_{key}"), metrics.get(f"eval_{key}")
+    if before is None and after is None:
+        return None
+    parts = [f"before {before:.2f}" if before is not None else None,
+             f"after {after:.2f} ({after_label})" if after is not None else None]
+    return f"{name} dev Spearman x100: " + " -> ".join(p for p in parts if p)
+
+
+def throughput(metrics: Mapping[str, Any], evaluation_seconds: float) -> str:
+    """``, 123.4 sentences/s`` over the training steps alone (the Trainer's own rate counts evaluation time too)."""
+    runtime, rate = metrics.get("train_runtime"), metrics.get("train_samples_per_second")
+    if runtime is None or rate is None:
+        return ""
+    training = runtime - evaluation_seconds
+    return f", {rate * runtime / training:,.1f} sentences/s" if training > 0 else ""
+
+
+def format_summary(summary: RunSummary) -> str:
+    """A short block of lines (no logging prefix), ready to print."""
+    m = summary.metrics
+    after = "best checkpoint" if summary.selected_best and m.get("best_model_checkpoint") else "final model"
+    lines = [f"=== {summary.method}: run summary ==="]
+    lines += [line for line in (_score_line("STS-B", "stsb_spearman", m, after),
+                                _score_line("SICK-R", "sickr_spearman", m, after)) if line]
+    if m.get("best_model_checkpoint"):
+        lines.append(f"best checkpoint: {m['best_model_checkpoint']} (STS-B dev {m.get('best_stsb_spearman', 0):.2f})")
+    elif "eval_stsb_spearman" not in m:
+        lines.append("no STS-B dev evaluation (--eval_strategy no): the export is the final model")
+    if summary.corpus is not None and summary.corpus.file:
+        c = summary.corpus
+        used = f"{summary.train_rows:,} used of " if summary.train_rows is not None and summary.train_rows != (
+            c.rows - c.skipped) else ""
+        lines.append(f"corpus: {used}{c.rows - c.skipped:,} rows of {c.file} (skipped {c.skipped:,} {c.skipped_what})")
+    elif summary.train_rows is not None:
+        lines.append(f"corpus: {summary.train_rows:,} training rows")
+    steps, runtime = summary.steps, m.get("train_runtime")
+    if runtime is not None:
+        lines.append(f"training: {duration(runtime)}" + (f" for {steps} steps" if steps else "")
+                     + (f" ({duration(summary.evaluation_seconds)} of it evaluating)" if summary.evaluation_seconds
+                        else "") + throughput(m, summary.evaluation_seconds))
+    if summary.export:
+        hf, st = summary.export.get("hf"), summary.export.get("sentence-transformers")
+        lines.append(f"export: {hf} (AutoModel)" + (f" and {st} (SentenceTransformer)" if st else ""))
+    if summary.tensorboard_dir:
+        lines.append(f"training curves: tensorboard --logdir {summary.tensorboard_dir}")
+    lines.append(f"wall time: {duration(summary.wall_seconds)}; everything else in {summary.output_dir}")
+    lines += [f"warning: {w}" for w in summary.warnings]
+    return "\n".join(lines)
+
+
+__all__ = ["RunSummary", "duration", "format_summary", "throughput"]
