@@ -130,6 +130,29 @@ def test_collator_repeats_tokens_of_the_sentence(backbone):
     assert extender.last_inserted[0]  # U{0..max(2, 0.5*12)}: almost surely something is repeated for this batch
 
 
+def test_positives_at_the_length_limit_are_longer_and_never_cut(backbone):
+    """As the released recipe builds it: the anchor is truncated to max_seq_length, the positive is that anchor plus
+    its repetitions and is never cut again, so sentences at the limit still get a longer positive; the batch is
+    padded to its longest row. ``truncate_positive`` restores the cut (an ablation)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
+    words = "cat dog man woman car bank river tree city music film game book water food song".split()
+    rows = [{"text": " ".join(words[i:] + words[:i])} for i in range(16)]  # 16 different 16-word sentences
+    model = ESimCSEModel.from_encoder(str(backbone), dup_rate=0.5)
+    collator = model.build_collator(tokenizer, 12)
+    batch = collator(rows)
+    anchor_lengths = batch["attention_mask"][:, 0].sum(-1)
+    positive_lengths = batch["attention_mask"][:, 1].sum(-1)
+    assert (anchor_lengths == 12).all()  # every anchor is truncated to max_seq_length
+    assert (positive_lengths > 12).any() and batch["input_ids"].shape[-1] == int(positive_lengths.max())
+    extender = collator.view_augmenters[1]
+    for row in range(len(rows)):
+        anchor = batch["input_ids"][row, 0][:12].tolist()
+        positive = batch["input_ids"][row, 1][: int(positive_lengths[row])].tolist()
+        assert [t for p, t in enumerate(positive) if p not in extender.last_inserted[row]] == anchor
+    cut = ESimCSEModel.from_encoder(str(backbone), dup_rate=0.5, truncate_positive=True).build_collator(tokenizer, 12)
+    assert cut(rows)["input_ids"].shape[-1] == 12
+
+
 def test_ablation_switches(backbone, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(str(backbone))
     rows = [{"text": "the cat sits on the table with a dog"}, {"text": "a man plays the guitar in the park"}]
