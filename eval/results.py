@@ -1,7 +1,9 @@
-"""``python -m eval.results``: the papers' numbers beside ours, as Markdown (``docs/results.md``).
+"""``python -m eval.results``: the papers' numbers beside ours, as Markdown (``docs/results.md``), and figures of the
+stand-in runs (``docs/img/standin_*.png``).
 
-    python -m eval.results                        # writes docs/results.md
+    python -m eval.results                        # writes docs/results.md and the stand-in figures
     python -m eval.results --stdout --tables esimcse_table3
+    python -m eval.results --standin_dir ../main/outputs/standin     # stand-in runs of another checkout
 
 Inputs:
 
@@ -21,6 +23,11 @@ Each table renders the paper's line and ours per row; ours shows the difference 
   n=1 and no interval.
 - ``top_k_mean_std`` / ``max``: as S-SimCSE Table 1 reports its seeds: the mean +- standard deviation of the top 3
   of 7 seeds' averages (:func:`top_k_mean_std`), and the maximum.
+
+Figures (:func:`render_standin_figures`), from the stand-in runs of ``--standin_dir`` (``scripts/standin.sh``'s
+``outputs/standin/<method>[_seed<S>]/`` and ``<run>_test.json``; gitignored, so only where they were run): per
+method, the training curves of every seed (:func:`eval.plots.plot_training_curves`), and the 7-task STS test
+average of every seed per method with the mean and its 95% interval (:func:`eval.plots.plot_seed_spread`).
 """
 from __future__ import annotations
 
@@ -38,6 +45,11 @@ from eval.stats import SeedStats, seed_statistics
 PAPER_NUMBERS = Path("results/paper_numbers.json")
 RESULTS_DIR = Path("results")
 OUTPUT = Path("docs/results.md")
+STANDIN_DIR = Path("outputs/standin")
+IMG_DIR = Path("docs/img")
+METHOD_NAMES = {"simcse": "SimCSE", "esimcse": "ESimCSE", "simcse_pp": "SimCSE++", "s_simcse": "S-SimCSE",
+                "diffcse": "DiffCSE"}
+"""Stand-in run name -> the method's name, in the order the figures show them."""
 NOT_RUN = "—"
 NOT_REPORTED = "n/a"
 STANDIN_PAGE = "standin_results.md"
@@ -246,6 +258,41 @@ def render_document(paper_numbers: Mapping[str, Any], results_dir: Path, tables:
     return "\n\n".join(["\n".join(header), *sections]) + "\n"
 
 
+# ----------------------------------------------------------------------------------------------- figures
+
+
+def _method_order(methods: Sequence[str]) -> list[str]:
+    known = [method for method in METHOD_NAMES if method in methods]
+    return known + sorted(set(methods) - set(known))
+
+
+def render_standin_figures(standin_dir: Path, img_dir: Path) -> list[Path]:
+    """``<img_dir>/standin_curves_<method>.png`` per method with a training history (every seed's curves) and
+    ``<img_dir>/standin_seed_spread.png`` (every seed's 7-task STS test average per method). Returns the files."""
+    from eval.curves import curves_from_history, find_standin_runs, history_note
+    from eval.plots import plot_seed_spread, plot_training_curves
+
+    runs, written = find_standin_runs(standin_dir), []
+    for method in _method_order(list(runs.histories)):
+        seeds = runs.histories[method]
+        curves = {f"seed {seed}": curves_from_history(history.log_history, history.best_step)
+                  for seed, history in sorted(seeds.items())}
+        partial = [f"seed {seed}: {history_note(history, standin_dir)}" for seed, history in sorted(seeds.items())
+                   if not history.complete]
+        title = (f"{METHOD_NAMES.get(method, method)} stand-in ({standin_dir.name}/{method}*): {len(seeds)} "
+                 f"seed{'s' if len(seeds) > 1 else ''}" + "".join(f"\n{note}" for note in partial))
+        written.append(plot_training_curves(curves, img_dir / f"standin_curves_{method}.png", title))
+    averages = {METHOD_NAMES.get(method, method): {seed: float(result["avg"]) for seed, result in
+                                                     sorted(runs.tests[method].items()) if "avg" in result}
+                for method in _method_order(list(runs.tests))}
+    averages = {method: by_seed for method, by_seed in averages.items() if by_seed}
+    if averages:
+        written.append(plot_seed_spread(averages, img_dir / "standin_seed_spread.png",
+                                        "7-task STS test avg. (Spearman x 100)",
+                                        title=f"stand-in runs ({standin_dir.name}): STS test average per seed"))
+    return written
+
+
 # ----------------------------------------------------------------------------------------------- CLI
 
 
@@ -257,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tables", nargs="+", default=None, help="only these tables (default: all)")
     parser.add_argument("--stdout", action="store_true", help="print instead of writing --output")
     parser.add_argument("--check", action="store_true", help="exit 1 if --output differs from a fresh rendering")
+    parser.add_argument("--standin_dir", type=Path, default=STANDIN_DIR,
+                        help="the stand-in runs (scripts/standin.sh) to draw (default: %(default)s)")
+    parser.add_argument("--img_dir", type=Path, default=IMG_DIR, help="where the figures go (default: %(default)s)")
+    parser.add_argument("--no_figures", action="store_true", help="write --output only")
     return parser
 
 
@@ -273,6 +324,14 @@ def main(argv: Sequence[str] | None = None) -> str:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(document, encoding="utf-8")
         print(f"wrote {args.output}")
+        if args.no_figures:
+            pass
+        elif args.standin_dir.is_dir():
+            for path in render_standin_figures(args.standin_dir, args.img_dir):
+                print(f"wrote {path}")
+        else:
+            print(f"no stand-in runs at {args.standin_dir} (bash scripts/standin.sh METHOD SEED writes them; "
+                  "--standin_dir points elsewhere): figures not drawn")
     return document
 
 

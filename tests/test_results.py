@@ -185,8 +185,10 @@ def test_both_result_layouts_at_once_are_refused(fixture_dirs: tuple[Path, Path]
 def test_cli_writes_and_checks(fixture_dirs: tuple[Path, Path], tmp_path: Path) -> None:
     numbers, results = fixture_dirs
     out = tmp_path / "docs" / "results.md"
-    args = ["--paper_numbers", str(numbers), "--results_dir", str(results), "--output", str(out)]
+    args = ["--paper_numbers", str(numbers), "--results_dir", str(results), "--output", str(out),
+            "--standin_dir", str(tmp_path / "no_standin_runs"), "--img_dir", str(tmp_path / "img")]
     main(args)
+    assert not (tmp_path / "img").exists()  # no stand-in runs: no figures
     assert "Method-done" in out.read_text()
     main([*args, "--check"])
     write_json(results / "paper_a_table1" / "todo.json", {"STSBenchmark": 81.0})

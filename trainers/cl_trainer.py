@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import torch
 from transformers import Trainer, TrainerCallback
 
+from .curves import TrainingCurvesCallback
+
 logger = logging.getLogger(__name__)
 
 
@@ -49,6 +51,7 @@ class CLTrainer(Trainer):
         self._metric_count = 0
         self._throughput_mark: tuple[float, int] | None = None
         self.add_callback(OptimizerStepHook())
+        self.add_callback(TrainingCurvesCallback())  # <output_dir>/training_curves.png at the end of training
 
     # ---------------------------------------------------------------- training-time metrics
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
