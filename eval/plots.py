@@ -164,26 +164,28 @@ def plot_training_curves(runs: Mapping[str, Curves], path: PathLike, title: str)
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
     fig = Figure(figsize=(4.3 * columns, 2.9 * rows + 0.5))
-    colours = {label: f"C{i % 10}" for i, label in enumerate(runs)}
+    colours = [f"C{i % 10}" for i in range(len(runs))]
     for index, panel in enumerate(panels):
         ax = fig.add_subplot(rows, columns, index + 1)
         values: list[float] = []
-        for label, curves in runs.items():
+        for (label, curves), colour in zip(runs.items(), colours):
             series = (curves.loss if panel == "loss" else curves.dev if panel == "dev" else curves.terms.get(panel, []))
             if not series:
                 continue
             steps, ys = zip(*series)
             values += ys
-            ax.plot(steps, ys, color=colours[label], lw=1.2, marker="o" if panel == "dev" else None, markersize=3,
-                    label=label)
-            if panel == "dev" and steps[0] == 0:  # STS-B dev of the model before training
-                ax.plot([0], [ys[0]], marker="o", markersize=6, markerfacecolor="white", color=colours[label],
-                        linestyle="none")
-            if panel == "dev" and curves.best is not None:
-                ax.plot(*curves.best, marker="*", markersize=13, color=colours[label], markeredgecolor="black",
-                        linestyle="none")
-                ax.annotate(f"best {curves.best[1]:.2f} @ {curves.best[0]}", curves.best, textcoords="offset points",
-                            xytext=(-4, -13), ha="right", fontsize=7)
+            if panel != "dev":
+                ax.plot(steps, ys, color=colour, lw=1.2, label=label)
+                continue
+            best = "" if curves.best is None else f"best {curves.best[1]:.2f} @ {curves.best[0]}"
+            ax.plot(steps, ys, color=colour, lw=1.2, marker="o", markersize=3,
+                    label=f"{label}: {best}" if best else label)
+            if steps[0] == 0:  # STS-B dev of the model before training
+                ax.plot([0], [ys[0]], marker="o", markersize=6, markerfacecolor="white", color=colour, linestyle="none")
+            if curves.best is not None:
+                ax.plot(*curves.best, marker="*", markersize=13, color=colour, markeredgecolor="black", linestyle="none")
+                if len(runs) == 1:  # several runs: the legend says it
+                    ax.annotate(best, curves.best, textcoords="offset points", xytext=(-4, -13), ha="right", fontsize=7)
         if panel == "loss":
             ax.set_title("training loss" + (f" (= {', '.join(same)})" if same else ""), fontsize=9)
         elif panel == "dev":
@@ -197,8 +199,8 @@ def plot_training_curves(runs: Mapping[str, Curves], path: PathLike, title: str)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        if len(runs) > 1 and index == 0:
-            ax.legend(fontsize=7)
+        if len(runs) > 1 and panel == "dev":
+            ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
@@ -239,6 +241,6 @@ def plot_seed_spread(groups: Mapping[str, Mapping[int, float]], path: PathLike, 
     low, high = ax.get_ylim()
     ax.set_ylim(low - 0.35 * (high - low), high)  # room for the n / mean / CI labels under the dots
     ax.set_ylabel(ylabel)
-    ax.set_title(title + "  (dots: seeds; square and bar: mean and 95% t-interval)", fontsize=9)
+    ax.set_title(title + "\ndots: seeds; square and bar: mean and 95% t-interval", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
