@@ -283,7 +283,8 @@ def render_standin_figures(standin_dir: Path, img_dir: Path) -> list[Path]:
                  f"seed{'s' if len(seeds) > 1 else ''}" + "".join(f"\n{note}" for note in partial))
         written.append(plot_training_curves(curves, img_dir / f"standin_curves_{method}.png", title))
     averages = {METHOD_NAMES.get(method, method): {seed: float(result["avg"]) for seed, result in
-                                                     sorted(runs.tests[method].items()) if "avg" in result}
+                                                     sorted(runs.tests[method].items())
+                                                     if isinstance(result.get("avg"), (int, float))}
                 for method in _method_order(list(runs.tests))}
     averages = {method: by_seed for method, by_seed in averages.items() if by_seed}
     if averages:
