@@ -9,7 +9,8 @@ Sec. 3 / Appendix A). ``before_stsb_spearman`` is the untrained model's STS-B de
 Where a run's history is: ``<run>/trainer_state.json`` (written at the end of training by
 :class:`trainers.curves.TrainingCurvesCallback`), else the newest ``<run>/checkpoint-*/trainer_state.json`` (runs from
 before that callback: with ``--save_strategy best`` it ends at the best checkpoint, so it can stop short of the
-last step; :attr:`RunHistory.complete` says so). Reading needs no plotting library; :mod:`eval.plots` draws.
+last step; :attr:`RunHistory.complete` says so, and the untrained model's STS-B dev is then taken from
+``<run>/all_results.json``). Reading needs no plotting library; :mod:`eval.plots` draws.
 """
 from __future__ import annotations
 
@@ -118,8 +119,14 @@ def load_run_history(run_dir: str | Path) -> RunHistory | None:
     for path in candidates:
         if path.is_file():
             state = json.loads(path.read_text(encoding="utf-8"))
-            return RunHistory(list(state.get("log_history", [])), path, int(state.get("global_step", 0)),
-                              int(state.get("max_steps", 0) or 0), state.get("best_global_step"))
+            history = list(state.get("log_history", []))
+            final = run_dir / "all_results.json"  # trainers/pipeline.py's metrics, "before_*" included
+            if final.is_file() and not any(BEFORE_KEY in entry for entry in history):
+                before = {key: value for key, value in json.loads(final.read_text(encoding="utf-8")).items()
+                          if key.startswith(BEFORE_PREFIX)}
+                history = ([{**before, "step": 0}] if BEFORE_KEY in before else []) + history
+            return RunHistory(history, path, int(state.get("global_step", 0)), int(state.get("max_steps", 0) or 0),
+                              state.get("best_global_step"))
     return None
 
 

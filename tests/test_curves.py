@@ -184,6 +184,17 @@ def test_run_history_prefers_the_full_history(tmp_path: Path) -> None:
     assert load_run_history(tmp_path / "nothing") is None
 
 
+def test_an_old_runs_before_score_comes_from_all_results(tmp_path: Path) -> None:
+    """Runs from before the callback lost the untrained model's STS-B dev from their history (a fresh TrainerState
+    in train()); trainers/pipeline.py's all_results.json kept it."""
+    run = tmp_path / "esimcse"
+    write_state(run / "checkpoint-4" / "trainer_state.json", HISTORY[1:], 4)
+    (run / "all_results.json").write_text(json.dumps({"before_stsb_spearman": 79.73, "eval_stsb_spearman": 85.6}))
+    history = load_run_history(run)
+    assert history.log_history[0] == {"before_stsb_spearman": 79.73, "step": 0}
+    assert curves_from_history(history.log_history).dev == [(0, 79.73), (2, 75.0), (4, 75.0)]
+
+
 @pytest.mark.parametrize(("name", "expected"), [("simcse", ("simcse", 42)), ("simcse_seed43", ("simcse", 43)),
                                                 ("simcse_pp", ("simcse_pp", 42)), ("s_simcse_seed7", ("s_simcse", 7))])
 def test_parse_run_name(name: str, expected: tuple[str, int]) -> None:
