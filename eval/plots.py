@@ -237,7 +237,7 @@ def plot_seed_spread(groups: Mapping[str, Mapping[int, float]], path: PathLike, 
         ax.annotate(text, (x, 0), xycoords=("data", "axes fraction"), xytext=(0, 4), textcoords="offset points",
                     ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(groups)), list(groups), fontsize=8)
-    ax.set_xlim(-0.6, len(groups) - 0.3)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
     low, high = ax.get_ylim()
     ax.set_ylim(low - 0.35 * (high - low), high)  # room for the n / mean / CI labels under the dots
     ax.set_ylabel(ylabel)

@@ -280,7 +280,8 @@ def render_standin_figures(standin_dir: Path, img_dir: Path) -> list[Path]:
         partial = [f"seed {seed}: {history_note(history, standin_dir)}" for seed, history in sorted(seeds.items())
                    if not history.complete]
         title = (f"{METHOD_NAMES.get(method, method)} stand-in ({standin_dir.name}/{method}*): {len(seeds)} "
-                 f"seed{'s' if len(seeds) > 1 else ''}" + "".join(f"\n{note}" for note in partial))
+                 f"seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, sorted(seeds)))})"
+                 + "".join(f"\n{note}" for note in partial))
         written.append(plot_training_curves(curves, img_dir / f"standin_curves_{method}.png", title))
     averages = {METHOD_NAMES.get(method, method): {seed: float(result["avg"]) for seed, result in
                                                      sorted(runs.tests[method].items())
