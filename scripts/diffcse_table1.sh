@@ -6,7 +6,7 @@
 # own recipe per encoder for the reproduced SimCSE rows (the paper reran SimCSE's code).
 # Fidelity: paper (--fidelity paper: sampled generator replacements at the masked positions only, [MASK] masking,
 # one edited sentence per sentence, RTD loss over real tokens, h as the position-0 input embedding).
-#     bash scripts/diffcse_table1.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/diffcse_table1.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table diffcse_table1 paper "DiffCSE Table 1 (STS test, Spearman x 100)"

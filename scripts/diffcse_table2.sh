@@ -6,7 +6,7 @@
 # batch 64; RoBERTa-base lr 3e-6, batch 128; masking ratio 0.15, lambda 0.05, 2 epochs); SimCSE's own recipe per
 # encoder. Checkpoints are selected on STS-B dev, as the paper says of all its runs (Appendix A).
 # Fidelity: paper (--fidelity paper; see diffcse_table1.sh).
-#     bash scripts/diffcse_table2.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/diffcse_table2.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table diffcse_table2 paper "DiffCSE Table 2 (transfer tasks, test accuracy)"

@@ -4,7 +4,7 @@
 # Recipes: DiffCSE BERT-base STS (Table 12; scripts/common.sh diffcse_recipe), SimCSE BERT-base (64 / 3e-5);
 # "w/o BatchNorm" = SimCSE's Linear+Tanh MLP.
 # Fidelity: paper (--fidelity paper; see diffcse_table1.sh).
-#     bash scripts/diffcse_table5.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/diffcse_table5.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table diffcse_table5 paper "DiffCSE Table 5 (STS-B dev, transfer dev average)"

@@ -6,7 +6,7 @@
 # Recipes: DiffCSE BERT-base STS (Table 12; scripts/common.sh diffcse_recipe) with the row's generator; SimCSE
 # BERT-base (64 / 3e-5).
 # Fidelity: paper (--fidelity paper; see diffcse_table1.sh).
-#     bash scripts/diffcse_table6.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/diffcse_table6.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 declare -A GENERATORS=(

@@ -3,7 +3,7 @@
 # STS-B dev.
 # Recipe: DiffCSE BERT-base STS (Table 12; scripts/common.sh diffcse_recipe) with the row's masking ratio.
 # Fidelity: paper (--fidelity paper; see diffcse_table1.sh).
-#     bash scripts/diffcse_table7.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/diffcse_table7.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table diffcse_table7 paper "DiffCSE Table 7 (STS-B dev, Spearman x 100)"

@@ -3,7 +3,7 @@
 # size (64), BERT-base, STS-B dev.
 # Recipe: ESimCSE BERT-base (scripts/common.sh esimcse_recipe) with the row's queue size.
 # Fidelity: paper (--fidelity paper).
-#     bash scripts/esimcse_table10.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/esimcse_table10.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table esimcse_table10 paper "ESimCSE Table 10 (STS-B dev, Spearman x 100)"

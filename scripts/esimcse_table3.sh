@@ -7,7 +7,7 @@
 # Fidelity: paper (--fidelity paper: the paper's repetition-length rule, a new repetition every epoch, the
 # momentum encoder as an EMA of encoder + MLP). FIDELITY=official_code gives the released code's choices,
 # including its dropout 0.1 for BERT-large.
-#     bash scripts/esimcse_table3.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/esimcse_table3.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table esimcse_table3 paper "ESimCSE Table 3 (STS test, Spearman x 100)"

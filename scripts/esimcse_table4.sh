@@ -5,7 +5,7 @@
 # repetition, so these rows do too (Table 5 compares the two).
 # Recipes: SimCSE BERT-base (64 / 3e-5) and ESimCSE BERT-base (scripts/common.sh).
 # Fidelity: paper (--fidelity paper on every row; SimCSE ignores the ESimCSE switches).
-#     bash scripts/esimcse_table4.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/esimcse_table4.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table esimcse_table4 paper "ESimCSE Table 4 (STS-B dev, Spearman x 100)"

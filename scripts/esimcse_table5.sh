@@ -5,7 +5,7 @@
 # Recipe: ESimCSE BERT-base (scripts/common.sh esimcse_recipe); the masked LM of "masked prediction" is
 # bert-base-uncased (the encoder's own pretrained checkpoint; the paper does not name one; MLM_NAME overrides it).
 # Fidelity: paper (--fidelity paper).
-#     bash scripts/esimcse_table5.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/esimcse_table5.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 MLM_NAME=${MLM_NAME:-bert-base-uncased}
 

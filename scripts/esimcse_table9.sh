@@ -3,7 +3,7 @@
 # STS-B dev.
 # Recipe: ESimCSE BERT-base (scripts/common.sh esimcse_recipe) with the row's dup_rate.
 # Fidelity: paper (--fidelity paper: dup_len ~ U{0 .. max(2, int(dup_rate * N))}).
-#     bash scripts/esimcse_table9.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/esimcse_table9.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table esimcse_table9 paper "ESimCSE Table 9 (STS-B dev, Spearman x 100)"

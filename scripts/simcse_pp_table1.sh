@@ -5,7 +5,7 @@
 # on plain SimCSE, plus --noise_study and its defaults written out (--noise_variance 0.1 --noise_samples 10).
 # Fidelity: official_code (--fidelity official_code): SimCSE++'s tuned hyperparameters (m, lambda, tau_DCL) fit
 # the released code's loss forms, which its own Table 5 needs (REFERENCE.md); inert for these plain-SimCSE rows.
-#     bash scripts/simcse_pp_table1.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/simcse_pp_table1.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table simcse_pp_table1 official_code "SimCSE++ Table 1 (STS test, Spearman x 100)"

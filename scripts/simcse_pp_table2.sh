@@ -6,7 +6,7 @@
 # "additive objective" reads) sets it.
 # Recipe: SimCSE++'s BERT-base training settings (scripts/common.sh simcse_pp_recipe) on plain SimCSE.
 # Fidelity: official_code (--fidelity official_code; see simcse_pp_table1.sh; inert for these rows).
-#     bash scripts/simcse_pp_table2.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/simcse_pp_table2.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 BARLOW_WEIGHT=${BARLOW_WEIGHT:-1}
 

@@ -8,7 +8,7 @@
 # bert-{base,large}-nli-mean-tokens) set them.
 # Fidelity: official_code (--fidelity official_code): the released code's loss forms (m on the positive logit; DCL
 # on BatchNorm statistics / N), which the tuned m, lambda and tau_DCL fit (REFERENCE.md; the paper's Table 5).
-#     bash scripts/simcse_pp_table3.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/simcse_pp_table3.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 SBERT_BASE=${SBERT_BASE:-sentence-transformers/bert-base-nli-mean-tokens}
 SBERT_LARGE=${SBERT_LARGE:-sentence-transformers/bert-large-nli-mean-tokens}

@@ -8,7 +8,7 @@
 # lambda 0.1, tau_DCL 5.
 # Fidelity: official_code (--fidelity official_code: DiffCSE's and SimCSE++'s released-code choices, as the
 # paper's footnote says it used the official DiffCSE code).
-#     bash scripts/simcse_pp_table4.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/simcse_pp_table4.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table simcse_pp_table4 official_code "SimCSE++ Table 4, block 3 (STS test, Spearman x 100)"

@@ -5,7 +5,7 @@
 # trained once (row m_0.9).
 # Recipe: SimCSE++ BERT-base (scripts/common.sh simcse_pp_recipe).
 # Fidelity: official_code (--fidelity official_code; see simcse_pp_table3.sh).
-#     bash scripts/simcse_pp_table5.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/simcse_pp_table5.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 # sweep NAME FLAG DEFAULT VALUES...: one row per value of FLAG, skipping DEFAULT when the m sweep has it already.

@@ -5,7 +5,7 @@
 # Recipe (scripts/common.sh sup_simcse_recipe): batch 512, 3 epochs, lr 5e-5 (base) / 1e-5 (large), max length 32,
 # tau 0.05, best STS-B dev checkpoint (every 125 steps). Data: NLI_FILE (bash data/download_nli.sh).
 # Fidelity: none (SimCSE has no paper-vs-code switches; --fidelity is not passed).
-#     bash scripts/simcse_table_sup.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/simcse_table_sup.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 TRAIN_FILE=$NLI_FILE
 

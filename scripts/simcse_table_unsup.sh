@@ -5,7 +5,7 @@
 # 1 epoch of wiki1m, max length 32, tau 0.05, [CLS] + MLP in training only, best STS-B dev checkpoint (every 125
 # steps).
 # Fidelity: none (SimCSE has no paper-vs-code switches; --fidelity is not passed).
-#     bash scripts/simcse_table_unsup.sh [--dry_run] [--only REGEX] [--force]
+#     bash scripts/simcse_table_unsup.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 
 table simcse_table_unsup - "SimCSE Table 5, unsupervised rows (STS test, Spearman x 100)"

@@ -1,5 +1,5 @@
-"""``python -m eval.results`` on a tiny fixture (two tables, one over seeds), and the repository's own
-``results/paper_numbers.json`` / ``docs/results.md``."""
+"""``python -m eval.results`` on a tiny fixture (two tables, rows over one to four seeds) with statistics worked out
+by hand, and the repository's own ``results/paper_numbers.json`` / ``docs/results.md``."""
 from __future__ import annotations
 
 import json
@@ -7,15 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from eval.results import (NOT_REPORTED, NOT_RUN, Column, load_paper_numbers, main, reduce_runs, render_document,
-                          top_k_mean_std)
+from eval.results import (INSIDE, NOT_REPORTED, NOT_RUN, OUTSIDE, Column, format_interval, format_value,
+                          load_paper_numbers, main, reduce_runs, render_document, top_k_mean_std)
+from eval.stats import seed_statistics, t_quantile
 
 REPO = Path(__file__).resolve().parents[1]
 
 FIXTURE = {
     "column_sets": {
         "sts2": [{"name": "STS-B", "key": "STSBenchmark"}, {"name": "Avg.", "key": "avg"}],
-        "seeds": [{"name": "Avg.", "key": "avg", "reduce": "top_k_mean_std"}, {"name": "Max", "key": "avg", "reduce": "max"}],
+        "seeds": [{"name": "Avg. (all seeds)", "key": "avg"},
+                  {"name": "Avg. (top 3)", "key": "avg", "reduce": "top_k_mean_std"},
+                  {"name": "Max", "key": "avg", "reduce": "max"}],
     },
     "tables": {
         "paper_a_table1": {
@@ -25,12 +28,14 @@ FIXTURE = {
                 "done": {"label": "Method-done", "paper": {"STS-B": 80.0, "Avg.": 76.25}, "source": "Paper A Table 1"},
                 "todo": {"label": "Method-todo", "paper": {"STS-B": 81.0}, "source": "Paper A Table 1"},
                 "alias": {"label": "Same run", "paper": {"STS-B": 79.0}, "source": "Paper A Table 1", "result": "done"},
+                "three": {"label": "Three seeds", "paper": {"STS-B": 80.0, "Avg.": 80.0}, "source": "Paper A Table 1"},
+                "uneven": {"label": "Uneven seeds", "paper": {"STS-B": 90.0}, "source": "Paper A Table 1"},
             },
         },
         "paper_b_table1": {
             "title": "Paper B, seeds", "paper": "Paper B", "table": "Table 1", "columns": "seeds", "fidelity": "none",
             "metric": "avg over seeds", "aggregate": {"kind": "top_k", "k": 3, "key": "avg"},
-            "rows": {"seeded": {"label": "Seeded", "paper": {"Avg.": {"mean": 77.0, "std": 0.3}, "Max": 77.4},
+            "rows": {"seeded": {"label": "Seeded", "paper": {"Avg. (top 3)": {"mean": 77.0, "std": 0.3}, "Max": 77.4},
                                 "source": "Paper B Table 1"}},
         },
     },
@@ -47,17 +52,58 @@ def fixture_dirs(tmp_path: Path) -> tuple[Path, Path]:
     numbers = tmp_path / "paper_numbers.json"
     numbers.write_text(json.dumps(FIXTURE))
     results = tmp_path / "results"
+    # one run in the layout before seeds (<row>.json), three seeds, and two seeds of which one lacks "avg"
     write_json(results / "paper_a_table1" / "done.json", {"STSBenchmark": 79.5, "avg": 76.0, "STS12": 70.0})
+    for seed, stsb, avg in ((42, 79.0, 75.0), (43, 80.0, 76.0), (44, 81.0, 77.5)):
+        write_json(results / "paper_a_table1" / "three" / f"seed{seed}.json", {"STSBenchmark": stsb, "avg": avg})
+    write_json(results / "paper_a_table1" / "uneven" / "seed1.json", {"STSBenchmark": 75.0, "avg": 70.0})
+    write_json(results / "paper_a_table1" / "uneven" / "seed2.json", {"STSBenchmark": 76.5})
     for seed, avg in zip((42, 43, 44, 45), (76.0, 77.0, 75.0, 78.0)):
         write_json(results / "paper_b_table1" / "seeded" / f"seed{seed}.json", {"avg": avg})
     return numbers, results
 
 
-def row_lines(document: str, label: str) -> tuple[str, str]:
-    """The paper line of a row and the 'ours' line after it."""
+def row_lines(document: str, label: str, count: int = 2) -> list[str]:
+    """The paper line of a row and the ``count - 1`` lines after it (ours; the CI line)."""
     lines = document.splitlines()
     index = next(i for i, line in enumerate(lines) if line.startswith(f"| {label} |"))
-    return lines[index], lines[index + 1]
+    return lines[index:index + count]
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+# ----------------------------------------------------------------------------------------------- statistics
+
+
+def test_seed_statistics_by_hand() -> None:
+    """Values, mean, sample std and t quantiles written out (t_{0.975, 2} = 4.3027, t_{0.975, 3} = 3.1824 from
+    a t table), not recomputed with the code under test."""
+    stats = seed_statistics([79.0, 80.0, 81.0])
+    assert (stats.n, stats.mean, stats.std) == (3, pytest.approx(80.0), pytest.approx(1.0))
+    # half width 4.3027 * 1.0 / sqrt(3) = 2.4841
+    assert stats.ci_low == pytest.approx(77.5159, abs=1e-4) and stats.ci_high == pytest.approx(82.4841, abs=1e-4)
+    stats = seed_statistics([76.0, 77.0, 75.0, 78.0])
+    # deviations -0.5 0.5 -1.5 1.5: squares sum to 5, / (n - 1) = 5/3, std = 1.2910; half width 3.1824 * 1.2910 / 2
+    assert stats.std == pytest.approx(1.29099, abs=1e-5)
+    assert (stats.ci_low, stats.ci_high) == (pytest.approx(74.4457, abs=1e-4), pytest.approx(78.5543, abs=1e-4))
+    assert stats.contains(78.5) is True and stats.contains(78.6) is False and stats.contains(None) is None
+
+
+def test_one_seed_has_no_std_and_no_interval() -> None:
+    stats = seed_statistics([76.25])
+    assert (stats.n, stats.mean, stats.std, stats.ci_low, stats.ci_high) == (1, 76.25, None, None, None)
+    assert stats.contains(76.25) is None  # not "inside": there is no interval
+    assert format_value(stats, 76.0) == "76.25 (+0.25)" and format_interval(stats, 76.0) == ""
+    with pytest.raises(ValueError):
+        seed_statistics([])
+
+
+def test_t_quantile_is_students() -> None:
+    assert t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert t_quantile(0.975, 2) == pytest.approx(4.3027, abs=1e-4)
+    assert t_quantile(0.975, 49) == pytest.approx(2.0096, abs=1e-4)
 
 
 def test_top_k_mean_std_takes_the_best_k() -> None:
@@ -70,41 +116,79 @@ def test_top_k_mean_std_takes_the_best_k() -> None:
 def test_reduce_runs() -> None:
     runs = [{"avg": 1.0}, {"avg": 3.0}, {"other": 2.0}]
     assert reduce_runs(Column("Max", "avg", "max"), runs) == 3.0
-    assert reduce_runs(Column("A", "avg"), runs) == 1.0
+    mean = reduce_runs(Column("A", "avg"), runs)  # the default: statistics over the runs that have the field
+    assert (mean.n, mean.mean, mean.std) == (2, 2.0, pytest.approx(2 ** 0.5))
     assert reduce_runs(Column("A", "missing"), runs) is None
+    with pytest.raises(ValueError, match="unknown reduce"):
+        reduce_runs(Column("A", "avg", "median"), runs)
+
+
+# ----------------------------------------------------------------------------------------------- rendering
 
 
 def test_render_marks_run_and_not_run_rows(fixture_dirs: tuple[Path, Path]) -> None:
     numbers, results = fixture_dirs
     document = render_document(load_paper_numbers(numbers), results)
-    paper, ours = row_lines(document, "Method-done")
+    paper, ours, after = row_lines(document, "Method-done", 3)
     assert "80.00" in paper and "76.25" in paper and "Paper A Table 1" in paper
-    assert "| ours |" in ours and "79.50 (-0.50)" in ours and "76.00 (-0.25)" in ours
+    assert "| ours (n=1 seed) |" in ours and "79.50 (-0.50)" in ours and "76.00 (-0.25)" in ours
+    assert "±" not in ours and "CI" not in after  # one run: no std, no interval line
     paper, ours = row_lines(document, "Method-todo")
     assert f"| {NOT_REPORTED} |" in paper  # the paper has no Avg. for this row
     assert "ours (not run)" in ours and ours.count(NOT_RUN) == 2
     _, ours = row_lines(document, "Same run")  # reads the result of row "done"
     assert "79.50 (+0.50)" in ours
-    assert "Rows run: 3 of 4" in document
+    assert "Rows run: 5 of 6" in document
     assert "## Paper A" in document and "## Paper B" in document and "A note." in document
-    assert "standin_results.md" in document and "stand-ins" in document
+    assert "standin_results.md" in document and "stand-ins" in document and "seeds.md" in document
 
 
-def test_render_aggregates_seeds_like_the_paper(fixture_dirs: tuple[Path, Path]) -> None:
+def test_render_three_seeds_mean_std_and_interval(fixture_dirs: tuple[Path, Path]) -> None:
+    """STS-B over seeds 79, 80, 81: 80.00 ± 1.00, CI [77.52, 82.48] holds the paper's 80.00. Avg. over 75, 76,
+    77.5: mean 76.17, std sqrt(((-7/6)^2 + (-1/6)^2 + (4/3)^2) / 2) = 1.26, CI 76.17 -+ 4.3027 * 1.2583 / sqrt(3)
+    = [73.04, 79.29], which misses the paper's 80.00."""
     numbers, results = fixture_dirs
     document = render_document(load_paper_numbers(numbers), results)
-    paper, ours = row_lines(document, "Seeded")
-    assert "77.00 ± 0.30" in paper and "77.40" in paper
-    assert "ours (4 seeds)" in ours
-    assert "77.00 ± 0.82 (+0.00)" in ours  # top 3 of 76, 77, 75, 78
-    assert "78.00 (+0.60)" in ours
+    _, ours, ci = row_lines(document, "Three seeds", 3)
+    assert cells(ours)[1:4] == ["ours (n=3 seeds)", "80.00 ± 1.00 (+0.00)", "76.17 ± 1.26 (-3.83)"]
+    assert cells(ci)[1:4] == ["95% CI", f"[77.52, 82.48] {INSIDE}", f"[73.04, 79.29] {OUTSIDE}"]
+    assert "inside our 95% confidence interval in 1 of 3 cells" in document  # + the uneven row's STS-B
+
+
+def test_render_uneven_seeds(fixture_dirs: tuple[Path, Path]) -> None:
+    """Two seeds of STS-B (75.0, 76.5: mean 75.75, std 1.06, CI 75.75 -+ 12.7062 * 1.0607 / sqrt(2) = [66.22,
+    85.28], without the paper's 90.00) but one of Avg. (70.00, no interval)."""
+    numbers, results = fixture_dirs
+    _, ours, ci = row_lines(render_document(load_paper_numbers(numbers), results), "Uneven seeds", 3)
+    assert cells(ours)[1:4] == ["ours (n=1-2 seeds)", "75.75 ± 1.06 (-14.25)", "70.00"]
+    assert cells(ci)[1:4] == ["95% CI", f"[66.22, 85.28] {OUTSIDE}", ""]
+
+
+def test_render_keeps_the_papers_top_k_reduction(fixture_dirs: tuple[Path, Path]) -> None:
+    """S-SimCSE-style table: the mean of all 4 seeds (76, 77, 75, 78: 76.50 ± 1.29, CI [74.45, 78.55], no paper
+    number so no mark) beside the paper's top-3 mean ± population std and max."""
+    numbers, results = fixture_dirs
+    document = render_document(load_paper_numbers(numbers), results)
+    paper, ours, ci = row_lines(document, "Seeded", 3)
+    assert cells(paper)[2:5] == [NOT_REPORTED, "77.00 ± 0.30", "77.40"]
+    assert cells(ours)[1:5] == ["ours (n=4 seeds)", "76.50 ± 1.29", "77.00 ± 0.82 (+0.00)", "78.00 (+0.60)"]
+    assert cells(ci)[1:5] == ["95% CI", "[74.45, 78.55]", "", ""]
+
+
+def test_both_result_layouts_at_once_are_refused(fixture_dirs: tuple[Path, Path]) -> None:
+    numbers, results = fixture_dirs
+    write_json(results / "paper_a_table1" / "done" / "seed42.json", {"STSBenchmark": 79.5})
+    with pytest.raises(SystemExit, match=r"done.json and .*done/seed\*.json both exist: move done.json"):
+        render_document(load_paper_numbers(numbers), results)
 
 
 def test_cli_writes_and_checks(fixture_dirs: tuple[Path, Path], tmp_path: Path) -> None:
     numbers, results = fixture_dirs
     out = tmp_path / "docs" / "results.md"
-    args = ["--paper_numbers", str(numbers), "--results_dir", str(results), "--output", str(out)]
+    args = ["--paper_numbers", str(numbers), "--results_dir", str(results), "--output", str(out),
+            "--standin_dir", str(tmp_path / "no_standin_runs"), "--img_dir", str(tmp_path / "img")]
     main(args)
+    assert not (tmp_path / "img").exists()  # no stand-in runs: no figures
     assert "Method-done" in out.read_text()
     main([*args, "--check"])
     write_json(results / "paper_a_table1" / "todo.json", {"STSBenchmark": 81.0})

@@ -53,13 +53,17 @@ def table_scripts() -> list[str]:
     return sorted(path.stem for path in SCRIPTS_DIR.glob("*_table*.sh"))
 
 
-def dry_run(script: str, tmp_path: Path, **env: str) -> str:
-    """``bash scripts/<script>.sh --dry_run`` with results going to an empty folder (so no row is skipped)."""
+def dry_run(script: str, tmp_path: Path, *args: str, expect_failure: bool = False, **env: str) -> str:
+    """``bash scripts/<script>.sh --dry_run ARGS`` with results going to an empty folder (so no row is skipped);
+    its stdout, or its stderr when ``expect_failure``."""
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("ONLY", "FORCE", "FIDELITY", "NUM_PROCESSES", "LAUNCH", "SEEDS", "EXTRA_TRAIN_ARGS")}
     environment.update({"RESULTS_DIR": str(tmp_path / "results"), **env})
-    completed = subprocess.run(["bash", str(SCRIPTS_DIR / f"{script}.sh"), "--dry_run"], capture_output=True,
+    completed = subprocess.run(["bash", str(SCRIPTS_DIR / f"{script}.sh"), "--dry_run", *args], capture_output=True,
                                text=True, env=environment, cwd=REPO, timeout=60)
+    if expect_failure:
+        assert completed.returncode != 0, f"{script}.sh --dry_run {' '.join(args)} should have failed"
+        return completed.stderr
     assert completed.returncode == 0, f"{script}.sh --dry_run failed:\n{completed.stderr}"
     return completed.stdout
 
@@ -234,16 +238,69 @@ def test_checkpoints_and_results_never_collide(dry_runs) -> None:
     assert [path for path, n in results.items() if n > 1] == []
 
 
-def test_seeded_table_runs_every_seed(tmp_path: Path) -> None:
-    commands = parse_commands(dry_run("s_simcse_table1", tmp_path, SEEDS="1 2", ONLY="^s_simcse_w_sd_roberta"))
-    assert [c.flag("--seed") for c in commands if c.kind != "eval"] == ["1", "2"]
-    assert [Path(c.flag("--output_json")).name for c in commands if c.kind == "eval"] == ["seed1.json", "seed2.json"]
+def seeds_and_results(commands: list[Command]) -> list[tuple[str, str, str]]:
+    """(training --seed, checkpoint folder, results JSON) per trained seed, relative to the table's folders."""
+    trained = [c for c in commands if c.kind != "eval"]
+    evaluated = [c for c in commands if c.kind == "eval"]
+    return [(t.flag("--seed"), "/".join(Path(t.flag("--output_dir")).parts[-2:]),
+             "/".join(Path(e.flag("--output_json")).parts[-2:])) for t, e in zip(trained, evaluated)]
+
+
+def test_default_is_one_seed_42_in_the_seed_layout(dry_runs) -> None:
+    """Without --seeds/SEEDS every row runs once, seed 42, into <row>/seed42 (S-SimCSE: its paper's 7 seeds)."""
+    for script, commands in dry_runs.items():
+        trained = [c for c in commands if c.kind != "eval"]
+        per_row = Counter(Path(c.flag("--output_dir")).parent.name for c in trained)
+        if script == "s_simcse_table1":
+            assert set(per_row.values()) == {7}
+            assert sorted({c.flag("--seed") for c in trained}) == [str(seed) for seed in range(42, 49)]
+        else:
+            assert {c.flag("--seed") for c in trained} == {"42"}, script
+            assert set(per_row.values()) == {1}, script
+        for seed, out, result in seeds_and_results(commands):
+            assert out.endswith(f"/seed{seed}") and result.endswith(f"/seed{seed}.json"), (script, out, result)
+
+
+@pytest.mark.parametrize("script", ["s_simcse_table1", "esimcse_table3"])
+def test_seeds_from_the_environment(script: str, tmp_path: Path) -> None:
+    commands = parse_commands(dry_run(script, tmp_path, SEEDS="1 2", ONLY="roberta-base"))
+    rows = sorted({Path(c.flag("--output_dir")).parent.name for c in commands if c.kind != "eval"})
+    expected = []
+    for row in rows:
+        expected += [("1", f"{row}/seed1", f"{row}/seed1.json"), ("2", f"{row}/seed2", f"{row}/seed2.json")]
+    assert sorted(seeds_and_results(commands)) == sorted(expected) and rows
+
+
+def test_seeds_flag_overrides_the_environment_and_accepts_commas(tmp_path: Path) -> None:
+    output = dry_run("diffcse_table7", tmp_path, "--seeds", "7,8,9", ONLY="0.30", SEEDS="1")
+    assert seeds_and_results(parse_commands(output)) == [
+        (seed, f"masking_ratio_0.30/seed{seed}", f"masking_ratio_0.30/seed{seed}.json") for seed in ("7", "8", "9")]
+    assert "seeds: 7 8 9" in output
+
+
+def test_finished_seeds_are_skipped(tmp_path: Path) -> None:
+    done = tmp_path / "results" / "esimcse_table9" / "dup_rate_0.32" / "seed43.json"
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    output = dry_run("esimcse_table9", tmp_path, "--seeds", "42,43,44", ONLY="0.32")
+    assert [seed for seed, *_ in seeds_and_results(parse_commands(output))] == ["42", "44"]
+    assert "dup_rate_0.32 seed 43:" in output and "seed43.json exists, skipped" in output
+    forced = parse_commands(dry_run("esimcse_table9", tmp_path, "--seeds", "42,43,44", "--force", ONLY="0.32"))
+    assert [seed for seed, *_ in seeds_and_results(forced)] == ["42", "43", "44"]
+
+
+@pytest.mark.parametrize(("seeds", "message"), [("42,x", "'x' is not a non-negative integer"),
+                                                 ("42 43 42", "seed 42 is listed twice"),
+                                                 (",", "no seeds given")])
+def test_bad_seed_lists_are_refused(seeds: str, message: str, tmp_path: Path) -> None:
+    assert message in dry_run("esimcse_table9", tmp_path, "--seeds", seeds, expect_failure=True)
+    assert message in dry_run("esimcse_table9", tmp_path, expect_failure=True, SEEDS=seeds)
 
 
 def test_common_options(tmp_path: Path) -> None:
     """--only selects rows, finished rows are skipped, NUM_PROCESSES splits the global batch, the launcher and
     FIDELITY are taken from the environment, and a dry run executes nothing (LAUNCH=false would fail)."""
-    done = tmp_path / "results" / "simcse_table_unsup" / "bert-base-uncased.json"
+    done = tmp_path / "results" / "simcse_table_unsup" / "bert-base-uncased" / "seed42.json"
     done.parent.mkdir(parents=True)
     done.write_text("{}")
     output = dry_run("simcse_table_unsup", tmp_path, ONLY="^(bert|roberta-base)", NUM_PROCESSES="4",
@@ -251,7 +308,7 @@ def test_common_options(tmp_path: Path) -> None:
     commands = parse_commands(output)
     trained = [c.flag("--model_name_or_path") for c in commands if c.kind != "eval"]
     assert trained == ["bert-large-uncased", "roberta-base"]
-    assert "bert-base-uncased.json exists, skipped" in output
+    assert "bert-base-uncased/seed42.json exists, skipped" in output
     assert [c.flag("--per_device_train_batch_size") for c in commands if c.kind != "eval"] == ["16", "128"]
     assert "+ false --flag --num_processes 4 run_unsup.py" in output
     fidelity = parse_commands(dry_run("esimcse_table9", tmp_path, FIDELITY="official_code", ONLY="0.32"))

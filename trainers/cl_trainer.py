@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import torch
 from transformers import Trainer, TrainerCallback
 
+from .curves import TrainingCurvesCallback
 from .divergence import DivergenceMonitor
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class CLTrainer(Trainer):
         self.divergence = DivergenceMonitor()
         self.evaluation_seconds = 0.0  # spent in evaluate() inside train(): not training throughput
         self.add_callback(OptimizerStepHook())
+        self.add_callback(TrainingCurvesCallback())  # <output_dir>/training_curves.png at the end of training
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpochHook(self.data_collator))
         self._pin_tensorboard_dir()
