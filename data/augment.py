@@ -82,6 +82,20 @@ def dup_length(num_units: int, dup_rate: float, rule: str, rng: random.Random, n
     return min(length, num_units)
 
 
+class EpochDraws:
+    """Holds the ``seed`` and ``epoch`` that an augmentation's per-sentence draws are keyed on; the trainer calls
+    :meth:`set_epoch` at every epoch start (:class:`trainers.cl_trainer.CollatorEpochHook`)."""
+
+    seed: int
+    epoch: int
+
+    def set_epoch(self, epoch: int, seed: int | None = None) -> None:
+        """The epoch (and run seed) that the next draws belong to."""
+        self.epoch = epoch
+        if seed is not None:
+            self.seed = seed
+
+
 class WordBoundaries:
     """Which tokens start a word, read from the fast tokenizer's model type: WordPiece marks continuations
     (``##``), byte-level BPE and SentencePiece/Unigram mark word starts (``Ġ`` / ``▁``)."""
@@ -102,7 +116,7 @@ class WordBoundaries:
         return [i == 0 or t.startswith(self.start_markers) for i, t in enumerate(tokens)]
 
 
-class LengthExtender:
+class LengthExtender(EpochDraws):
     """The ESimCSE positive view: lengthen each sentence by repeating (or inserting after) random units.
 
     A :data:`data.collators.TokenAugmenter`: ``extender(batch_ids) -> new batch_ids``. After a call,
@@ -206,12 +220,6 @@ class LengthExtender:
             out = out[:budget]
             inserted = [p for p in inserted if p < budget]
         return head + out + tail, [len(head) + p for p in inserted]
-
-    def set_epoch(self, epoch: int, seed: int | None = None) -> None:
-        """The epoch (and run seed) that the next draws belong to; called by the trainer at every epoch start."""
-        self.epoch = epoch
-        if seed is not None:
-            self.seed = seed
 
     def rng_for(self, ids: Sequence[int]) -> random.Random:
         """The generator of one sentence's draw: (seed, epoch, ids) when resampling, (seed, ids) otherwise."""
@@ -322,7 +330,7 @@ def main(argv: list[str] | None = None) -> Path:
     return output
 
 
-__all__ = ["LENGTH_EXTENSIONS", "STOP_WORDS", "LengthExtender", "MaskedLMFiller", "WordBoundaries",
+__all__ = ["LENGTH_EXTENSIONS", "STOP_WORDS", "EpochDraws", "LengthExtender", "MaskedLMFiller", "WordBoundaries",
            "bucket_sentences", "dup_length", "length_bucket", "seeded_rng"]
 
 if __name__ == "__main__":

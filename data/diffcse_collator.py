@@ -40,7 +40,7 @@ from typing import Any, Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .augment import seeded_rng
+from .augment import EpochDraws, seeded_rng
 from .collators import ContrastiveCollator
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class EditedRow:
 
 
 @dataclass
-class DiffCSECollator:
+class DiffCSECollator(EpochDraws):
     """SimCSE views (via :class:`data.collators.ContrastiveCollator`) + DiffCSE's edited sentences."""
 
     tokenizer: PreTrainedTokenizerBase
@@ -107,12 +107,6 @@ class DiffCSECollator:
                   for per_row in sources for view, ids in enumerate(per_row)]
         batch.update(self.pad(edited))
         return batch
-
-    def set_epoch(self, epoch: int, seed: int | None = None) -> None:
-        """The epoch (and run seed) the next edits belong to; called by the trainer at every epoch start."""
-        self.epoch = epoch
-        if seed is not None:
-            self.seed = seed
 
     def edit_row(self, ids: list[int], rng: random.Random) -> EditedRow:
         return {"replace": self.replace, "insert": self.insert, "delete": self.delete}[self.edit](ids, rng)

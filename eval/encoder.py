@@ -36,6 +36,11 @@ def default_max_length(tokenizer: Any) -> int | None:
     return int(limit) if limit is not None and limit < _UNBOUNDED_MODEL_MAX_LENGTH else None
 
 
+def check_eval_dtype(eval_dtype: str) -> None:
+    if eval_dtype not in EVAL_DTYPES:
+        raise ValueError(f"eval_dtype={eval_dtype!r}; choose one of {', '.join(EVAL_DTYPES)}")
+
+
 @contextlib.contextmanager
 def evaluation_precision(eval_dtype: str, device: torch.device) -> Iterator[None]:
     """The numeric precision of an evaluation, whatever the training around it set.
@@ -45,8 +50,7 @@ def evaluation_precision(eval_dtype: str, device: torch.device) -> Iterator[None
       previous settings are restored afterwards.
     - ``"bf16"``: bfloat16 autocast on ``device`` (faster on a GPU; scores may differ in the second decimal).
     """
-    if eval_dtype not in EVAL_DTYPES:
-        raise ValueError(f"eval_dtype={eval_dtype!r}; choose one of {', '.join(EVAL_DTYPES)}")
+    check_eval_dtype(eval_dtype)
     if eval_dtype == "bf16":
         with torch.autocast(device.type, dtype=torch.bfloat16):
             yield
@@ -102,8 +106,7 @@ class SentenceEncoder:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        if eval_dtype not in EVAL_DTYPES:
-            raise ValueError(f"eval_dtype={eval_dtype!r}; choose one of {', '.join(EVAL_DTYPES)}")
+        check_eval_dtype(eval_dtype)  # at construction, not at the first encode
         self.eval_dtype = eval_dtype
         self.embed_fn = embed_fn
         self.tokenizer = tokenizer
