@@ -353,7 +353,7 @@ def collate_batches(collate: Callable[[list[dict[str, str]]], Any], columns: Seq
 
 def repo_runner(method: str, settings: BenchSettings, backbone_config, tokenizer, device: torch.device) -> StepRunner:
     """The repository's training step for ``method``."""
-    from models.parts import ViewLayout
+    from models.views import ViewLayout
 
     torch.manual_seed(settings.seed)
     model = build_method_model(method, backbone_config).to(device).train()

@@ -28,16 +28,18 @@ from .distributed import gather_with_grad
 from .dropout import controller_for, install_row_dropout, needs_row_dropout
 from .heads import build_projector
 from .masks import prepare_attention_mask
-from .parts import ViewLayout, contrastive_objective
+from .parts import contrastive_objective
 from .poolers import needs_hidden_states, pool
+from .views import ViewEmbeddings, ViewLayout
 
 
 @dataclass
 class ContrastiveOutput(ModelOutput):
-    """``loss``: scalar; ``embeddings``: projected views [B, V, d]; ``metrics``: detached scalars to log."""
+    """``loss``: scalar; ``embeddings``: the step's :class:`models.views.ViewEmbeddings`; ``metrics``: detached
+    scalars to log."""
 
     loss: torch.Tensor | None = None
-    embeddings: torch.Tensor | None = None
+    embeddings: ViewEmbeddings | None = None
     metrics: dict[str, torch.Tensor] | None = None
 
 
@@ -166,12 +168,11 @@ class ContrastiveModel(PreTrainedModel):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """All views of all sentences in ONE backbone pass: [B, V, L] -> [B, V, d] (projected).
+    ) -> ViewEmbeddings:
+        """All views of all sentences in ONE backbone pass: [B, V, L] -> :class:`models.views.ViewEmbeddings`.
 
-        Config-driven extra rows ride in the same pass (``models.parts.ViewLayout``): SimCSE++'s dropout-off copy
-        of view 0 and the noise study's K dropout samples; the output is then [B, V + extras, d] in that layout,
-        which :meth:`compute_loss` splits again.
+        Config-driven extra rows ride in the same pass (:class:`models.views.ViewLayout`): SimCSE++'s dropout-off
+        copy of view 0 and the noise study's K dropout samples; they come back as named fields.
         """
         layout = ViewLayout.from_config(self.config, input_ids.size(1))
         input_ids, attention_mask, token_type_ids = map(layout.expand, (input_ids, attention_mask, token_type_ids))
@@ -179,7 +180,8 @@ class ContrastiveModel(PreTrainedModel):
         flat = lambda t: None if t is None else t.reshape(batch_size * num_rows, length)  # noqa: E731
         with layout.dropout_plan(self.dropout_controller, batch_size, input_ids.device):
             pooled = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
-        return layout.reduce(self.projector(pooled).view(batch_size, num_rows, -1))
+        projected = self.projector(pooled).view(batch_size, num_rows, -1)
+        return layout.fold(projected, pooled.view(batch_size, num_rows, -1))
 
     # ------------------------------------------------------------------ objective
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -190,11 +192,12 @@ class ContrastiveModel(PreTrainedModel):
         """Hook: embeddings [M, d] that join every anchor's negatives (ESimCSE's momentum queue). The base has none."""
         return None
 
-    def compute_loss(self, views: torch.Tensor, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_loss(self, embeddings: ViewEmbeddings,
+                     batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """SimCSE's InfoNCE over the global batch: view 0 anchors, view 1 positives, optional view 2 hard
         negatives (supervised SimCSE); plus the config-driven parts of ``models.parts.contrastive_objective``
         (SimCSE++'s off-dropout negatives and DCL, :meth:`extra_negatives`, ablations) on any method."""
-        return contrastive_objective(self.config, self.gather(views), self.extra_negatives())
+        return contrastive_objective(self.config, embeddings.map(self.gather), self.extra_negatives())
 
     def forward(
         self,
@@ -208,11 +211,11 @@ class ContrastiveModel(PreTrainedModel):
             raise ValueError(
                 f"{type(self).__name__}.forward expects input_ids of shape [batch, views, length], got "
                 f"{tuple(input_ids.shape)}; use .embed() for [batch, length] inputs")
-        views = self.embed_views(input_ids, attention_mask, token_type_ids)
+        embeddings = self.embed_views(input_ids, attention_mask, token_type_ids)
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
                  **method_inputs}
-        loss, metrics = self.compute_loss(views, batch)
-        return ContrastiveOutput(loss=loss, embeddings=views, metrics=metrics)
+        loss, metrics = self.compute_loss(embeddings, batch)
+        return ContrastiveOutput(loss=loss, embeddings=embeddings, metrics=metrics)
 
 
 def load_backbone(

@@ -43,7 +43,7 @@ from .config import ContrastiveConfig
 from .distributed import world_size
 from .losses import rtd_loss
 from .masks import prepare_attention_mask
-from .parts import ViewLayout
+from .views import ViewEmbeddings
 from .registry import register
 
 DIFFCSE_CHOICES: dict[str, tuple[str, ...]] = {
@@ -138,7 +138,6 @@ class DiffCSEModel(ContrastiveModel):
         self.rtd_head = nn.Linear(config.hidden_size, 2)
         self.generator = generator if generator is not None else generator_from_config(config.generator_config)
         self.generator.requires_grad_(False)
-        self._unprojected: torch.Tensor | None = None  # h before the projector, from embed_views to compute_loss
         self.post_init()  # registers the new submodules' tied weights; initialises rtd_head (loaded modules are kept)
         self.train(self.training)  # the generator's mode follows generator_dropout
 
@@ -203,22 +202,6 @@ class DiffCSEModel(ContrastiveModel):
         return 2 if self.config.rtd_all_views else 1
 
     # ------------------------------------------------------------------ the RTD task
-    def embed_views(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        """The base's one-pass view embedding; with ``condition_before_projector`` it also keeps the projector's
-        input (the pooled [CLS] before the BatchNorm MLP) for :meth:`compute_loss`, via a forward pre-hook that
-        lives for this call only."""
-        if not self.config.condition_before_projector:
-            return super().embed_views(input_ids, attention_mask, token_type_ids)
-        captured: list[torch.Tensor] = []
-        handle = self.projector.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
-        try:
-            views = super().embed_views(input_ids, attention_mask, token_type_ids)
-        finally:
-            handle.remove()
-        rows = ViewLayout.from_config(self.config, input_ids.size(1)).num_rows
-        self._unprojected = captured[0].view(input_ids.size(0), rows, -1)
-        return views
-
     @torch.no_grad()
     def edit(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """The generator fills the collator's positions -> (edited ids x'', RTD labels), both [N, L'].
@@ -269,15 +252,15 @@ class DiffCSEModel(ContrastiveModel):
                 handle.remove()
         return self.rtd_head(hidden)
 
-    def compute_loss(self, views: torch.Tensor, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``L_contrast`` (the base, with whatever generic parts the config turns on) + lambda * ``L_RTD``."""
-        contrastive, metrics = super().compute_loss(views, batch)
+    def compute_loss(self, embeddings: ViewEmbeddings,
+                     batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``L_contrast`` (the base, with whatever generic parts the config turns on) + lambda * ``L_RTD``; the
+        discriminator is conditioned on this process's h (after the projector, or before it with
+        ``condition_before_projector``)."""
+        contrastive, metrics = super().compute_loss(embeddings, batch)
         if not self.config.use_contrastive_loss:
             contrastive = contrastive * 0.0  # keeps the graph (and DDP's gradient buckets) intact
-        if self.config.condition_before_projector:
-            source, self._unprojected = self._unprojected, None
-        else:
-            source = views
+        source = embeddings.pooled if self.config.condition_before_projector else embeddings.views
         h = source[:, : self.rtd_views].reshape(-1, source.size(-1))
         edited, labels = self.edit(batch)
         mask = batch["rtd_attention_mask"]

@@ -34,6 +34,7 @@ from .config import ContrastiveConfig
 from .distributed import gather_no_grad
 from .momentum import EmbeddingQueue, MomentumEncoder
 from .registry import register
+from .views import ViewEmbeddings
 
 
 class ESimCSEModel(ContrastiveModel):
@@ -80,9 +81,10 @@ class ESimCSEModel(ContrastiveModel):
             return None
         return self.queue.entries()
 
-    def compute_loss(self, views: torch.Tensor, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_loss(self, embeddings: ViewEmbeddings,
+                     batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Eq. 6 over the queue as it stood, then enqueue the momentum embeddings of this batch's sentences."""
-        loss, metrics = super().compute_loss(views, batch)
+        loss, metrics = super().compute_loss(embeddings, batch)
         if self.queue is not None and self.training:
             metrics["queue_fill"] = self.queue.count.detach().float()
             token_type_ids = batch.get("token_type_ids")

@@ -93,7 +93,7 @@ def test_queue_holds_dropout_free_momentum_embeddings_used_from_the_next_batch(b
     torch.manual_seed(5)
     out = model(input_ids=ids2, attention_mask=mask2)
     torch.manual_seed(5)
-    z = model.embed_views(ids2, mask2)
+    z = model.embed_views(ids2, mask2).views
     torch.testing.assert_close(out.loss, queue_info_nce(z[:, 0], z[:, 1], old_queue, 0.05))  # queue as it stood
     assert model.queue.entries().shape == (6, 32)  # 8 enqueued, the 2 oldest left
 

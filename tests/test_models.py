@@ -28,7 +28,7 @@ def test_every_backbone_and_pooler_trains(backbones, arch, pooler):
     model = SimCSEModel.from_encoder(str(backbones[arch]), pooler_type=pooler)
     ids, mask = batch()
     out = model(input_ids=ids, attention_mask=mask)
-    assert out.embeddings.shape == (3, 2, 32) and torch.isfinite(out.loss)
+    assert out.embeddings.views.shape == (3, 2, 32) and torch.isfinite(out.loss)
     out.loss.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)  # no dead parameters (DDP-safe)
 
@@ -57,10 +57,10 @@ def test_views_differ_only_by_dropout(backbones):
     ids[:, 1] = ids[:, 0]
     mask[:, 1] = mask[:, 0]
     model.train()
-    z = model(input_ids=ids, attention_mask=mask).embeddings
+    z = model(input_ids=ids, attention_mask=mask).embeddings.views
     assert not torch.allclose(z[:, 0], z[:, 1])
     model.eval()
-    z = model(input_ids=ids, attention_mask=mask).embeddings
+    z = model(input_ids=ids, attention_mask=mask).embeddings.views
     assert torch.allclose(z[:, 0], z[:, 1], atol=1e-6)
 
 

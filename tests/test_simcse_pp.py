@@ -12,7 +12,7 @@ import torch
 import run_unsup
 from models import ESimCSEModel, SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel, model_class_for
 from models.losses import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_dropout_info_nce
-from models.parts import ViewLayout
+from models.views import ViewLayout
 from tests.launch import run_ddp_cases
 from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
 from trainers.arguments import MethodArguments, parse_args
@@ -202,11 +202,12 @@ def test_view_layout_expands_and_folds_back():
     assert expanded[:, :, 0].tolist() == [[0, 1, 0, 0, 0, 1, 1], [2, 3, 2, 2, 2, 3, 3]]
     views, off = layout.row_plan(2, torch.device("cpu"))
     assert views.tolist() == list(range(7)) * 2 and off.tolist() == [v == 2 for v in range(7)] * 2
-    z = torch.randn(2, 7, 4)
-    out = layout.reduce(z)
-    assert out.shape == (2, 5, 4) and torch.equal(out[:, :3], z[:, :3])
-    torch.testing.assert_close(out[:, 3], (z[:, 0] + z[:, 3] + z[:, 4]) / 3)
-    torch.testing.assert_close(out[:, 4], (z[:, 1] + z[:, 5] + z[:, 6]) / 3)
+    z, pooled = torch.randn(2, 7, 4), torch.randn(2, 7, 5)
+    out = layout.fold(z, pooled)
+    assert torch.equal(out.views, z[:, :2]) and torch.equal(out.off_dropout, z[:, 2])
+    assert torch.equal(out.pooled, pooled[:, :2])
+    torch.testing.assert_close(out.sample_means[:, 0], (z[:, 0] + z[:, 3] + z[:, 4]) / 3)
+    torch.testing.assert_close(out.sample_means[:, 1], (z[:, 1] + z[:, 5] + z[:, 6]) / 3)
 
 
 # --------------------------------------------------------------------------------------------------- model
@@ -219,17 +220,17 @@ def test_off_dropout_rows_are_dropout_free_in_the_same_pass_and_keep_gradients(b
     passes = []
     model.encoder.register_forward_hook(lambda *args: passes.append(1))
     model.train()
-    views = model.embed_views(ids, mask)
-    assert views.shape == (4, 3, 32) and len(passes) == 1
+    embeddings = model.embed_views(ids, mask)
+    assert embeddings.views.shape == (4, 2, 32) and embeddings.off_dropout.shape == (4, 32) and len(passes) == 1
     with torch.no_grad():
         model.eval()
         clean = model.projector(model.encode(ids[:, 0], mask[:, 0]))
-    torch.testing.assert_close(views[:, 2], clean, atol=1e-5, rtol=1e-5)  # dropout off for those rows
-    assert not torch.allclose(views[:, 0], clean, atol=1e-3)  # dropout on for the others
+    torch.testing.assert_close(embeddings.off_dropout, clean, atol=1e-5, rtol=1e-5)  # dropout off for those rows
+    assert not torch.allclose(embeddings.views[:, 0], clean, atol=1e-3)  # dropout on for the others
     model.train()
-    loss, _ = model.compute_loss(views, {})
-    (grad,) = torch.autograd.grad(loss, views)
-    assert grad[:, 2].abs().sum() > 0  # negatives keep their gradient
+    loss, _ = model.compute_loss(embeddings, {})
+    (grad,) = torch.autograd.grad(loss, embeddings.off_dropout)
+    assert grad.abs().sum() > 0  # negatives keep their gradient
 
 
 @pytest.mark.parametrize("cls", [ESimCSEModel, SSimCSEModel, SimCSEModel])
@@ -237,7 +238,7 @@ def test_parts_work_on_any_method(backbone, cls):
     model = cls.from_encoder(str(backbone), off_dropout=True, dcl_weight=0.1).train()
     ids, mask = token_batch(same_views=True)
     out = model(input_ids=ids, attention_mask=mask)
-    assert out.embeddings.shape == (4, 3, 32) and {"contrastive_loss", "dcl_loss"} <= set(out.metrics)
+    assert out.embeddings.off_dropout.shape == (4, 32) and {"contrastive_loss", "dcl_loss"} <= set(out.metrics)
     out.loss.backward()
     if cls is SSimCSEModel:  # sampled rates for the dropout rows, 0 for the off rows
         rates = model.dropout_controller.last_rates.view(4, 3)
@@ -251,7 +252,7 @@ def test_noise_study_uses_k_samples_in_one_pass(backbone):
                                         with_kwargs=True)
     ids, mask = token_batch(same_views=True)
     out = model(input_ids=ids, attention_mask=mask)
-    assert rows == [4 * 6] and out.embeddings.shape == (4, 4, 32) and torch.isfinite(out.loss)
+    assert rows == [4 * 6] and out.embeddings.sample_means.shape == (4, 2, 32) and torch.isfinite(out.loss)
     for study in ("pos_plus", "neg_plus", "pos_minus"):
         other = SimCSEModel.from_encoder(str(backbone), noise_study=study, noise_samples=2).train()
         assert torch.isfinite(other(input_ids=ids, attention_mask=mask).loss)
