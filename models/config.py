@@ -1,11 +1,22 @@
-"""`ContrastiveConfig`: the backbone's own config plus every method hyperparameter.
+"""`ContrastiveConfig`: the backbone's config plus every method hyperparameter, each DECLARED ONCE here.
 
-Everything a trained checkpoint needs to be re-created or evaluated lives here and is saved in ``config.json``
-(the original SimCSE code kept method settings in the argparse namespace only, so checkpoints forgot them).
-Defaults are the SimCSE paper's unsupervised BERT-base recipe (Gao et al., 2021, Sec. 3 / Appendix A); each
-method's own defaults are applied by its model class (see ``models/registry.py``) and by the run scripts.
+Each field below is a :func:`setting`: its default (the SimCSE paper's unsupervised BERT-base recipe, Gao et al.
+2021, Sec. 3 / Appendix A, unless it belongs to another paper), its help text citing the paper's table, its valid
+choices or range, the flag names users copy from the papers' repositories (``--temp``, ``--neg_size``,
+``--pos_ratio``), and which training script exposes it. Everything else derives from this declaration:
+
+- the command-line flags of ``run_unsup.py`` / ``run_diffcse.py`` (``trainers.arguments.method_arguments``);
+- the validation of a config, a preset, a config file and a command line (:func:`check_settings`);
+- the presets (``models.presets``) and each method's own defaults (``method_defaults`` of its model class), which
+  are checked against it (a misspelt name is an error, never silently ignored).
+
+Everything a trained checkpoint needs to be re-created or evaluated is saved in ``config.json`` (the original
+SimCSE code kept method settings in the argparse namespace only, so checkpoints forgot them).
 """
 from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
 
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
@@ -15,111 +26,188 @@ from .poolers import POOLER_TYPES
 
 PROJECTOR_TYPES = ("mlp", "batchnorm", "none")
 
+UNSUP, DIFFCSE = "run_unsup", "run_diffcse"
+BOTH = (UNSUP, DIFFCSE)
+
+
+def setting(default: Any, help: str, *, choices: Iterable[Any] | None = None,
+            low: float | None = None, high: float | None = None, open_low: bool = False, open_high: bool = False,
+            range_reason: str = "", flag: str | None = None, aliases: Iterable[str] = (),
+            scripts: tuple[str, ...] = (UNSUP,), group: str = "shared"):
+    """Declare one hyperparameter (a dataclass field carrying its documentation and checks in ``metadata``).
+
+    Args:
+        default: the value when nothing else sets it (a method's ``method_defaults`` and the presets may).
+        help: one line for ``--help``, citing the paper (equation / table) the value comes from.
+        choices / low, high (inclusive unless ``open_low`` / ``open_high``): what is valid.
+        range_reason: why the range is what it is (shown when a value is refused).
+        flag: the command-line name when it differs from the field name (the papers' own flag, e.g. ``temp``).
+        aliases: further accepted command-line names (e.g. ESimCSE's ``neg_size`` for ``queue_size``).
+        scripts: the training scripts that expose it as a flag (none: set by the code only).
+        group: the paper it belongs to, for ``--help`` and docs.
+    """
+    return dataclasses.field(default=default, metadata={
+        "help": help, "choices": None if choices is None else tuple(choices), "low": low, "high": high,
+        "open_low": open_low, "open_high": open_high, "range_reason": range_reason, "flag": flag,
+        "aliases": tuple(aliases), "scripts": tuple(scripts), "group": group})
+
 
 @strict(accept_kwargs=True)
 class ContrastiveConfig(PreTrainedConfig):
-    """Configuration of a contrastive sentence encoder.
-
-    ``encoder_config`` is the backbone's config (any ``AutoModel`` architecture); the rest are method fields.
-
-    Shared (SimCSE, Gao et al. 2021):
-        method: which paper's objective (``simcse``, ``sup_simcse``, ``esimcse``, ``simcse_pp``, ``s_simcse``,
-            ``diffcse``).
-        pooler_type: one of ``models.poolers.POOLER_TYPES``.
-        mlp_only_train: keep the projector only during training (unsupervised SimCSE's ``cls`` recipe).
-        projector: ``mlp`` (Linear+Tanh, SimCSE), ``batchnorm`` (DiffCSE's BN projector) or ``none``.
-        temperature: tau of Eq. 1.
-        hard_negative_weight: log-weight added to hard-negative logits (supervised SimCSE, Eq. 5 / Appendix).
-        gather_negatives: all-gather embeddings across processes so N processes see the global batch.
-
-    ESimCSE (``dup_*``, ``resample_repetition``, ``truncate_positive``, ``length_extension``,
-    ``insert_mlm_name_or_path``, ``momentum_contrast``, ``momentum``, ``queue_*``, ``gather_queue``; docs/esimcse.md), SimCSE++ (``off_dropout*``,
-    ``pos_neg_tradeoff``, ``dcl_*``, ``noise_*``, ``barlow_*``; any method; docs/simcse_pp.md), S-SimCSE
-    (``dropout_dist``, ``dropout_low``/``high``, ``sentence_wise_dropout``, ``dropout_sample_per_op``;
-    docs/s_simcse.md); ``fidelity`` records the ``--fidelity`` preset the run used (models/presets.py).
-    """
+    """Configuration of a contrastive sentence encoder: ``encoder_config`` is the backbone's config (any
+    ``AutoModel`` architecture); every other field is declared once below with its paper, help and checks."""
 
     model_type = "cse_contrastive"
     sub_configs_defaults = {"encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
 
     encoder_config: PreTrainedConfig | dict | None = None
 
-    # --- shared (SimCSE) ---
-    method: str = "simcse"
-    pooler_type: str = "cls"
-    mlp_only_train: bool = True
-    projector: str = "mlp"
-    temperature: float = 0.05
-    hard_negative_weight: float = 0.0
-    gather_negatives: bool = True
+    # ------------------------------------------------------------------ shared (SimCSE, Gao et al. 2021)
+    method: str = setting("simcse", "Which paper's objective (set by --method / the script).", scripts=())
+    pooler_type: str = setting("cls", "Sentence vector: [CLS] (+MLP: cls), [CLS] alone, or a mean (SimCSE Table 6).",
+                               choices=POOLER_TYPES, scripts=BOTH)
+    mlp_only_train: bool = setting(True, "Use the MLP projector in training only (unsupervised SimCSE, Sec. 3).",
+                                   scripts=BOTH)
+    projector: str = setting("mlp", "mlp: Linear+Tanh (SimCSE) | batchnorm: DiffCSE's BN MLP | none.",
+                             choices=PROJECTOR_TYPES, scripts=BOTH)
+    temperature: float = setting(
+        0.05, "Temperature tau of the InfoNCE loss (SimCSE Eq. 1; 0.05 in every paper).", low=1e-3, high=10.0,
+        flag="temp", aliases=("temperature",), scripts=BOTH, range_reason=(
+            "the logits are cos/temp, and this temperature makes them overflow (the run trains to NaN)",
+            "the logits are cos/temp, and this temperature flattens the softmax"))
+    hard_negative_weight: float = setting(
+        0.0, "Supervised SimCSE: log-weight added to each anchor's own hard-negative logit (Eq. 5, Table D.1).")
+    gather_negatives: bool = setting(
+        True, "All-gather embeddings across processes: N processes train the global batch's objective.",
+        scripts=BOTH)
 
-    # --- SimCSE++ (Xu et al., 2023); usable on any method ---
-    off_dropout: bool = False
-    pos_neg_tradeoff: float = 0.9
-    off_dropout_form: str = "code"
-    dcl_weight: float = 0.0
-    dcl_temp: float = 5.0
-    dcl_form: str = "code"
-    # SimCSE++ ablations: Table 1 noise study, Table 2 BarlowTwins with artificial padding (docs/simcse_pp.md)
-    noise_study: str = "none"
-    noise_variance: float = 0.1
-    noise_samples: int = 10
-    barlow_weight: float = 0.0
-    barlow_lambda: float = 0.0051
-    barlow_pad: int = 0
+    # ------------------------------------------------------------------ SimCSE++ (Xu et al., 2023); any method
+    off_dropout: bool = setting(False, "SimCSE++: negatives from a dropout-off encoding of the anchors (Sec. 3.2).",
+                                scripts=BOTH, group="simcse_pp")
+    pos_neg_tradeoff: float = setting(0.9, "SimCSE++: trade-off m of the off-dropout loss (Eq. 3; Table 5).",
+                                      low=0.0, open_low=True, aliases=("pos_ratio",), scripts=BOTH, group="simcse_pp")
+    off_dropout_form: str = setting(
+        "code", "SimCSE++: m scales the positive logit (code: models_re.py; default) or the negative sum (paper Eq. 3).",
+        choices=("code", "paper"), scripts=BOTH, group="simcse_pp")
+    dcl_weight: float = setting(0.0, "SimCSE++: weight lambda of the dimension-wise contrastive loss (Eq. 6; 0.1).",
+                                low=0.0, scripts=BOTH, group="simcse_pp")
+    dcl_temp: float = setting(5.0, "SimCSE++: DCL temperature tau_DCL (Eq. 5; 5).", low=0.0, open_low=True,
+                              scripts=BOTH, group="simcse_pp")
+    dcl_form: str = setting("code", "SimCSE++: DCL as in the code (BatchNorm, /N, mean; default) or as printed (Eq. 5).",
+                            choices=("code", "paper"), scripts=BOTH, group="simcse_pp")
+    noise_study: str = setting("none", "SimCSE++ Table 1: +/- noise in the positive or the negative pairs.",
+                               choices=("none", "pos_plus", "pos_minus", "neg_plus", "neg_minus"), group="simcse_pp")
+    noise_variance: float = setting(0.1, "SimCSE++ Table 1: variance of the added Gaussian noise.", low=0.0,
+                                    group="simcse_pp")
+    noise_samples: int = setting(10, "SimCSE++ Table 1: K dropout samples averaged for '-' noise.", low=1,
+                                 group="simcse_pp")
+    barlow_weight: float = setting(0.0, "SimCSE++ Table 2: weight of an added BarlowTwins loss (0 = off).", low=0.0,
+                                   group="simcse_pp")
+    barlow_lambda: float = setting(0.0051, "SimCSE++ Table 2: BarlowTwins off-diagonal weight.", group="simcse_pp")
+    barlow_pad: int = setting(0, "SimCSE++ Table 2: M standard-Gaussian embeddings padded in (100/300/704).",
+                              low=0, group="simcse_pp")
 
-    # --- ESimCSE (Wu et al., 2022) ---
-    momentum: float = 0.995
-    queue_size: int = 160
-    queue_through_mlp: bool = True
-    gather_queue: bool = False
-    # ESimCSE positives and ablations (models/esimcse.py, data/augment.py; docs/esimcse.md)
-    dup_rate: float = 0.32
-    dup_type: str = "subword"
-    dup_length_rule: str = "paper"
-    resample_repetition: bool = True
-    truncate_positive: bool = False
-    length_extension: str = "repetition"
-    insert_mlm_name_or_path: str | None = None
-    momentum_contrast: bool = True
+    # ------------------------------------------------------------------ ESimCSE (Wu et al., 2022)
+    momentum: float = setting(0.995, "ESimCSE: EMA coefficient lambda of the momentum encoder (Eq. 5; Table 9).",
+                              low=0.0, high=1.0, open_high=True, group="esimcse")
+    queue_size: int = setting(160, "ESimCSE: queue length (2.5 x batch 64; Table 10 tries 1-3 x batch).", low=0,
+                              aliases=("neg_size",), group="esimcse")
+    queue_through_mlp: bool = setting(
+        False, "ESimCSE: queue = momentum [CLS] through the ONLINE MLP (code) instead of the momentum MLP (paper).",
+        group="esimcse")
+    gather_queue: bool = setting(
+        True, "ESimCSE: every process enqueues the gathered global batch (code: a per-process queue).",
+        group="esimcse")
+    dup_rate: float = setting(0.32, "ESimCSE: maximal repetition rate (Eq. 3; Table 3: 0.32 for BERT-base).",
+                              low=0.0, high=1.0, group="esimcse")
+    dup_type: str = setting("subword", "ESimCSE: repeat sub-words (default) or whole words (Table 4).",
+                            choices=("subword", "word"), group="esimcse")
+    dup_length_rule: str = setting(
+        "paper", "ESimCSE: dup_len ~ U{0..max(2, int(dup_rate*N))} (paper Eq. 3) | randrange(min(10, int(dup_rate*"
+        "len))), len incl. [CLS]/[SEP] (code).", choices=("paper", "code"), group="esimcse")
+    resample_repetition: bool = setting(
+        True, "ESimCSE: a new repetition every time a sentence is seen (false = the code's repeat-once cache).",
+        group="esimcse")
+    truncate_positive: bool = setting(
+        False, "ESimCSE: cut the repeated positive back to max_seq_length (the released code never cuts it).",
+        group="esimcse")
+    length_extension: str = setting(
+        "repetition", "ESimCSE Table 4/5: repetition | stopword | mask | mlm_prediction insertion | none.",
+        choices=("repetition", "stopword", "mask", "mlm_prediction", "none"), group="esimcse")
+    insert_mlm_name_or_path: str | None = setting(
+        None, "ESimCSE Table 5: masked LM predicting inserted [MASK]s (the encoder's vocabulary).", group="esimcse")
+    momentum_contrast: bool = setting(
+        True, "ESimCSE: momentum encoder + queue negatives (false = repetition alone, Table 4).", group="esimcse")
 
-    # --- S-SimCSE (Zhang & Lan) ---
-    dropout_dist: str = "none"
-    dropout_low: float = 0.05
-    dropout_high: float = 0.15
-    sentence_wise_dropout: bool = False
-    dropout_sample_per_op: bool = True
+    # ------------------------------------------------------------------ S-SimCSE (Zhang & Lan)
+    dropout_dist: str = setting("none", "S-SimCSE: distribution of dropout rates (uniform for s_simcse; none = fixed).",
+                                choices=("none", "uniform", "normal"), group="s_simcse")
+    dropout_low: float = setting(0.05, "S-SimCSE: lowest sampled dropout rate (Sec. 3.1; mean 0.1 = SimCSE's).",
+                                 low=0.0, high=1.0, open_high=True, group="s_simcse")
+    dropout_high: float = setting(0.15, "S-SimCSE: highest sampled dropout rate.", low=0.0, high=1.0,
+                                  open_high=True, group="s_simcse")
+    sentence_wise_dropout: bool = setting(
+        False, "S-SimCSE: a rate per sentence ('w/ sd', Eq. 4) instead of one per forward pass (Table 1).",
+        group="s_simcse")
+    dropout_sample_per_op: bool = setting(
+        True, "S-SimCSE: redraw the rate at every dropout operation (Sec. 3.1) instead of once per pass.",
+        group="s_simcse")
 
-    # --- reproduction fidelity preset applied at parse time (models/presets.py); recorded for the model card ---
-    fidelity: str | None = None
+    # ------------------------------------------------------------------ reproduction fidelity (models/presets.py)
+    fidelity: str | None = setting(
+        None, "paper | official_code: set every paper-vs-code switch at once (explicit flags still win; "
+        "models/presets.py).", choices=(None, "paper", "official_code"), scripts=BOTH)
 
-    # --- DiffCSE (Chuang et al., 2022) ---
-    generator_name: str | None = None
-    masking_ratio: float = 0.30
-    lambda_weight: float = 0.005
-    condition_before_projector: bool = False
-    sample_generator: bool = True
-    generator_dropout: bool = False
-    # DiffCSE: generator structure, edits, conditioning and ablations (models/diffcse.py checks them;
-    # docs/diffcse.md). generator_config = the generator's own config dict (filled by DiffCSEModel.from_encoder).
-    generator_config: dict | None = None
-    rtd_edit: str = "replace"
-    mask_style: str = "mask"
-    generator_all_positions: bool = False
-    rtd_all_views: bool = False
-    rtd_source: str = "same"
-    rtd_include_padding: bool = False
-    rtd_condition_site: str = "inputs_embeds"
-    use_contrastive_loss: bool = True
+    # ------------------------------------------------------------------ DiffCSE (Chuang et al., 2022)
+    generator_name: str | None = setting(
+        None, "DiffCSE: the generator, any masked LM sharing the encoder's vocabulary (Table 6 compares sizes).",
+        scripts=(DIFFCSE,), group="diffcse")
+    masking_ratio: float = setting(0.30, "DiffCSE: share of tokens masked for the generator (Table 12: 0.30).",
+                                   low=0.0, high=1.0, open_low=True, open_high=True, scripts=(DIFFCSE,),
+                                   group="diffcse")
+    lambda_weight: float = setting(0.005, "DiffCSE: weight lambda of the RTD loss (Table 12: 0.005).", low=0.0,
+                                   scripts=(DIFFCSE,), group="diffcse")
+    condition_before_projector: bool = setting(
+        False, "DiffCSE: condition the discriminator on [CLS] before the projector (the code's --before_mlp).",
+        scripts=(DIFFCSE,), group="diffcse")
+    sample_generator: bool = setting(
+        True, "DiffCSE: sample replacements from the generator (paper) or take its argmax (code).",
+        scripts=(DIFFCSE,), group="diffcse")
+    generator_dropout: bool = setting(
+        False, "DiffCSE: generator dropout on during training (code: model.train() reaches it); never trained.",
+        scripts=(DIFFCSE,), group="diffcse")
+    generator_config: dict | None = setting(None, "DiffCSE: the generator's own config (filled by the builder).",
+                                            scripts=(), group="diffcse")
+    rtd_edit: str = setting("replace", "DiffCSE: replace (MLM replacement) | insert | delete (Table 4).",
+                            choices=("replace", "insert", "delete"), scripts=(DIFFCSE,), group="diffcse")
+    mask_style: str = setting("mask", "DiffCSE: every masked token -> [MASK] (paper) | bert: 80/10/10 (code).",
+                              choices=("mask", "bert"), scripts=(DIFFCSE,), group="diffcse")
+    generator_all_positions: bool = setting(
+        False, "DiffCSE: use the generator's prediction at every position, not only the masked ones (code).",
+        scripts=(DIFFCSE,), group="diffcse")
+    rtd_all_views: bool = setting(
+        False, "DiffCSE: edit both dropout views, each conditioned on its own h (code); default one per sentence.",
+        scripts=(DIFFCSE,), group="diffcse")
+    rtd_source: str = setting(
+        "same", "DiffCSE: same | next: the edited sentence is the next one of the document (Table 3; needs an "
+        "ordered train file, documents separated by blank lines).", choices=("same", "next"), scripts=(DIFFCSE,),
+        group="diffcse")
+    rtd_include_padding: bool = setting(
+        False, "DiffCSE: count padded positions as 'not replaced' in the RTD loss (code).", scripts=(DIFFCSE,),
+        group="diffcse")
+    rtd_condition_site: str = setting(
+        "inputs_embeds", "DiffCSE: h replaces the position-0 word embedding (inputs_embeds) or position 0 after the "
+        "embeddings' LayerNorm/dropout (embeddings_output, the code).", choices=("inputs_embeds", "embeddings_output"),
+        scripts=(DIFFCSE,), group="diffcse")
+    use_contrastive_loss: bool = setting(
+        True, "DiffCSE: false = Table 3's 'w/o contrastive loss' (RTD alone).", scripts=(DIFFCSE,), group="diffcse")
 
     def __post_init__(self, **kwargs):
-        if self.pooler_type not in POOLER_TYPES:
-            raise ValueError(f"pooler_type={self.pooler_type!r}; choose one of {', '.join(POOLER_TYPES)}")
-        if self.projector not in PROJECTOR_TYPES:
-            raise ValueError(f"projector={self.projector!r}; choose one of {', '.join(PROJECTOR_TYPES)}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        check_method_choices(self)
+        unknown = sorted(set(kwargs) - set(TOLERATED_EXTRA_KEYS))
+        if unknown:
+            raise ValueError(unknown_settings_message(unknown, "ContrastiveConfig"))
+        check_settings({name: getattr(self, name) for name in SETTINGS})
+        check_combinations(self)
         super().__post_init__(**kwargs)
 
     @property
@@ -135,38 +223,75 @@ class ContrastiveConfig(PreTrainedConfig):
         return self.pooler_type == "cls" and not self.mlp_only_train and self.projector != "none"
 
 
-# --- ESimCSE / SimCSE++ / S-SimCSE field checks (choices and ranges) ---
-METHOD_CHOICES: dict[str, tuple] = {
-    "dup_type": ("subword", "word"),
-    "dup_length_rule": ("paper", "code"),
-    "length_extension": ("repetition", "stopword", "mask", "mlm_prediction", "none"),
-    "off_dropout_form": ("code", "paper"),
-    "dcl_form": ("code", "paper"),
-    "noise_study": ("none", "pos_plus", "pos_minus", "neg_plus", "neg_minus"),
-    "dropout_dist": ("none", "uniform", "normal"),
-    "fidelity": (None, "paper", "official_code"),
-}
+#: name -> its declaration (a ``dataclasses.Field``), for every method hyperparameter.
+SETTINGS: dict[str, dataclasses.Field] = {
+    f.name: f for f in dataclasses.fields(ContrastiveConfig) if "scripts" in f.metadata}
+
+#: Keys a ``config.json`` may carry that are neither a setting nor a PreTrainedConfig field (written by older
+#: transformers versions); anything else is refused as a misspelling.
+TOLERATED_EXTRA_KEYS = ("model_type", "_name_or_path", "_commit_hash", "_attn_implementation_autoset", "torch_dtype",
+                        "use_cache", "pad_token_id", "bos_token_id", "eos_token_id")
 
 
-def check_method_choices(config: "ContrastiveConfig") -> None:
-    """Refuse unknown choices and out-of-range values of the ESimCSE / SimCSE++ / S-SimCSE fields."""
-    for name, choices in METHOD_CHOICES.items():
-        if getattr(config, name) not in choices:
-            raise ValueError(f"{name}={getattr(config, name)!r}; choose one of {', '.join(map(str, choices))}")
-    if not 0.0 <= config.dup_rate <= 1.0:
-        raise ValueError(f"dup_rate must be in [0, 1], got {config.dup_rate}")
-    if not 0.0 <= config.momentum < 1.0:
-        raise ValueError(f"momentum must be in [0, 1), got {config.momentum}")
-    if config.queue_size < 0 or config.noise_samples < 1 or config.barlow_pad < 0:
-        raise ValueError("queue_size and barlow_pad must be >= 0 and noise_samples >= 1")
-    if not 0.0 <= config.dropout_low <= config.dropout_high < 1.0:
-        raise ValueError(f"need 0 <= dropout_low <= dropout_high < 1, got {config.dropout_low}, {config.dropout_high}")
-    if config.dcl_temp <= 0 or config.dcl_weight < 0 or config.pos_neg_tradeoff <= 0:
-        raise ValueError("dcl_temp and pos_neg_tradeoff must be > 0 and dcl_weight >= 0")
+def unknown_settings_message(names: Iterable[str], where: str) -> str:
+    """``where: unknown setting(s) 'temprature' (did you mean 'temperature'?)``."""
+    import difflib
+
+    names = list(names)
+    guesses = [m for name in names for m in difflib.get_close_matches(name, SETTINGS, n=1)]
+    hint = f" (did you mean {', '.join(repr(g) for g in dict.fromkeys(guesses))}?)" if guesses else ""
+    return f"{where}: unknown setting(s) {', '.join(map(repr, names))}{hint}"
+
+
+def flag_of(name: str) -> str:
+    """The command-line spelling of a setting (the papers' name where it has one: ``--temp``)."""
+    return "--" + (SETTINGS[name].metadata["flag"] or name)
+
+
+def check_setting(name: str, value: Any) -> None:
+    """Raise ``ValueError`` naming the flag, the value and what is valid, if ``value`` is not valid for ``name``."""
+    meta = SETTINGS[name].metadata
+    if value is None and (SETTINGS[name].default is None or meta["choices"] and None in meta["choices"]):
+        return
+    if meta["choices"] is not None and value not in meta["choices"]:
+        shown = ", ".join(str(c) for c in meta["choices"] if c is not None)
+        raise ValueError(f"{flag_of(name)} {value!r}: choose one of {shown}")
+    low, high = meta["low"], meta["high"]
+    if low is None and high is None:
+        return
+    below = low is not None and (value <= low if meta["open_low"] else value < low)
+    above = high is not None and (value >= high if meta["open_high"] else value > high)
+    if below or above:
+        interval = f"{'(' if meta['open_low'] else '['}{low:g}, {'' if high is None else format(high, 'g')}" \
+                   f"{')' if meta['open_high'] or high is None else ']'}".replace(", )", ", inf)")
+        reason = meta["range_reason"]
+        if isinstance(reason, tuple):
+            reason = reason[0] if below else reason[1]
+        detail = f": {reason}. The papers use {SETTINGS[name].default:g}." if reason else ""
+        raise ValueError(f"{flag_of(name)} {value:g} is outside the valid range {interval}{detail}")
+
+
+def check_settings(values: dict[str, Any], where: str = "settings") -> None:
+    """Check a mapping of settings (a preset, a method's defaults, a config file's method part): every name must
+    be declared here and every value valid."""
+    unknown = [name for name in values if name not in SETTINGS]
+    if unknown:
+        raise ValueError(unknown_settings_message(unknown, where))
+    for name, value in values.items():
+        check_setting(name, value)
+
+
+def check_combinations(config: "ContrastiveConfig") -> None:
+    """Constraints between settings (the single-setting checks are :func:`check_setting`)."""
+    if config.dropout_low > config.dropout_high:
+        raise ValueError(f"need --dropout_low <= --dropout_high, got {config.dropout_low}, {config.dropout_high}")
     if config.off_dropout and config.noise_study != "none":
         raise ValueError("off_dropout and noise_study both replace the negatives; use one at a time")
     if config.length_extension == "mlm_prediction" and not config.insert_mlm_name_or_path:
         raise ValueError("length_extension='mlm_prediction' needs insert_mlm_name_or_path (a masked-LM checkpoint)")
+    if config.rtd_edit != "replace" and (config.mask_style != "mask" or config.generator_all_positions):
+        raise ValueError("mask_style='bert' and generator_all_positions apply to rtd_edit='replace' only")
 
 
-__all__ = ["ContrastiveConfig", "PROJECTOR_TYPES"]
+__all__ = ["BOTH", "ContrastiveConfig", "DIFFCSE", "PROJECTOR_TYPES", "SETTINGS", "UNSUP", "check_setting",
+           "check_settings", "flag_of", "setting"]

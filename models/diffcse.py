@@ -5,7 +5,8 @@
 - ``L_contrast`` is the shared base's objective, computed by ``super().compute_loss`` (so SimCSE++'s off-dropout
   negatives and DCL switch on for DiffCSE through the config alone, as for every method).
 - A frozen masked LM, the *generator* (any ``AutoModelForMaskedLM`` with the encoder's vocabulary; the paper uses
-  distilbert-base-uncased), fills the positions the collator masked (``data.diffcse_collator``): sampled from its
+  distilbert-base-uncased; loaded and vocabulary-checked by ``trainers.methods``, passed in), fills the positions
+  the collator masked (``data.diffcse_collator``): sampled from its
   distribution (the paper) or its argmax (``sample_generator=False``, the code). It never receives gradients and
   its weights never change. It runs in eval mode (the paper's "fixed" generator) unless ``generator_dropout``: in
   the released code (``diffcse/models.py``) the generator is a submodule of the model, so the Trainer's
@@ -35,23 +36,16 @@ from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
 
-from .base import ContrastiveModel, drop_unused_pooler, load_backbone
+from .base import ContrastiveModel, drop_unused_pooler
 from .config import ContrastiveConfig
 from .distributed import world_size
-from .losses import rtd_loss
+from .losses import upcast
 from .masks import prepare_attention_mask
 from .views import ViewEmbeddings
-from .registry import register
-
-DIFFCSE_CHOICES: dict[str, tuple[str, ...]] = {
-    "rtd_edit": ("replace", "insert", "delete"),
-    "mask_style": ("mask", "bert"),
-    "rtd_source": ("same", "next"),
-    "rtd_condition_site": ("inputs_embeds", "embeddings_output"),
-}
 
 #: Tokenised by both tokenizers in the vocabulary check: catches different normalisation (case, accents) that an
 #: identical token -> id table would not.
@@ -63,19 +57,11 @@ class VocabularyMismatchError(ValueError):
 
 
 def check_diffcse_config(config: ContrastiveConfig) -> None:
-    """Refuse unknown choices / out-of-range values of the DiffCSE fields."""
-    for name, choices in DIFFCSE_CHOICES.items():
-        if getattr(config, name) not in choices:
-            raise ValueError(f"{name}={getattr(config, name)!r}; choose one of {', '.join(choices)}")
-    if not 0.0 < config.masking_ratio < 1.0:
-        raise ValueError(f"masking_ratio must be in (0, 1), got {config.masking_ratio}")
-    if config.lambda_weight < 0:
-        raise ValueError(f"lambda_weight must be >= 0, got {config.lambda_weight}")
-    if config.rtd_edit != "replace" and (config.mask_style != "mask" or config.generator_all_positions):
-        raise ValueError("mask_style='bert' and generator_all_positions apply to rtd_edit='replace' only")
+    """DiffCSE needs its generator's structure in the config (the single settings are checked by the config)."""
     if config.generator_config is None:
         raise ValueError("DiffCSE needs config.generator_config (the generator's structure): build the model with "
-                         "DiffCSEModel.from_encoder(encoder, generator_name=...) or load a DiffCSE checkpoint")
+                         "trainers.methods.build_model('diffcse', ..., generator_name=...) or load a DiffCSE "
+                         "checkpoint")
 
 
 def check_generator_vocabulary(tokenizer, generator_tokenizer, encoder_config, generator_config) -> None:
@@ -112,6 +98,35 @@ def check_generator_vocabulary(tokenizer, generator_tokenizer, encoder_config, g
             "tokenizer, e.g. distilbert-base-uncased for bert-base-uncased, distilroberta-base for roberta-base.")
 
 
+def rtd_loss(
+    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor, include_padding: bool = False
+) -> torch.Tensor:
+    r"""DiffCSE's replaced-token-detection loss (Chuang et al., 2022, Sec. 3), the mean binary cross-entropy of
+    the conditional discriminator's per-token predictions:
+
+    .. math:: \mathcal{L}_{RTD} = \frac{1}{|T|} \sum_{(i, t) \in T} -\log \mathrm{softmax}(D(x''_i, h_i)_t)_{y_{i,t}},
+              \qquad y_{i,t} = \mathbb{1}(x''_{i,(t)} \neq x_{i,(t)})
+
+    (class 1 = "replaced"). The paper's Eq. sums over tokens and sentences; its code, and this function, take the
+    mean, which is the scale its lambda = 0.005 was tuned at.
+
+    Args:
+        logits: [N, L, 2] discriminator scores (class 0 = original, 1 = replaced).
+        labels: [N, L] in {0, 1}; ignored at padding.
+        attention_mask: [N, L], 1 for real tokens.
+        include_padding: ``False`` (default): T = the real (non-padding) tokens. ``True``: T = every position, padded
+            ones counting as "not replaced" (label 0), which is what the original code's
+            ``CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1))`` over the padded batch does.
+    """
+    logits = upcast(logits).reshape(-1, logits.size(-1))
+    real = attention_mask.reshape(-1).bool()
+    labels = labels.reshape(-1).long()
+    if include_padding:
+        return F.cross_entropy(logits, labels.masked_fill(~real, 0))
+    # Padding positions are ignored (not indexed away: boolean indexing would sync the host with the device).
+    return F.cross_entropy(logits, labels.masked_fill(~real, -100), ignore_index=-100)
+
+
 def generator_from_config(generator_config: dict) -> PreTrainedModel:
     """An (untrained) masked LM with the structure recorded in the DiffCSE config; its weights come from the
     checkpoint being loaded."""
@@ -123,10 +138,7 @@ class DiffCSEModel(ContrastiveModel):
     """Unsupervised DiffCSE: [CLS] + BatchNorm projector in training only, tau 0.05, masking ratio 0.30, lambda 0.005
     with a distilbert-base-uncased generator (the paper's BERT-base STS setting, Table 12)."""
 
-    method_defaults: ClassVar[dict[str, Any]] = {
-        "method": "diffcse", "pooler_type": "cls", "mlp_only_train": True, "projector": "batchnorm",
-        "temperature": 0.05, "generator_name": "distilbert-base-uncased", "masking_ratio": 0.30,
-        "lambda_weight": 0.005}
+    method_defaults: ClassVar[dict[str, Any]] = {"projector": "batchnorm", "generator_name": "distilbert-base-uncased"}
 
     def __init__(self, config: ContrastiveConfig, encoder: PreTrainedModel | None = None,
                  generator: PreTrainedModel | None = None) -> None:
@@ -141,42 +153,6 @@ class DiffCSEModel(ContrastiveModel):
         self.post_init()  # registers the new submodules' tied weights; initialises rtd_head (loaded modules are kept)
         self.train(self.training)  # the generator's mode follows generator_dropout
 
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def from_encoder(
-        cls,
-        model_name_or_path: str,
-        *,
-        attn_implementation: str | None = "sdpa",
-        cache_dir: str | None = None,
-        tokenizer=None,
-        generator: PreTrainedModel | None = None,
-        generator_tokenizer=None,
-        **config_kwargs: Any,
-    ) -> "DiffCSEModel":
-        """The encoder (e.g. ``bert-base-uncased``) + the generator ``generator_name`` (a name or folder; or pass
-        ``generator`` and ``generator_tokenizer`` objects). The vocabularies are checked *before* the large models
-        load; the discriminator copies the encoder after its weights are loaded."""
-        settings = {**cls.method_defaults, **config_kwargs}
-        generator_name = settings.get("generator_name")
-        if generator is None and not generator_name:
-            raise ValueError("DiffCSE needs a generator: pass generator_name (a masked-LM name or folder)")
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_name_or_path, cache_dir=cache_dir)
-        generator_tokenizer = generator_tokenizer or AutoTokenizer.from_pretrained(generator_name, cache_dir=cache_dir)
-        generator_config = (generator.config if generator is not None
-                            else AutoConfig.from_pretrained(generator_name, cache_dir=cache_dir))
-        check_generator_vocabulary(tokenizer, generator_tokenizer,
-                                   AutoConfig.from_pretrained(model_name_or_path, cache_dir=cache_dir),
-                                   generator_config)
-        if generator is None:
-            generator = AutoModelForMaskedLM.from_pretrained(generator_name, cache_dir=cache_dir)
-        encoder = load_backbone(model_name_or_path, attn_implementation=attn_implementation, cache_dir=cache_dir)
-        config = cls.config_class(encoder_config=encoder.config.to_dict(),
-                                  generator_config=generator.config.to_dict(), **settings)
-        model = cls(config, encoder=encoder, generator=generator)
-        model.sync_auxiliary_networks()
-        return model
-
     def sync_auxiliary_networks(self) -> None:
         """The discriminator starts as an exact copy of the loaded encoder (same pretrained weights)."""
         self.discriminator.load_state_dict(self.encoder.state_dict())
@@ -187,14 +163,6 @@ class DiffCSEModel(ContrastiveModel):
         super().train(mode)
         self.generator.train(mode and self.config.generator_dropout)
         return self
-
-    def build_collator(self, tokenizer, max_length: int):
-        from data.diffcse_collator import DiffCSECollator
-
-        config = self.config
-        return DiffCSECollator(tokenizer, max_length=max_length, view_columns=self.view_columns,
-                               masking_ratio=config.masking_ratio, edit=config.rtd_edit, mask_style=config.mask_style,
-                               rtd_views=self.rtd_views, source=config.rtd_source, seed=torch.initial_seed())
 
     @property
     def rtd_views(self) -> int:
@@ -286,4 +254,6 @@ def rtd_statistics(logits: torch.Tensor, labels: torch.Tensor, attention_mask: t
             "rtd_replaced_share": counts[1] / counts[4].clamp(min=1)}
 
 
-register("diffcse", DiffCSEModel)
+
+__all__ = ["DiffCSEModel", "VocabularyMismatchError", "check_generator_vocabulary", "generator_from_config",
+           "rtd_loss", "rtd_statistics"]

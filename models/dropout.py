@@ -30,10 +30,11 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from .s_simcse import DROPOUT_DISTRIBUTIONS, sample_dropout_rates
+
 logger = logging.getLogger(__name__)
 
 ROW_DROPOUT_ATTENTION = "cse_row_dropout"
-DROPOUT_DISTRIBUTIONS = ("none", "uniform", "normal")
 
 
 class RowDropoutController:
@@ -65,13 +66,8 @@ class RowDropoutController:
 
     # -------------------------------------------------------------------------------------------- sampling
     def sample(self, count: int, device: torch.device | str) -> torch.Tensor:
-        """``count`` rates from the distribution (global torch generator of ``device``)."""
-        if self.distribution == "uniform":
-            return self.low + (self.high - self.low) * torch.rand(count, device=device)
-        if self.distribution == "normal":
-            mean, std = (self.low + self.high) / 2, (self.high - self.low) / 4
-            return (mean + std * torch.randn(count, device=device)).clamp(self.low, self.high)
-        raise ValueError("distribution 'none' has no rates to sample")
+        """``count`` rates from the distribution (S-SimCSE's sampler, :func:`models.s_simcse.sample_dropout_rates`)."""
+        return sample_dropout_rates(self.distribution, self.low, self.high, count, device)
 
     def _draw(self, device: torch.device) -> torch.Tensor:
         groups = self._groups.to(device)

@@ -2,11 +2,12 @@
 
 - Positives (Sec. 3.1): view 0 is the sentence, view 1 the same sentence with ``dup_len`` random sub-words
   repeated (``data.augment.LengthExtender``, applied by the collator on the fly, so a sentence gets a fresh
-  repetition every time it is seen). Both views go through the online encoder (with dropout) in one pass.
+  repetition every time it is seen; the collator is made by ``trainers.methods.esimcse_collator``). Both views go through the online encoder (with dropout) in one pass.
 - Negatives (Sec. 3.2): a momentum encoder ``theta_m <- lambda theta_m + (1 - lambda) theta_e`` (Eq. 5, lambda =
   0.995, after every optimizer step, so once per step under gradient accumulation), run without dropout on view 0;
   its embeddings fill a FIFO queue of ``queue_size`` (2.5 x batch = 160), and every anchor also contrasts with the
-  queue as it stood before the current batch was enqueued (Eq. 6, :func:`models.losses.queue_info_nce`).
+  queue as it stood before the current batch was enqueued (Eq. 6: the shared :func:`models.losses.info_nce` with the
+  queue as ``extra_negatives``). Both networks are below: :class:`MomentumEncoder` and :class:`EmbeddingQueue`.
 
 Decisions (docs/esimcse.md):
 
@@ -25,27 +26,131 @@ dropout-free negatives.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import copy
+from typing import Any
 
 import torch
+from torch import nn
 
 from .base import ContrastiveModel
 from .config import ContrastiveConfig
 from .distributed import gather_no_grad
-from .momentum import EmbeddingQueue, MomentumEncoder
-from .registry import register
 from .views import ViewEmbeddings
+
+
+# ------------------------------------------------------------------------------------ momentum contrast (Sec. 3.2)
+class MomentumEncoder(nn.Module):
+    """An EMA copy of ``encoder`` (+ ``projector`` when given).
+
+    Built in the model's ``__init__`` so checkpoints hold it; the model's ``sync_auxiliary_networks`` calls
+    :meth:`copy_from` once the pretrained weights are in place (the original code built it before loading, so it
+    started from random weights).
+    """
+
+    def __init__(self, encoder: nn.Module, projector: nn.Module | None = None) -> None:
+        super().__init__()
+        self.encoder = copy.deepcopy(encoder)
+        self.projector = copy.deepcopy(projector) if projector is not None else None
+        self.requires_grad_(False)
+        super().train(False)
+
+    def train(self, mode: bool = True) -> "MomentumEncoder":
+        """Always eval: ``model.train()`` must not switch the momentum encoder's dropout on."""
+        return super().train(False)
+
+    def _pairs(self, encoder: nn.Module, projector: nn.Module | None):
+        sources = [encoder] + ([projector] if self.projector is not None else [])
+        targets = [self.encoder] + ([self.projector] if self.projector is not None else [])
+        params, buffers = [], []
+        for source, target in zip(sources, targets):
+            own, other = dict(target.named_parameters()), dict(source.named_parameters())
+            if own.keys() != other.keys():
+                raise RuntimeError("momentum encoder and online encoder have different parameters: "
+                                   f"{sorted(own.keys() ^ other.keys())[:5]}")
+            params += [(own[name], other[name]) for name in own]
+            own_b, other_b = dict(target.named_buffers()), dict(source.named_buffers())
+            buffers += [(own_b[name], other_b[name]) for name in own_b if name in other_b]
+        return params, buffers
+
+    @torch.no_grad()
+    def copy_from(self, encoder: nn.Module, projector: nn.Module | None = None) -> None:
+        """theta_m <- theta_e (parameters and buffers)."""
+        params, buffers = self._pairs(encoder, projector)
+        for target, source in params + buffers:
+            target.copy_(source)
+
+    @torch.no_grad()
+    def update(self, encoder: nn.Module, projector: nn.Module | None, momentum: float) -> None:
+        """Eq. 5: theta_m <- momentum * theta_m + (1 - momentum) * theta_e; buffers are copied."""
+        params, buffers = self._pairs(encoder, projector)
+        targets = [t for t, _ in params]
+        sources = [s.detach().to(t.dtype) for t, s in params]
+        torch._foreach_mul_(targets, momentum)
+        torch._foreach_add_(targets, sources, alpha=1.0 - momentum)
+        for target, source in buffers:
+            target.copy_(source)
+
+
+class EmbeddingQueue(nn.Module):
+    """FIFO queue of the last ``size`` embeddings (persistent buffers: ``embeddings`` [size, dim] as a ring,
+    ``ptr`` the next slot to write, ``count`` how many slots hold an embedding).
+
+    ``ptr`` and ``count`` are buffers so that checkpoints hold them, but the step reads Python copies of them: reading
+    the buffers would synchronise the host with the device at every step. The copies are refreshed from the buffers
+    only when something other than :meth:`enqueue` changed those (a checkpoint load, a move to another device),
+    which the buffers' identities and in-place version counters (host-side metadata) tell without a sync.
+    """
+
+    def __init__(self, size: int, dim: int) -> None:
+        super().__init__()
+        if size < 1:
+            raise ValueError(f"queue size must be >= 1, got {size}")
+        self.size = size
+        self.register_buffer("embeddings", torch.zeros(size, dim))
+        self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+        self._host_ptr = self._host_count = 0
+        self._host_key = self._buffers_key()
+
+    def _buffers_key(self) -> tuple[int, ...]:
+        return id(self.ptr), self.ptr._version, id(self.count), self.count._version
+
+    def host_state(self) -> tuple[int, int]:
+        """``(ptr, count)`` as Python ints (reads the buffers only after an outside change; see the class doc)."""
+        if self._host_key != self._buffers_key():
+            self._host_ptr, self._host_count = int(self.ptr), int(self.count)
+            self._host_key = self._buffers_key()
+        return self._host_ptr, self._host_count
+
+    def entries(self) -> torch.Tensor:
+        """The queued embeddings, oldest first: [count, dim] (a copy)."""
+        ptr, count = self.host_state()
+        if count < self.size:
+            return self.embeddings[:count].clone()
+        return torch.cat([self.embeddings[ptr:], self.embeddings[:ptr]])
+
+    @torch.no_grad()
+    def enqueue(self, batch: torch.Tensor) -> None:
+        """Append ``batch`` [n, dim] (in order); when full, the oldest entries leave first."""
+        batch = batch.detach()[-self.size:].to(self.embeddings.dtype)
+        (ptr, count), n = self.host_state(), batch.size(0)
+        head = min(n, self.size - ptr)  # slots up to the end of the ring, then wrap around to slot 0
+        self.embeddings[ptr:ptr + head] = batch[:head]
+        self.embeddings[:n - head] = batch[head:]
+        self._host_ptr, self._host_count = (ptr + n) % self.size, min(count + n, self.size)
+        self.ptr.fill_(self._host_ptr)
+        self.count.fill_(self._host_count)
+        self._host_key = self._buffers_key()
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, dim={self.embeddings.size(1)}"
 
 
 class ESimCSEModel(ContrastiveModel):
     """ESimCSE with the BERT-base recipe of the paper (dup_rate 0.32, sub-word repetition, lambda 0.995, queue 160,
     tau 0.05, [CLS] + MLP in training only)."""
 
-    method_defaults: ClassVar[dict[str, Any]] = {
-        "method": "esimcse", "pooler_type": "cls", "mlp_only_train": True, "temperature": 0.05,
-        "dup_rate": 0.32, "dup_type": "subword", "dup_length_rule": "paper", "resample_repetition": True,
-        "length_extension": "repetition", "momentum_contrast": True, "momentum": 0.995, "queue_size": 160,
-        "queue_through_mlp": False, "gather_queue": True}
+    # Every ESimCSE setting's default (models/config.py) is the paper's BERT-base value: nothing to override.
 
     def __init__(self, config: ContrastiveConfig, encoder=None) -> None:
         super().__init__(config, encoder)
@@ -93,25 +198,5 @@ class ESimCSEModel(ContrastiveModel):
             self.queue.enqueue(gather_no_grad(keys) if self.config.gather_queue else keys)
         return loss, metrics
 
-    # --------------------------------------------------------------------------------------------- data
-    def build_collator(self, tokenizer, max_length: int):
-        """View 0: the sentence; view 1: the sentence lengthened (repetition, or a Table 5 insertion)."""
-        from data.augment import LengthExtender, MaskedLMFiller
-        from data.collators import ContrastiveCollator
 
-        config = self.config
-        augmenter = None
-        if config.length_extension != "none":
-            filler = (MaskedLMFiller.from_pretrained(config.insert_mlm_name_or_path, tokenizer)
-                      if config.length_extension == "mlm_prediction" else None)
-            augmenter = LengthExtender(
-                tokenizer, max_length if config.truncate_positive else None, dup_rate=config.dup_rate, dup_type=config.dup_type,
-                rule=config.dup_length_rule, mode=config.length_extension, resample=config.resample_repetition,
-                filler=filler)
-        return ContrastiveCollator(tokenizer, max_length=max_length, view_columns=self.view_columns,
-                                   view_augmenters=(None, augmenter))
-
-
-register("esimcse", ESimCSEModel)
-
-__all__ = ["ESimCSEModel"]
+__all__ = ["ESimCSEModel", "EmbeddingQueue", "MomentumEncoder"]

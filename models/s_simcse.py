@@ -3,9 +3,11 @@
 SimCSE fixes the dropout rate, so both views are sub-networks of the same expected size. S-SimCSE samples the rate
 from a distribution for every dropout operation of every forward pass (Sec. 3.1, "w/o sd": the two views get
 independent rates r1, r2) and, on top, separately for each sentence of the batch (Sec. 3.2, Eq. 4, "w/ sd":
-sentence-wise dropout masks). It is SimCSE with the backbone's dropout swapped for
-:class:`models.dropout.RowDropout` (done by the base when ``dropout_dist`` is not ``none``): both views still run in
-ONE backbone pass, each row with its own rate.
+sentence-wise dropout masks). This module is that novelty, the rate sampler
+(:func:`sample_dropout_rates`); the mechanism that applies a rate per row is the shared per-row dropout
+(:class:`models.dropout.RowDropout`, swapped into the backbone when ``dropout_dist`` is not ``none``, so both views
+still run in ONE backbone pass, each row with its own rate), and ``SSimCSEModel`` (``models/simcse.py``) is SimCSE
+with this sampler on.
 
 The distribution (``--dropout_dist``, ``--dropout_low``, ``--dropout_high``): the paper names only "e.g. uniform
 distribution" and no range, and no code was released. Default: uniform on [0.05, 0.15]. Its mean is 0.1, the rate
@@ -18,22 +20,25 @@ paper's best for BERT-base/large and RoBERTa-base (Table 1).
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import torch
 
-from .base import ContrastiveModel
-from .registry import register
-
-
-class SSimCSEModel(ContrastiveModel):
-    """Unsupervised SimCSE with sampled dropout rates: uniform [0.05, 0.15], redrawn at every dropout operation,
-    per sentence ("w/ sd")."""
-
-    method_defaults: ClassVar[dict[str, Any]] = {
-        "method": "s_simcse", "pooler_type": "cls", "mlp_only_train": True, "temperature": 0.05,
-        "dropout_dist": "uniform", "dropout_low": 0.05, "dropout_high": 0.15, "sentence_wise_dropout": True,
-        "dropout_sample_per_op": True}
+DROPOUT_DISTRIBUTIONS = ("none", "uniform", "normal")
 
 
-register("s_simcse", SSimCSEModel)
+def sample_dropout_rates(distribution: str, low: float, high: float, count: int,
+                         device: torch.device | str) -> torch.Tensor:
+    """``count`` dropout rates from ``distribution`` (global torch generator of ``device``, which the Trainer
+    checkpoints, so a resumed run draws the same rates).
 
-__all__ = ["SSimCSEModel"]
+    ``uniform``: U[low, high]. ``normal``: mean (low + high) / 2, standard deviation (high - low) / 4, clipped to
+    [low, high].
+    """
+    if distribution == "uniform":
+        return low + (high - low) * torch.rand(count, device=device)
+    if distribution == "normal":
+        mean, std = (low + high) / 2, (high - low) / 4
+        return (mean + std * torch.randn(count, device=device)).clamp(low, high)
+    raise ValueError(f"dropout distribution {distribution!r} has no rates to sample; choose uniform or normal")
+
+
+__all__ = ["DROPOUT_DISTRIBUTIONS", "sample_dropout_rates"]

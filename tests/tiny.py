@@ -89,6 +89,7 @@ def tiny_trainer(model, backbone: str | Path, output_dir: str | Path, corpus: st
     from data.corpus import load_unsup_corpus
     from trainers.arguments import CLTrainingArguments
     from trainers.cl_trainer import CLTrainer
+    from trainers.methods import build_collator
 
     tokenizer = AutoTokenizer.from_pretrained(str(backbone))
     settings = dict(max_steps=max_steps, per_device_train_batch_size=8, eval_strategy="no", save_strategy="no",
@@ -96,4 +97,4 @@ def tiny_trainer(model, backbone: str | Path, output_dir: str | Path, corpus: st
                     disable_tqdm=True, dataloader_pin_memory=False)
     args = CLTrainingArguments(output_dir=str(output_dir), **{**settings, **training_args})
     return CLTrainer(model=model, args=args, train_dataset=load_unsup_corpus(corpus),
-                     data_collator=model.build_collator(tokenizer, 32), processing_class=tokenizer)
+                     data_collator=build_collator(model, tokenizer, 32), processing_class=tokenizer)

@@ -4,15 +4,16 @@ Defaults are the SimCSE paper's unsupervised BERT-base recipe (Gao et al., 2021,
 REFERENCE.md "Training recipes"): bert-base-uncased, lr 3e-5, batch 64, max length 32, 1 epoch, STS-B dev every
 125 steps, tau 0.05, ``cls`` pooler with the MLP in training only, seed 42, no warmup, linear decay.
 
-Method fields default to ``None`` = "the method's own paper default" (``method_defaults`` of its model class,
-then ``ContrastiveConfig``), so ``--method esimcse`` alone gives the ESimCSE paper's settings and any flag given
-explicitly wins.
+The method flags are not written here: :func:`setting_fields` generates them from the settings' one declaration
+(``models/config.py``: default, help, choices, range, the papers' flag names such as ``--temp``). They default to
+``None`` = "not given": the method's own paper values apply (``trainers.methods.resolve_settings``), so ``--method
+esimcse`` alone gives the ESimCSE paper's settings and any flag given explicitly wins.
 """
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +22,14 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
 from transformers.training_args import ParallelMode
 
+from models.config import SETTINGS, UNSUP, check_setting
+
 from .cli_help import USAGE, CompactHelpFormatter, hide_inherited_trainer_flags, move_group_first, move_to_front
+from .config_file import expand_config_file
 from .errors import UsageError, reraise_as
-from .launch import refuse_single_process_launch
-
-
-TEMP_RANGE = (1e-3, 10.0)
-"""Accepted ``--temp``. The logits are cos/tau with |cos| <= 1, and the loss and its gradients grow like 1/tau
-(measured on a tiny BERT: the first loss is ~13 at tau 0.01, ~1e3 at 1e-4, ~1e11 at 1e-12). Every paper uses 0.05;
-the lower bound 1e-3 (50x lower) keeps the logits <= 1e3, far inside float16's 65504 (they overflow it, to inf and
-then NaN, below tau ~1.5e-5). Above 10 every logit is within 0.1 of 0 and the softmax carries almost no signal."""
+from .launch import (launched_world_size, refuse_data_parallel, refuse_silent_single_process,
+                     refuse_single_process_launch)
+from .methods import METHODS
 
 
 @dataclass
@@ -39,22 +38,8 @@ class ModelArguments:
 
     model_name_or_path: str = field(
         default="bert-base-uncased", metadata={"help": "Backbone: any AutoModel name or local folder."})
-    pooler_type: str | None = field(
-        default=None, metadata={"help": "cls | cls_before_pooler | avg | avg_first_last | avg_top2 (default: cls)."})
-    mlp_only_train: bool | None = field(
-        default=None, metadata={"help": "Use the MLP projector in training only (unsupervised SimCSE: true)."})
-    projector: str | None = field(default=None, metadata={"help": "mlp | batchnorm | none (default: mlp)."})
-    temp: float | None = field(default=None, metadata={
-        "help": f"Temperature tau of the InfoNCE loss (0.05), in [{TEMP_RANGE[0]:g}, {TEMP_RANGE[1]:g}]."})
     attn_implementation: str | None = field(default="sdpa", metadata={"help": "Backbone attention kernel."})
     cache_dir: str | None = field(default=None, metadata={"help": "Hugging Face cache directory."})
-
-    def __post_init__(self) -> None:
-        low, high = TEMP_RANGE
-        if self.temp is not None and not low <= self.temp <= high:
-            effect = "makes them overflow (the run trains to NaN)" if self.temp < low else "flattens the softmax"
-            raise UsageError(f"--temp {self.temp:g} is outside the valid range [{low:g}, {high:g}]: the logits are "
-                             f"cos/temp, and this temperature {effect}. The papers use 0.05.")
 
 
 @dataclass
@@ -74,105 +59,55 @@ class DataArguments:
             self.senteval_dir = os.environ.get("SENTEVAL_DIR", "data/senteval")
 
 
-@dataclass
-class SharedObjectiveArguments:
-    """Flags of the objective parts every method can use (models/parts.py): gathering negatives across processes and
-    SimCSE++'s two parts. :class:`MethodArguments` and DiffCSE's arguments both extend it."""
-
-    gather_negatives: bool | None = field(
-        default=None, metadata={"help": "All-gather negatives across processes (default true)."})
-
-    # --- SimCSE++ (Xu et al., 2023) on any method: docs/simcse_pp.md ---
-    off_dropout: bool | None = field(default=None, metadata={
-        "help": "SimCSE++: negatives from a dropout-off encoding of the anchors (on any method)."})
-    pos_neg_tradeoff: float | None = field(default=None, metadata={"help": "SimCSE++: trade-off m (0.9)."})
-    off_dropout_form: str | None = field(default=None, metadata={
-        "help": "SimCSE++: m scales the positive logit (code, default: models_re.py) or the negative sum (paper Eq. 3).",
-        "choices": ["code", "paper"]})
-    dcl_weight: float | None = field(default=None, metadata={
-        "help": "SimCSE++: weight lambda of the dimension-wise contrastive loss (0.1 for simcse_pp, else 0)."})
-    dcl_temp: float | None = field(default=None, metadata={"help": "SimCSE++: DCL temperature (5)."})
-    dcl_form: str | None = field(default=None, metadata={
-        "help": "SimCSE++: DCL as in the code (BatchNorm, /N, mean; default) or as printed (Eq. 5).",
-        "choices": ["code", "paper"]})
+def setting_fields(script: str) -> list[tuple[str, Any, Any]]:
+    """``make_dataclass`` fields for every setting ``script`` exposes (``models.config``): default ``None`` = not
+    given (the method's paper value applies), the declared help, choices and the papers' flag names."""
+    specs = []
+    for name, declared in SETTINGS.items():
+        meta = declared.metadata
+        if script not in meta["scripts"]:
+            continue
+        value_type = type(declared.default) if declared.default is not None else str
+        default = "the method's own" if name in METHOD_SPECIFIC else repr(declared.default)
+        metadata: dict[str, Any] = {"help": f"{meta['help']} [default: {default}]"}
+        choices = [c for c in meta["choices"] or () if c is not None]
+        if choices:
+            metadata["choices"] = choices
+        names = [f"--{alias}" for alias in (meta["flag"], *meta["aliases"]) if alias and alias != name]
+        if names:
+            metadata["aliases"] = names
+        specs.append((name, value_type | None, field(default=None, metadata=metadata)))
+    return specs
 
 
-@dataclass
-class MethodArguments(SharedObjectiveArguments):
-    _argument_group_name = "method (--method and the flags of its paper; default None = the paper's value)"
+#: Settings whose default differs between methods (some class's ``method_defaults`` sets them).
+METHOD_SPECIFIC = frozenset(name for spec in METHODS.values() for name in spec.model_class.method_defaults)
 
-    method: str = field(default="simcse", metadata={"help": "simcse | sup_simcse | esimcse | simcse_pp | s_simcse"})
-    hard_negative_weight: float | None = field(
-        default=None, metadata={"help": "Supervised SimCSE: log-weight added to the own hard-negative logit."})
 
-    # --- reproduction fidelity (models/presets.py) ---
-    fidelity: str | None = field(default=None, metadata={
-        "help": "paper | official_code: set every paper-vs-code switch at once (explicit flags still win). Default: "
-                "each field's own default (the paper's, except SimCSE++'s loss forms: the code's).",
-        "choices": ["paper", "official_code"]})
+class SettingArguments:
+    """Base of the generated method-settings dataclasses: every value given is checked against its declaration at
+    parse time (so a bad ``--temp`` is refused before anything loads)."""
 
-    # --- ESimCSE (Wu et al., 2022; docs/esimcse.md) ---
-    dup_rate: float | None = field(default=None, metadata={"help": "ESimCSE: maximal repetition rate (0.32)."})
-    dup_type: str | None = field(default=None, metadata={
-        "help": "ESimCSE: repeat sub-words (default) or whole words.", "choices": ["subword", "word"]})
-    dup_length_rule: str | None = field(default=None, metadata={
-        "help": "ESimCSE: dup_len ~ U{0..max(2, int(dup_rate*N))}, N = sub-words (paper, default) or "
-                "randrange(min(10, int(dup_rate*len))), len incl. [CLS]/[SEP] (code).", "choices": ["paper", "code"]})
-    resample_repetition: bool | None = field(default=None, metadata={
-        "help": "ESimCSE: new repetition every time a sentence is seen (default true; false = the code's "
-                "repeat-once cache)."})
-    truncate_positive: bool | None = field(default=None, metadata={
-        "help": "ESimCSE: cut the repeated positive back to max_seq_length (default false: the positive is the "
-                "truncated anchor plus its repetitions, as in the released code; true = a same-length ablation)."})
-    length_extension: str | None = field(default=None, metadata={
-        "help": "ESimCSE Table 4/5: repetition (default) | stopword | mask | mlm_prediction insertion after the picked "
-                "units | none (momentum contrast alone).",
-        "choices": ["repetition", "stopword", "mask", "mlm_prediction", "none"]})
-    insert_mlm_name_or_path: str | None = field(default=None, metadata={
-        "help": "ESimCSE Table 5: masked LM predicting inserted [MASK]s (same vocabulary as the encoder)."})
-    momentum_contrast: bool | None = field(default=None, metadata={
-        "help": "ESimCSE: momentum encoder + queue negatives (default true; false = repetition alone, Table 4)."})
-    momentum: float | None = field(default=None, metadata={"help": "ESimCSE: EMA coefficient lambda (0.995)."})
-    queue_size: int | None = field(default=None, metadata={
-        "help": "ESimCSE: queue length (160 = 2.5 x batch 64; Table 10 tries 1/1.5/2/2.5/3 x batch)."})
-    queue_through_mlp: bool | None = field(default=None, metadata={
-        "help": "ESimCSE: queue = momentum [CLS] through the ONLINE MLP (code) instead of the momentum MLP "
-                "(default false)."})
-    gather_queue: bool | None = field(default=None, metadata={
-        "help": "ESimCSE: every process enqueues the gathered global batch (default true; code: false)."})
+    def __post_init__(self) -> None:
+        for name, value in self.explicit_settings().items():
+            with reraise_as(UsageError, ValueError):
+                check_setting(name, value)
 
-    # --- SimCSE++ ablations (docs/simcse_pp.md) ---
-    noise_study: str | None = field(default=None, metadata={
-        "help": "SimCSE++ Table 1: +/- noise in the positive or negative pairs.",
-        "choices": ["none", "pos_plus", "pos_minus", "neg_plus", "neg_minus"]})
-    noise_variance: float | None = field(default=None, metadata={"help": "Table 1: Gaussian noise variance (0.1)."})
-    noise_samples: int | None = field(default=None, metadata={"help": "Table 1: K dropout samples averaged (10)."})
-    barlow_weight: float | None = field(default=None, metadata={
-        "help": "SimCSE++ Table 2: weight of an added BarlowTwins loss (0 = off)."})
-    barlow_lambda: float | None = field(default=None, metadata={
-        "help": "Table 2: BarlowTwins off-diagonal weight (0.0051)."})
-    barlow_pad: int | None = field(default=None, metadata={
-        "help": "Table 2: M artificial standard-Gaussian embeddings padded into the batch (100/300/704)."})
+    def explicit_settings(self) -> dict[str, Any]:
+        """The settings given on the command line / in the config file (``None`` = not given)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in SETTINGS and f.name != "method" and getattr(self, f.name) is not None}
 
-    # --- S-SimCSE (Zhang & Lan; docs/s_simcse.md) ---
-    dropout_dist: str | None = field(default=None, metadata={
-        "help": "S-SimCSE: distribution of dropout rates (uniform for s_simcse, none = fixed rate).",
-        "choices": ["none", "uniform", "normal"]})
-    dropout_low: float | None = field(default=None, metadata={"help": "S-SimCSE: lowest rate (0.05)."})
-    dropout_high: float | None = field(default=None, metadata={"help": "S-SimCSE: highest rate (0.15)."})
-    sentence_wise_dropout: bool | None = field(default=None, metadata={
-        "help": "S-SimCSE: a rate per sentence ('w/ sd', default for s_simcse) instead of per forward pass."})
-    dropout_sample_per_op: bool | None = field(default=None, metadata={
-        "help": "S-SimCSE: redraw at every dropout operation (default true) instead of once per pass."})
 
-    def config_overrides(self) -> dict[str, Any]:
-        """The explicitly given method fields, as ``ContrastiveConfig`` keyword arguments, on top of the
-        ``--fidelity`` preset's values (``models.presets``)."""
-        from models.presets import fidelity_overrides
-
-        explicit = {f.name: getattr(self, f.name) for f in fields(self)
-                    if f.name not in ("method", "fidelity") and getattr(self, f.name) is not None}
-        return {**fidelity_overrides(self.fidelity), **explicit}
+MethodArguments = make_dataclass(
+    "MethodArguments",
+    [("method", str, field(default="simcse", metadata={
+        "help": "The paper whose objective to train.", "choices": [m for m, spec in METHODS.items()
+                                                                   if spec.script == UNSUP]})),
+     *setting_fields(UNSUP)],
+    bases=(SettingArguments,),
+    namespace={"_argument_group_name": "method (--method and its paper's settings; default: the paper's value)",
+               "__doc__": "``run_unsup.py``'s method flags, generated from the settings' declaration."})
 
 
 @dataclass
@@ -269,51 +204,6 @@ class CLTrainingArguments(TrainingArguments):
             self.load_best_model_at_end = evaluating
 
 
-def refuse_data_parallel(args: TrainingArguments) -> None:
-    """Several GPUs without a distributed launch make the Trainer use DataParallel, which never gathers negatives
-    across replicas (each sees 1/N of the batch) and breaks the objective. Refuse it with the fix."""
-    if args.parallel_mode == ParallelMode.NOT_DISTRIBUTED and args.n_gpu > 1:
-        raise UsageError(
-            f"{torch.cuda.device_count()} GPUs are visible but this is not a distributed launch, so the Trainer "
-            "would use DataParallel, which does not gather in-batch negatives across GPUs. Launch one process "
-            f"per GPU instead:\n  accelerate launch --num_processes {args.n_gpu} {Path(sys.argv[0]).name} ...\n"
-            f"  torchrun --nproc_per_node {args.n_gpu} {Path(sys.argv[0]).name} ...\n"
-            "or use a single GPU: CUDA_VISIBLE_DEVICES=0 python ...")
-
-
-def launched_world_size() -> int:
-    """Processes started by the launcher (torchrun / accelerate launch set ``WORLD_SIZE``)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def refuse_silent_single_process(args: TrainingArguments) -> None:
-    """N launched processes that each train alone on the full data would silently run N independent jobs."""
-    if launched_world_size() > 1 and args.parallel_mode != ParallelMode.DISTRIBUTED:
-        raise UsageError(f"launched with WORLD_SIZE={launched_world_size()} but the Trainer did not set up "
-                         f"distributed training (parallel mode {args.parallel_mode}); check the launcher's "
-                         "environment (MASTER_ADDR/PORT, backend) or launch a single process")
-
-
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-def config_file_to_argv(path: str) -> list[str]:
-    """A yaml/json config file -> ``--key value`` tokens (so explicit command-line flags placed after it win)."""
-    import json
-
-    import yaml
-
-    text = Path(path).read_text(encoding="utf-8")
-    values = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    if not isinstance(values, dict):
-        raise UsageError(f"{path}: expected a mapping of argument names to values, got {type(values).__name__}")
-    argv: list[str] = []
-    for key, value in values.items():
-        items = value if isinstance(value, list) else [value]
-        argv += [f"--{key}", *(str(item) for item in items)]
-    return argv
-
-
 def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None = None,
                description: str | None = None) -> tuple[Any, ...]:
     """Parse ``[config.yaml|config.json] [--flag value ...]`` into the given dataclasses.
@@ -321,9 +211,7 @@ def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None = None,
     A leading config file supplies values like HfArgumentParser's ``parse_yaml_file``/``parse_json_file``; flags
     after it override single entries. Unknown keys are an error naming them.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0].endswith(CONFIG_SUFFIXES) and not argv[0].startswith("-"):
-        argv = config_file_to_argv(argv[0]) + argv[1:]
+    argv = expand_config_file(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser(dataclass_types, description)
     with reraise_as(UsageError, ValueError):  # the Trainer's checks of flag combinations
         *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)

@@ -6,6 +6,9 @@ MPI (``--mpirun_hostfile``). Otherwise it starts ONE process and merely sets ``M
 run trains alone with 1/N of the global batch and exits 0. :func:`refuse_single_process_launch` detects that
 environment (accelerate's variables and a master address, but no ``WORLD_SIZE`` and no MPI rank variables) and
 refuses with the torchrun command that does start N processes (gloo on CPU; tests/test_launchers.py runs both).
+
+Also refused here: several GPUs without a distributed launch (DataParallel never gathers negatives) and N launched
+processes that did not set up distributed training (N independent jobs).
 """
 from __future__ import annotations
 
@@ -13,6 +16,10 @@ import os
 import shlex
 import sys
 from pathlib import Path
+
+import torch
+from transformers import TrainingArguments
+from transformers.training_args import ParallelMode
 
 from .errors import UsageError
 
@@ -71,5 +78,30 @@ def refuse_single_process_launch() -> None:
         f"{n} processes with torchrun instead (gloo on CPU, NCCL on GPUs):\n  {torchrun_command(n)}")
 
 
-__all__ = ["launcher_num_processes", "refuse_single_process_launch", "single_process_accelerate_launch",
-           "torchrun_command"]
+def refuse_data_parallel(args: TrainingArguments) -> None:
+    """Several GPUs without a distributed launch make the Trainer use DataParallel, which never gathers negatives
+    across replicas (each sees 1/N of the batch) and breaks the objective. Refuse it with the fix."""
+    if args.parallel_mode == ParallelMode.NOT_DISTRIBUTED and args.n_gpu > 1:
+        raise UsageError(
+            f"{torch.cuda.device_count()} GPUs are visible but this is not a distributed launch, so the Trainer "
+            "would use DataParallel, which does not gather in-batch negatives across GPUs. Launch one process "
+            f"per GPU instead:\n  accelerate launch --num_processes {args.n_gpu} {Path(sys.argv[0]).name} ...\n"
+            f"  torchrun --nproc_per_node {args.n_gpu} {Path(sys.argv[0]).name} ...\n"
+            "or use a single GPU: CUDA_VISIBLE_DEVICES=0 python ...")
+
+
+def launched_world_size() -> int:
+    """Processes started by the launcher (torchrun / accelerate launch set ``WORLD_SIZE``)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def refuse_silent_single_process(args: TrainingArguments) -> None:
+    """N launched processes that each train alone on the full data would silently run N independent jobs."""
+    if launched_world_size() > 1 and args.parallel_mode != ParallelMode.DISTRIBUTED:
+        raise UsageError(f"launched with WORLD_SIZE={launched_world_size()} but the Trainer did not set up "
+                         f"distributed training (parallel mode {args.parallel_mode}); check the launcher's "
+                         "environment (MASTER_ADDR/PORT, backend) or launch a single process")
+
+
+__all__ = ["launched_world_size", "launcher_num_processes", "refuse_data_parallel", "refuse_silent_single_process",
+           "refuse_single_process_launch", "single_process_accelerate_launch", "torchrun_command"]

@@ -24,6 +24,7 @@ from models.export import export_model
 
 from .cl_trainer import CLTrainer
 from .errors import UsageError
+from .methods import build_collator
 from .summary import RunSummary, format_summary
 
 logger = logging.getLogger("cse_repro")
@@ -97,7 +98,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        data_collator=model.build_collator(tokenizer, data_args.max_seq_length),
+        data_collator=build_collator(model, tokenizer, data_args.max_seq_length),
         processing_class=tokenizer,
         senteval_dir=data_args.senteval_dir,
     )

@@ -1,0 +1,152 @@
+"""The method registry (one table) and the one model builder, used by the training scripts, the benchmark and the
+tests.
+
+:data:`METHODS` lists every method once: its model class (``models/``), the factory of the collator that makes its
+views (``data/``), the script that trains it and, where it has one, the loader of its extra pretrained networks.
+This is where files are read: ``models/`` takes loaded networks and tokenizers and never opens a file, and ``data/``
+never imports ``models/``.
+
+Settings resolve in one order (:func:`resolve_settings`): the declaration's defaults (``models.config``) < the
+method's own defaults (``method_defaults`` of its class) < the ``--fidelity`` preset (``models.presets``) < explicit
+values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
+
+from data.augment import LengthExtender, MaskedLMFiller
+from data.collators import ContrastiveCollator
+from data.diffcse_collator import DiffCSECollator
+from eval.loading import load_auto_model
+from models.base import ContrastiveModel
+from models.config import DIFFCSE, UNSUP, ContrastiveConfig, check_settings
+from models.diffcse import DiffCSEModel, check_generator_vocabulary
+from models.esimcse import ESimCSEModel
+from models.presets import fidelity_overrides
+from models.simcse import SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel, SupervisedSimCSEModel
+
+
+# ------------------------------------------------------------------------------------------------ collators
+def contrastive_collator(model: ContrastiveModel, tokenizer, max_length: int) -> ContrastiveCollator:
+    """Every view is the sentence itself (dropout makes them differ), or the supervised triple's columns."""
+    return ContrastiveCollator(tokenizer, max_length=max_length, view_columns=model.view_columns)
+
+
+def esimcse_collator(model: ContrastiveModel, tokenizer, max_length: int) -> ContrastiveCollator:
+    """ESimCSE: view 0 the sentence, view 1 the sentence lengthened (word repetition, or a Table 5 insertion)."""
+    config = model.config
+    extender = None
+    if config.length_extension != "none":
+        filler = (MaskedLMFiller.from_pretrained(config.insert_mlm_name_or_path, tokenizer)
+                  if config.length_extension == "mlm_prediction" else None)
+        extender = LengthExtender(
+            tokenizer, max_length if config.truncate_positive else None, dup_rate=config.dup_rate,
+            dup_type=config.dup_type, rule=config.dup_length_rule, mode=config.length_extension,
+            resample=config.resample_repetition, filler=filler)
+    return ContrastiveCollator(tokenizer, max_length=max_length, view_columns=model.view_columns,
+                               view_augmenters=(None, extender))
+
+
+def diffcse_collator(model: ContrastiveModel, tokenizer, max_length: int) -> DiffCSECollator:
+    """DiffCSE: SimCSE's two views plus the positions to edit (masking ratio, edit kind, mask style)."""
+    config = model.config
+    return DiffCSECollator(tokenizer, max_length=max_length, view_columns=model.view_columns,
+                           masking_ratio=config.masking_ratio, edit=config.rtd_edit, mask_style=config.mask_style,
+                           rtd_views=model.rtd_views, source=config.rtd_source, seed=torch.initial_seed())
+
+
+# ------------------------------------------------------------------------------------------------ extra networks
+def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *, tokenizer=None,
+                           cache_dir: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """DiffCSE's frozen generator ``generator_name``. The vocabularies are checked *before* the large model loads.
+    Returns (constructor arguments, config additions)."""
+    generator_name = settings.get("generator_name")
+    if not generator_name:
+        raise ValueError("DiffCSE needs a generator: pass generator_name (a masked-LM name or folder)")
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_name_or_path, cache_dir=cache_dir)
+    generator_tokenizer = AutoTokenizer.from_pretrained(generator_name, cache_dir=cache_dir)
+    check_generator_vocabulary(tokenizer, generator_tokenizer,
+                               AutoConfig.from_pretrained(model_name_or_path, cache_dir=cache_dir),
+                               AutoConfig.from_pretrained(generator_name, cache_dir=cache_dir))
+    generator = AutoModelForMaskedLM.from_pretrained(generator_name, cache_dir=cache_dir)
+    return {"generator": generator}, {"generator_config": generator.config.to_dict()}
+
+
+# ------------------------------------------------------------------------------------------------ the table
+@dataclass(frozen=True)
+class Method:
+    """One method: its model class, its collator factory, the script that trains it, and a loader of pretrained
+    networks it needs besides the encoder (``None``: none)."""
+
+    model_class: type[ContrastiveModel]
+    make_collator: Callable[[ContrastiveModel, Any, int], Any]
+    script: str
+    load_networks: Callable[..., tuple[dict[str, Any], dict[str, Any]]] | None = None
+
+
+METHODS: dict[str, Method] = {
+    "simcse": Method(SimCSEModel, contrastive_collator, UNSUP),
+    "sup_simcse": Method(SupervisedSimCSEModel, contrastive_collator, UNSUP),
+    "esimcse": Method(ESimCSEModel, esimcse_collator, UNSUP),
+    "simcse_pp": Method(SimCSEPlusPlusModel, contrastive_collator, UNSUP),
+    "s_simcse": Method(SSimCSEModel, contrastive_collator, UNSUP),
+    "diffcse": Method(DiffCSEModel, diffcse_collator, DIFFCSE, load_networks=load_diffcse_generator),
+}
+
+
+def method_spec(method: str) -> Method:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; available: {', '.join(METHODS)}")
+    return METHODS[method]
+
+
+def resolve_settings(method: str, explicit: dict[str, Any]) -> dict[str, Any]:
+    """The method's settings: its class's ``method_defaults``, the ``fidelity`` preset, then ``explicit`` (``None``
+    values count as not given). Every name is checked against the declaration (``models.config``)."""
+    explicit = {name: value for name, value in explicit.items() if value is not None}
+    settings = {**method_spec(method).model_class.method_defaults, **fidelity_overrides(explicit.get("fidelity")),
+                **explicit, "method": method}
+    check_settings(settings)
+    return settings
+
+
+def build_model(method: str, model_name_or_path: str | Path, *, attn_implementation: str | None = "sdpa",
+                cache_dir: str | None = None, tokenizer=None, **settings: Any) -> ContrastiveModel:
+    """THE model builder: ``method`` around the pretrained backbone ``model_name_or_path`` (a name or folder).
+
+    ``settings`` are config values (see :func:`resolve_settings`). Auxiliary networks are synchronised *after* the
+    pretrained weights are in place (the ESimCSE code built its momentum encoder before loading, so it started from
+    random weights; DiffCSE's discriminator starts as the loaded encoder).
+    """
+    spec = method_spec(method)
+    settings = resolve_settings(method, settings)
+    networks, config_extras = {}, {}
+    if spec.load_networks is not None:
+        networks, config_extras = spec.load_networks(str(model_name_or_path), settings, tokenizer=tokenizer,
+                                                     cache_dir=cache_dir)
+    encoder = load_auto_model(str(model_name_or_path), attn_implementation=attn_implementation, cache_dir=cache_dir)
+    config = ContrastiveConfig(encoder_config=encoder.config.to_dict(), **config_extras, **settings)
+    model = spec.model_class(config, encoder=encoder, **networks)
+    model.sync_auxiliary_networks()
+    return model
+
+
+def build_collator(model: ContrastiveModel, tokenizer, max_length: int):
+    """The collator that makes ``model``'s views from raw rows."""
+    return method_spec(model.config.method).make_collator(model, tokenizer, max_length)
+
+
+def load_contrastive_model(path: str | Path) -> ContrastiveModel:
+    """Load a checkpoint written by this repo (``config.json`` with ``model_type: cse_contrastive``) as the class
+    it was trained with."""
+    config = ContrastiveConfig.from_pretrained(path)
+    return method_spec(config.method).model_class.from_pretrained(path, config=config)
+
+
+__all__ = ["METHODS", "Method", "build_collator", "build_model", "load_contrastive_model", "method_spec",
+           "resolve_settings"]
