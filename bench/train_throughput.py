@@ -325,9 +325,9 @@ def build_method_model(method: str, backbone_config):
     defaults over ``ContrastiveConfig``; auxiliary networks synced after the backbone exists)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
-    from models.registry import model_class_for
+    from trainers.methods import method_spec
 
-    model_class = model_class_for(method)
+    model_class = method_spec(method).model_class
     encoder = AutoModel.from_config(backbone_config, attn_implementation="sdpa")
     extra: dict[str, Any] = {}
     settings = dict(model_class.method_defaults)
@@ -357,7 +357,7 @@ def repo_runner(method: str, settings: BenchSettings, backbone_config, tokenizer
 
     torch.manual_seed(settings.seed)
     model = build_method_model(method, backbone_config).to(device).train()
-    collator = model.build_collator(tokenizer, settings.seq_len)
+    collator = build_collator(model, tokenizer, settings.seq_len)
     batches, collate_seconds = collate_batches(collator, model.view_columns, settings.warmup + settings.steps,
                                                settings, backbone_config.vocab_size)
     parameters = [p for p in model.parameters() if p.requires_grad]
@@ -614,7 +614,7 @@ def format_table(measurements: Sequence[Measurement], settings: BenchSettings) -
 def default_methods() -> list[str]:
     """Every registered method (DiffCSE registers itself on import when its module exists) + the reference."""
     import models  # noqa: F401  (registers every method)
-    from models.registry import MODEL_CLASSES
+    from trainers.methods import METHODS
 
     return [*MODEL_CLASSES, REFERENCE]
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from models import model_class_for
+
 from tests.launch import REPO_ROOT, run_torchrun, torchrun_timeout
 from tests.tiny import save_tiny_backbone, tiny_corpus
+from trainers.methods import build_model
 
 WORKER = Path(__file__).parent / "workers" / "ddp_step.py"
 
@@ -37,7 +38,7 @@ def test_two_processes_equal_one_process_with_global_batch(tmp_path, views):
     ranks = run_two_processes(tmp_path, model_dir, tmp_path / "batch.pt", method)
 
     torch.manual_seed(0)
-    reference = model_class_for(method).from_encoder(str(model_dir), attn_implementation="eager")
+    reference = build_model(method, str(model_dir), attn_implementation="eager")
     reference.train()
     loss = reference(**batch).loss
     loss.backward()

@@ -15,10 +15,10 @@ from transformers import AutoModel, AutoModelForMaskedLM, BertTokenizerFast
 
 import run_diffcse
 from data.diffcse_collator import DiffCSECollator, load_next_sentence_corpus
-from models import load_contrastive_model
+from trainers.methods import build_collator, build_model, load_contrastive_model
 from models.diffcse import DiffCSEModel, VocabularyMismatchError, rtd_statistics
 from models.export import export_model
-from models.losses import rtd_loss
+from models.diffcse import rtd_loss
 from tests.tiny import (FAST_TRAINING_ARGS, SPECIAL, WORDS, save_tiny_backbone, tiny_config, tiny_corpus,
                         tiny_tokenizer)
 from trainers.errors import UsageError
@@ -48,12 +48,12 @@ def paths(tmp_path_factory):
 
 def build(paths, **config) -> DiffCSEModel:
     torch.manual_seed(0)
-    return DiffCSEModel.from_encoder(str(paths.encoder), generator_name=str(paths.generator), **config)
+    return build_model("diffcse", str(paths.encoder), generator_name=str(paths.generator), **config)
 
 
 def collate(model: DiffCSEModel, rows=ROWS, max_length: int = 16):
     tokenizer = BertTokenizerFast.from_pretrained(model.config.generator_name)
-    return model.build_collator(tokenizer, max_length)(rows)
+    return build_collator(model, tokenizer, max_length)(rows)
 
 
 class StubGenerator(nn.Module):
@@ -266,7 +266,7 @@ def test_vocabulary_mismatch_is_refused(paths, tmp_path):
     AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(other)
     tokenizer.save_pretrained(other)
     with pytest.raises(VocabularyMismatchError, match="map to another id"):
-        DiffCSEModel.from_encoder(str(paths.encoder), generator_name=str(other))
+        build_model("diffcse", str(paths.encoder), generator_name=str(other))
 
     bigger = tmp_path / "bigger"
     bigger.mkdir()
@@ -275,7 +275,7 @@ def test_vocabulary_mismatch_is_refused(paths, tmp_path):
     AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(bigger)
     tokenizer.save_pretrained(bigger)
     with pytest.raises(VocabularyMismatchError, match="vocab_size"):
-        DiffCSEModel.from_encoder(str(paths.encoder), generator_name=str(bigger))
+        build_model("diffcse", str(paths.encoder), generator_name=str(bigger))
 
 
 # ---------------------------------------------------------------------------------------------- ablations
@@ -304,7 +304,7 @@ def test_every_variant_trains(paths, config):
 def test_other_backbones_as_encoder_and_discriminator(paths, arch, site):
     encoder = save_tiny_backbone(paths.root / f"encoder_{arch}", arch=arch, seed=0)
     torch.manual_seed(0)
-    model = DiffCSEModel.from_encoder(str(encoder), generator_name=str(paths.generator), rtd_condition_site=site)
+    model = build_model("diffcse", str(encoder), generator_name=str(paths.generator), rtd_condition_site=site)
     model.train()
     output = model(**collate(model))
     output.loss.backward()
@@ -333,26 +333,31 @@ def test_next_sentence_corpus_and_edits(paths, tmp_path):
 def test_task_profiles_and_flags():
     from trainers.arguments import DataArguments, ModelArguments, parse_args
     from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
+    from trainers.methods import resolve_settings
 
     types = (ModelArguments, DataArguments, DiffCSEArguments, DiffCSETrainingArguments)
-    *_, diffcse, training = parse_args(types, expand_argv(["--output_dir", "x"]))
-    assert (training.learning_rate, diffcse.lambda_weight, diffcse.masking_ratio) == (7e-6, 0.005, 0.30)
+
+    def parse(*argv):
+        *_, diffcse, training = parse_args(types, expand_argv(["--output_dir", "x", *argv]))
+        return resolve_settings("diffcse", diffcse.explicit_settings()), training
+
+    settings, training = parse()
+    assert (training.learning_rate, settings.get("lambda_weight", 0.005), settings.get("masking_ratio", 0.30)) == (
+        7e-6, 0.005, 0.30)  # Table 12 = the declared defaults
     assert training.num_train_epochs == 2 and training.per_device_train_batch_size == 64 and training.eval_steps == 125
-    assert diffcse.config_overrides()["projector"] == "batchnorm"
-    *_, diffcse, training = parse_args(types, expand_argv(["--task_profile", "transfer", "--masking_ratio", "0.2"]))
-    assert (training.learning_rate, diffcse.lambda_weight, diffcse.masking_ratio) == (2e-6, 0.05, 0.2)
-    *_, diffcse, _ = parse_args(types, expand_argv(["--batchnorm", "false", "--fidelity", "official_code"]))
-    overrides = diffcse.config_overrides()
-    assert overrides["projector"] == "mlp" and overrides["sample_generator"] is False
-    assert overrides["rtd_all_views"] is True and overrides["off_dropout_form"] == "code"
-    assert overrides["generator_dropout"] is True  # the released code's generator runs in training mode
-    *_, diffcse, _ = parse_args(types, expand_argv(["--fidelity", "paper"]))
-    assert diffcse.config_overrides()["generator_dropout"] is False
-    *_, diffcse, _ = parse_args(types, expand_argv(["--off_dropout", "true", "--dcl_weight", "0.1"]))
-    assert diffcse.config_overrides()["off_dropout"] is True and diffcse.config_overrides()["dcl_weight"] == 0.1
+    assert settings["projector"] == "batchnorm" and settings["generator_name"] == "distilbert-base-uncased"
+    settings, training = parse("--task_profile", "transfer", "--masking_ratio", "0.2")
+    assert (training.learning_rate, settings["lambda_weight"], settings["masking_ratio"]) == (2e-6, 0.05, 0.2)
+    settings, _ = parse("--batchnorm", "false", "--fidelity", "official_code")
+    assert settings["projector"] == "mlp" and settings["sample_generator"] is False
+    assert settings["rtd_all_views"] is True and settings["off_dropout_form"] == "code"
+    assert settings["generator_dropout"] is True  # the released code's generator runs in training mode
+    settings, _ = parse("--fidelity", "paper")
+    assert settings["generator_dropout"] is False
+    settings, _ = parse("--off_dropout", "true", "--dcl_weight", "0.1")
+    assert settings["off_dropout"] is True and settings["dcl_weight"] == 0.1
     with pytest.raises(UsageError, match="contradicts"):
-        parse_args(types, expand_argv(["--batchnorm", "false", "--projector", "batchnorm"]))[2].config_overrides(
-            "batchnorm")
+        parse("--batchnorm", "false", "--projector", "batchnorm")
 
 
 # ---------------------------------------------------------------------------------------------- end to end

@@ -12,6 +12,7 @@ from tests.cli import in_process, subprocess_run
 from tests.test_no_host_sync import HostSyncRecorder
 from tests.tiny import FAST_TRAINING_ARGS, tiny_corpus
 from trainers.divergence import DivergenceMonitor
+from trainers.methods import build_collator, build_model
 
 DIVERGING = ["--learning_rate", "1e10"]  # the tiny BERT's loss is NaN from step 2 (as MiniLM's in the issue)
 
@@ -29,13 +30,13 @@ def test_the_monitor_records_the_first_bad_step_without_a_host_sync():
 def test_the_trainer_step_records_the_loss_without_a_host_sync(backbone, tmp_path):
     from transformers import AutoTokenizer
 
-    from models import model_class_for
+
     from tests.test_no_host_sync import ROWS
     from tests.tiny import tiny_trainer
 
-    model = model_class_for("simcse").from_encoder(str(backbone)).train()
+    model = build_model("simcse", str(backbone)).train()
     trainer = tiny_trainer(model, backbone, tmp_path / "out", tiny_corpus(tmp_path / "c.txt"))
-    batch = model.build_collator(AutoTokenizer.from_pretrained(str(backbone)), 16)(ROWS)
+    batch = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)(ROWS)
     recorder = HostSyncRecorder()
     with recorder:
         trainer.compute_loss(model, batch)
@@ -46,11 +47,11 @@ def test_the_trainer_step_records_the_loss_without_a_host_sync(backbone, tmp_pat
 def test_non_finite_weights_behind_a_finite_loss_are_caught_before_a_write(backbone, tmp_path):
     import pytest
 
-    from models import model_class_for
+
     from tests.tiny import tiny_trainer
     from trainers.errors import TrainingDiverged
 
-    model = model_class_for("simcse").from_encoder(str(backbone))
+    model = build_model("simcse", str(backbone))
     trainer = tiny_trainer(model, backbone, tmp_path / "out", tiny_corpus(tmp_path / "c.txt"))
     trainer.check_finite(weights=True, before="the export")  # finite: nothing raised
     with torch.no_grad():

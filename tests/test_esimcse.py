@@ -13,11 +13,12 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
 import run_unsup
-from models import ESimCSEModel, load_contrastive_model, model_class_for
-from models.losses import queue_info_nce
-from models.momentum import EmbeddingQueue
+from models import ESimCSEModel
+from models.losses import info_nce
+from models.esimcse import EmbeddingQueue
 from tests.launch import run_ddp_cases
 from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
+from trainers.methods import build_collator, build_model, load_contrastive_model
 
 
 
@@ -27,7 +28,7 @@ from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corp
 # --------------------------------------------------------------------------------------------------- loss / queue
 @pytest.mark.parametrize("queue_rows", [0, 1, 5])
 @pytest.mark.parametrize("tau", [0.05, 0.5])
-def test_queue_info_nce_matches_eq6(queue_rows, tau):
+def test_info_nce_with_a_queue_matches_eq6(queue_rows, tau):
     g = torch.Generator().manual_seed(queue_rows)
     z1, z2, queue = (torch.randn(n, 6, generator=g, dtype=torch.float64) for n in (5, 5, queue_rows))
     a, b, q = z1.tolist(), z2.tolist(), queue.tolist()
@@ -37,7 +38,7 @@ def test_queue_info_nce_matches_eq6(queue_rows, tau):
         denominator = sum(math.exp(cosine(a[i], b[j]) / tau) for j in range(5))
         denominator += sum(math.exp(cosine(a[i], q[m]) / tau) for m in range(queue_rows))
         expected += -math.log(numerator / denominator)
-    assert queue_info_nce(z1, z2, queue, tau).item() == pytest.approx(expected / 5, abs=1e-6)
+    assert info_nce(z1, z2, tau, extra_negatives=queue).item() == pytest.approx(expected / 5, abs=1e-6)
 
 
 def test_queue_keeps_the_newest_entries_in_order():
@@ -55,7 +56,7 @@ def test_queue_keeps_the_newest_entries_in_order():
 # --------------------------------------------------------------------------------------------------- momentum
 @pytest.mark.parametrize("through_mlp", [False, True])
 def test_momentum_encoder_starts_equal_and_follows_the_ema(backbone, through_mlp):
-    model = ESimCSEModel.from_encoder(str(backbone), queue_through_mlp=through_mlp, momentum=0.9)
+    model = build_model("esimcse", str(backbone), queue_through_mlp=through_mlp, momentum=0.9)
     online = dict(model.encoder.named_parameters())
     momentum = dict(model.momentum_encoder.encoder.named_parameters())
     assert online.keys() == momentum.keys()
@@ -81,7 +82,7 @@ def test_momentum_encoder_starts_equal_and_follows_the_ema(backbone, through_mlp
 
 
 def test_queue_holds_dropout_free_momentum_embeddings_used_from_the_next_batch(backbone):
-    model = ESimCSEModel.from_encoder(str(backbone), queue_size=6).train()
+    model = build_model("esimcse", str(backbone), queue_size=6).train()
     ids, mask = token_batch()
     out = model(input_ids=ids, attention_mask=mask)
     assert model.queue.count.item() == 4 and out.metrics["queue_fill"].item() == 0
@@ -94,12 +95,12 @@ def test_queue_holds_dropout_free_momentum_embeddings_used_from_the_next_batch(b
     out = model(input_ids=ids2, attention_mask=mask2)
     torch.manual_seed(5)
     z = model.embed_views(ids2, mask2).views
-    torch.testing.assert_close(out.loss, queue_info_nce(z[:, 0], z[:, 1], old_queue, 0.05))  # queue as it stood
+    torch.testing.assert_close(out.loss, info_nce(z[:, 0], z[:, 1], 0.05, extra_negatives=old_queue))  # queue as it stood
     assert model.queue.entries().shape == (6, 32)  # 8 enqueued, the 2 oldest left
 
 
 def test_optimizer_ignores_momentum_and_ema_runs_once_per_optimizer_step(tmp_path, backbone):
-    model = ESimCSEModel.from_encoder(str(backbone), queue_size=100)
+    model = build_model("esimcse", str(backbone), queue_size=100)
     calls = []
     original = model.on_optimizer_step
     model.on_optimizer_step = lambda: (calls.append(1), original())[1]
@@ -116,8 +117,8 @@ def test_optimizer_ignores_momentum_and_ema_runs_once_per_optimizer_step(tmp_pat
 # --------------------------------------------------------------------------------------------------- data
 def test_collator_repeats_tokens_of_the_sentence(backbone):
     tokenizer = AutoTokenizer.from_pretrained(str(backbone))
-    model = ESimCSEModel.from_encoder(str(backbone), dup_rate=0.5)
-    collator = model.build_collator(tokenizer, 32)
+    model = build_model("esimcse", str(backbone), dup_rate=0.5)
+    collator = build_collator(model, tokenizer, 32)
     rows = [{"text": "the cat sits on the table with a dog and a man"}, {"text": "big red car"}]
     batch = collator(rows)
     extender = collator.view_augmenters[1]
@@ -137,8 +138,8 @@ def test_positives_at_the_length_limit_are_longer_and_never_cut(backbone):
     tokenizer = AutoTokenizer.from_pretrained(str(backbone))
     words = "cat dog man woman car bank river tree city music film game book water food song".split()
     rows = [{"text": " ".join(words[i:] + words[:i])} for i in range(16)]  # 16 different 16-word sentences
-    model = ESimCSEModel.from_encoder(str(backbone), dup_rate=0.5)
-    collator = model.build_collator(tokenizer, 12)
+    model = build_model("esimcse", str(backbone), dup_rate=0.5)
+    collator = build_collator(model, tokenizer, 12)
     batch = collator(rows)
     anchor_lengths = batch["attention_mask"][:, 0].sum(-1)
     positive_lengths = batch["attention_mask"][:, 1].sum(-1)
@@ -149,38 +150,38 @@ def test_positives_at_the_length_limit_are_longer_and_never_cut(backbone):
         anchor = batch["input_ids"][row, 0][:12].tolist()
         positive = batch["input_ids"][row, 1][: int(positive_lengths[row])].tolist()
         assert [t for p, t in enumerate(positive) if p not in extender.last_inserted[row]] == anchor
-    cut = ESimCSEModel.from_encoder(str(backbone), dup_rate=0.5, truncate_positive=True).build_collator(tokenizer, 12)
+    cut = build_collator(build_model("esimcse", str(backbone), dup_rate=0.5, truncate_positive=True), tokenizer, 12)
     assert cut(rows)["input_ids"].shape[-1] == 12
 
 
 def test_ablation_switches(backbone, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(str(backbone))
     rows = [{"text": "the cat sits on the table with a dog"}, {"text": "a man plays the guitar in the park"}]
-    alone = ESimCSEModel.from_encoder(str(backbone), length_extension="none")  # momentum contrast alone
-    batch = alone.build_collator(tokenizer, 32)(rows)
+    alone = build_model("esimcse", str(backbone), length_extension="none")  # momentum contrast alone
+    batch = build_collator(alone, tokenizer, 32)(rows)
     assert torch.equal(batch["input_ids"][:, 0], batch["input_ids"][:, 1])
-    repetition_only = ESimCSEModel.from_encoder(str(backbone), momentum_contrast=False).train()
+    repetition_only = build_model("esimcse", str(backbone), momentum_contrast=False).train()
     assert repetition_only.momentum_encoder is None and repetition_only.queue is None
     assert not any(k.startswith(("momentum", "queue")) for k in repetition_only.state_dict())
-    out = repetition_only(**repetition_only.build_collator(tokenizer, 32)(rows))
+    out = repetition_only(**build_collator(repetition_only, tokenizer, 32)(rows))
     assert set(out.metrics) == {"contrastive_loss"}
     for kind in ("stopword", "mask"):
-        model = ESimCSEModel.from_encoder(str(backbone), length_extension=kind, dup_type="word", dup_rate=1.0)
-        assert torch.isfinite(model.train()(**model.build_collator(tokenizer, 32)(rows)).loss)
+        model = build_model("esimcse", str(backbone), length_extension=kind, dup_type="word", dup_rate=1.0)
+        assert torch.isfinite(model.train()(**build_collator(model, tokenizer, 32)(rows)).loss)
     mlm_dir = tmp_path / "mlm"
     BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                intermediate_size=37)).save_pretrained(mlm_dir)
-    model = ESimCSEModel.from_encoder(str(backbone), length_extension="mlm_prediction",
+    model = build_model("esimcse", str(backbone), length_extension="mlm_prediction",
                                       insert_mlm_name_or_path=str(mlm_dir))
-    batch = model.build_collator(tokenizer, 32)(rows)
+    batch = build_collator(model, tokenizer, 32)(rows)
     assert tokenizer.mask_token_id not in batch["input_ids"].tolist()
     with pytest.raises(ValueError, match="insert_mlm_name_or_path"):
-        ESimCSEModel.from_encoder(str(backbone), length_extension="mlm_prediction")
+        build_model("esimcse", str(backbone), length_extension="mlm_prediction")
 
 
 # --------------------------------------------------------------------------------------------------- checkpoints
 def test_checkpoint_round_trip_keeps_momentum_and_queue(backbone, tmp_path):
-    model = ESimCSEModel.from_encoder(str(backbone), queue_size=6).train()
+    model = build_model("esimcse", str(backbone), queue_size=6).train()
     for seed in range(3):
         ids, mask = token_batch(seed=seed)
         model(input_ids=ids, attention_mask=mask)
@@ -243,7 +244,7 @@ def test_gathered_queue_under_ddp_equals_one_process_with_the_global_batch(tmp_p
 
     for case in cases:
         torch.manual_seed(0)
-        reference = model_class_for(case["method"]).from_encoder(str(model_dir), **case["config"]).train()
+        reference = build_model(case["method"], str(model_dir), **case["config"]).train()
         losses, grads = run_steps(reference, reference, batches, case["steps"])
         state = reference.state_dict()
         for rank in range(2):

@@ -4,9 +4,10 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from models import SimCSEModel, SupervisedSimCSEModel, load_contrastive_model
+from models import SimCSEModel, SupervisedSimCSEModel
 from models.poolers import POOLER_TYPES, pool
 from tests.tiny import save_tiny_backbone
+from trainers.methods import build_model, load_contrastive_model
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def batch(vocab=60, b=3, v=2, length=7, seed=0):
 @pytest.mark.parametrize("arch", ["bert", "roberta", "distilbert"])
 @pytest.mark.parametrize("pooler", POOLER_TYPES)
 def test_every_backbone_and_pooler_trains(backbones, arch, pooler):
-    model = SimCSEModel.from_encoder(str(backbones[arch]), pooler_type=pooler)
+    model = build_model("simcse", str(backbones[arch]), pooler_type=pooler)
     ids, mask = batch()
     out = model(input_ids=ids, attention_mask=mask)
     assert out.embeddings.views.shape == (3, 2, 32) and torch.isfinite(out.loss)
@@ -35,7 +36,7 @@ def test_every_backbone_and_pooler_trains(backbones, arch, pooler):
 
 def test_pretrained_weights_are_kept(backbones):
     reference = AutoModel.from_pretrained(str(backbones["bert"]))
-    model = SimCSEModel.from_encoder(str(backbones["bert"]))
+    model = build_model("simcse", str(backbones["bert"]))
     kept = model.encoder.state_dict()
     for name, tensor in reference.state_dict().items():
         if not name.startswith("pooler."):
@@ -43,7 +44,7 @@ def test_pretrained_weights_are_kept(backbones):
 
 
 def test_one_backbone_pass_for_all_views(backbones):
-    model = SimCSEModel.from_encoder(str(backbones["bert"]))
+    model = build_model("simcse", str(backbones["bert"]))
     calls = []
     model.encoder.register_forward_hook(lambda m, args, kwargs_out: calls.append(1))
     ids, mask = batch()
@@ -52,7 +53,7 @@ def test_one_backbone_pass_for_all_views(backbones):
 
 
 def test_views_differ_only_by_dropout(backbones):
-    model = SimCSEModel.from_encoder(str(backbones["bert"]))
+    model = build_model("simcse", str(backbones["bert"]))
     ids, mask = batch()
     ids[:, 1] = ids[:, 0]
     mask[:, 1] = mask[:, 0]
@@ -78,7 +79,7 @@ def test_poolers_by_hand():
 
 
 def test_config_round_trip_keeps_method_settings(backbones, tmp_path):
-    model = SupervisedSimCSEModel.from_encoder(str(backbones["roberta"]), temperature=0.1, hard_negative_weight=0.5)
+    model = build_model("sup_simcse", str(backbones["roberta"]), temperature=0.1, hard_negative_weight=0.5)
     model.save_pretrained(tmp_path)
     loaded = load_contrastive_model(tmp_path)
     assert type(loaded) is SupervisedSimCSEModel
@@ -91,16 +92,16 @@ def test_config_round_trip_keeps_method_settings(backbones, tmp_path):
 
 def test_test_time_embedding_follows_the_recipe(backbones):
     ids, mask = batch(v=1)
-    unsup = SimCSEModel.from_encoder(str(backbones["bert"])).eval()
+    unsup = build_model("simcse", str(backbones["bert"])).eval()
     pooled = unsup.encode(ids[:, 0], mask[:, 0])
     assert torch.allclose(unsup.embed(ids[:, 0], mask[:, 0]), pooled)  # MLP dropped at test time
     assert torch.allclose(unsup.embed(ids[:, 0], mask[:, 0], pooler_type="cls"), unsup.projector(pooled))
-    sup = SupervisedSimCSEModel.from_encoder(str(backbones["bert"])).eval()
+    sup = build_model("sup_simcse", str(backbones["bert"])).eval()
     assert torch.allclose(sup.embed(ids[:, 0], mask[:, 0]), sup.projector(sup.encode(ids[:, 0], mask[:, 0])))
 
 
 def test_bad_config_values_are_refused(backbones):
     with pytest.raises(ValueError, match="pooler_type"):
-        SimCSEModel.from_encoder(str(backbones["bert"]), pooler_type="mean")
+        build_model("simcse", str(backbones["bert"]), pooler_type="mean")
     with pytest.raises(ValueError, match="projector"):
-        SimCSEModel.from_encoder(str(backbones["bert"]), projector="mlp2")
+        build_model("simcse", str(backbones["bert"]), projector="mlp2")

@@ -15,8 +15,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from models import model_class_for
+
 from tests.tiny import tiny_config, tiny_tokenizer
+from trainers.methods import build_collator, build_model
 
 SYNCING_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::nonzero_static", "aten::masked_select",
                "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::item",
@@ -87,8 +88,8 @@ def test_a_training_step_has_no_host_sync(case, backbone, generator_dir, torch_s
     if method == "diffcse":
         config["generator_name"] = str(generator_dir)
     torch.manual_seed(0)
-    model = model_class_for(method).from_encoder(str(backbone), **config).train()
-    batch = model.build_collator(AutoTokenizer.from_pretrained(str(backbone)), 16)(ROWS)
+    model = build_model(method, str(backbone), **config).train()
+    batch = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)(ROWS)
     for step in range(2):  # the second step runs with a non-empty queue (ESimCSE)
         recorder = HostSyncRecorder()
         with recorder:
@@ -130,7 +131,7 @@ def test_backbones_without_mask_functions_keep_the_2d_mask():
 
 
 def test_the_queue_reads_its_buffers_again_after_a_checkpoint_load():
-    from models.momentum import EmbeddingQueue
+    from models.esimcse import EmbeddingQueue
 
     source, resumed = EmbeddingQueue(5, 3), EmbeddingQueue(5, 3)
     for step in range(3):

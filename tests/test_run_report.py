@@ -11,6 +11,7 @@ import run_diffcse
 import run_unsup
 from tests.cli import in_process
 from tests.tiny import tiny_corpus
+from trainers.methods import build_model
 
 # ------------------------------------------------------------------------------------------------ --help
 CORE_DEFAULTS = {"--output_dir": "outputs/simcse", "--learning_rate": "3e-05", "--per_device_train_batch_size": "64",
@@ -129,10 +130,10 @@ def test_tensorboard_is_optional(monkeypatch):
 
 
 def test_the_card_names_the_hub_base_model_and_dataset(backbone):
-    from models import model_class_for
+
     from models.card import model_card
 
-    model = model_class_for("simcse").from_encoder(str(backbone))
+    model = build_model("simcse", str(backbone))
     training = {"ModelArguments": {"model_name_or_path": "bert-base-uncased"},
                 "DataArguments": {"train_file": "data/wiki1m_for_simcse.txt"}}
     front, body = model_card(model, scores={"eval_stsb_spearman": 80.0, "eval_runtime": 3.2, "test_STS12": 70.0},

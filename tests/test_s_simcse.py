@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 import run_unsup
-from models import SimCSEModel, SSimCSEModel, load_contrastive_model
+from models import SimCSEModel, SSimCSEModel
 from models.dropout import ROW_DROPOUT_ATTENTION, RowDropout, RowDropoutController
 from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
+from trainers.methods import build_model, load_contrastive_model
 
 
 
@@ -69,7 +70,7 @@ def test_rates_per_view_or_per_sentence_and_per_operation(dist):
 
 # --------------------------------------------------------------------------------------------------- model
 def test_every_dropout_of_the_backbone_is_swapped_and_follows_its_row_rate(backbone):
-    model = SSimCSEModel.from_encoder(str(backbone), dropout_low=0.0, dropout_high=0.9)
+    model = build_model("s_simcse", str(backbone), dropout_low=0.0, dropout_high=0.9)
     assert (model.config.dropout_dist, model.config.sentence_wise_dropout) == ("uniform", True)
     assert not any(type(m) is nn.Dropout for m in model.modules())
     swapped = [m for m in model.encoder.modules() if isinstance(m, RowDropout)]
@@ -103,7 +104,7 @@ def test_every_dropout_of_the_backbone_is_swapped_and_follows_its_row_rate(backb
 @pytest.mark.parametrize("arch,swapped", [("roberta", 7), ("distilbert", 5)])
 def test_other_backbones_route_attention_dropout_through_the_rows(tmp_path, arch, swapped):
     directory = save_tiny_backbone(tmp_path / arch, arch=arch)
-    model = SSimCSEModel.from_encoder(str(directory))
+    model = build_model("s_simcse", str(directory))
     modules = [m for m in model.encoder.modules() if isinstance(m, RowDropout)]
     assert len(modules) == swapped and not any(type(m) is nn.Dropout for m in model.modules())
     shapes = []
@@ -113,15 +114,15 @@ def test_other_backbones_route_attention_dropout_through_the_rows(tmp_path, arch
     model.train()(input_ids=ids, attention_mask=mask).loss.backward()
     assert len(shapes) == swapped and shapes.count(4) == 2  # attention probabilities of both layers
     torch.manual_seed(0)
-    plain = SimCSEModel.from_encoder(str(directory)).eval()
+    plain = build_model("simcse", str(directory)).eval()
     torch.manual_seed(0)
-    sampled = SSimCSEModel.from_encoder(str(directory)).eval()
+    sampled = build_model("s_simcse", str(directory)).eval()
     torch.testing.assert_close(sampled.embed(ids[:, 0], mask[:, 0]), plain.embed(ids[:, 0], mask[:, 0]),
                                atol=1e-5, rtol=1e-5)
 
 
 def test_without_sd_both_views_get_different_rates(backbone):
-    model = SSimCSEModel.from_encoder(str(backbone), sentence_wise_dropout=False).train()
+    model = build_model("s_simcse", str(backbone), sentence_wise_dropout=False).train()
     ids, mask = token_batch(b=8)
     model(input_ids=ids, attention_mask=mask)
     rates = model.dropout_controller.last_rates.view(8, 2)
@@ -131,9 +132,9 @@ def test_without_sd_both_views_get_different_rates(backbone):
 
 def test_eval_embeddings_are_unchanged_and_checkpoints_round_trip(backbone, tmp_path):
     torch.manual_seed(0)
-    s_model = SSimCSEModel.from_encoder(str(backbone)).eval()
+    s_model = build_model("s_simcse", str(backbone)).eval()
     torch.manual_seed(0)
-    plain = SimCSEModel.from_encoder(str(backbone)).eval()
+    plain = build_model("simcse", str(backbone)).eval()
     ids, mask = token_batch(b=8)
     torch.testing.assert_close(s_model.embed(ids[:, 0], mask[:, 0]), plain.embed(ids[:, 0], mask[:, 0]),
                                atol=1e-5, rtol=1e-5)
@@ -147,7 +148,7 @@ def test_eval_embeddings_are_unchanged_and_checkpoints_round_trip(backbone, tmp_
 
 def test_trains_through_cltrainer_and_run_unsup(tmp_path, backbone):
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=48)
-    model = SSimCSEModel.from_encoder(str(backbone))
+    model = build_model("s_simcse", str(backbone))
     trainer = tiny_trainer(model, backbone, tmp_path / "trainer", corpus)
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]

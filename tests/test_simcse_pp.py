@@ -10,12 +10,13 @@ import pytest
 import torch
 
 import run_unsup
-from models import ESimCSEModel, SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel, model_class_for
-from models.losses import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_dropout_info_nce
+from models import ESimCSEModel, SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel
+from models.simcse_pp import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_dropout_info_nce
 from models.views import ViewLayout
 from tests.launch import run_ddp_cases
 from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
 from trainers.arguments import MethodArguments, parse_args
+from trainers.methods import build_model, resolve_settings
 
 
 
@@ -212,7 +213,7 @@ def test_view_layout_expands_and_folds_back():
 
 # --------------------------------------------------------------------------------------------------- model
 def test_off_dropout_rows_are_dropout_free_in_the_same_pass_and_keep_gradients(backbone):
-    model = SimCSEPlusPlusModel.from_encoder(str(backbone))
+    model = build_model("simcse_pp", str(backbone))
     assert (model.config.off_dropout, model.config.pos_neg_tradeoff, model.config.dcl_weight,
             model.config.dcl_temp, model.config.off_dropout_form, model.config.dcl_form) == (
         True, 0.9, 0.1, 5.0, "code", "code")
@@ -233,20 +234,20 @@ def test_off_dropout_rows_are_dropout_free_in_the_same_pass_and_keep_gradients(b
     assert grad.abs().sum() > 0  # negatives keep their gradient
 
 
-@pytest.mark.parametrize("cls", [ESimCSEModel, SSimCSEModel, SimCSEModel])
-def test_parts_work_on_any_method(backbone, cls):
-    model = cls.from_encoder(str(backbone), off_dropout=True, dcl_weight=0.1).train()
+@pytest.mark.parametrize("method", ["esimcse", "s_simcse", "simcse"])
+def test_parts_work_on_any_method(backbone, method):
+    model = build_model(method, str(backbone), off_dropout=True, dcl_weight=0.1).train()
     ids, mask = token_batch(same_views=True)
     out = model(input_ids=ids, attention_mask=mask)
     assert out.embeddings.off_dropout.shape == (4, 32) and {"contrastive_loss", "dcl_loss"} <= set(out.metrics)
     out.loss.backward()
-    if cls is SSimCSEModel:  # sampled rates for the dropout rows, 0 for the off rows
+    if method == "s_simcse":  # sampled rates for the dropout rows, 0 for the off rows
         rates = model.dropout_controller.last_rates.view(4, 3)
         assert (rates[:, 2] == 0).all() and ((rates[:, :2] >= 0.05) & (rates[:, :2] <= 0.15)).all()
 
 
 def test_noise_study_uses_k_samples_in_one_pass(backbone):
-    model = SimCSEModel.from_encoder(str(backbone), noise_study="neg_minus", noise_samples=3).train()
+    model = build_model("simcse", str(backbone), noise_study="neg_minus", noise_samples=3).train()
     rows = []
     model.encoder.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]),
                                         with_kwargs=True)
@@ -254,21 +255,21 @@ def test_noise_study_uses_k_samples_in_one_pass(backbone):
     out = model(input_ids=ids, attention_mask=mask)
     assert rows == [4 * 6] and out.embeddings.sample_means.shape == (4, 2, 32) and torch.isfinite(out.loss)
     for study in ("pos_plus", "neg_plus", "pos_minus"):
-        other = SimCSEModel.from_encoder(str(backbone), noise_study=study, noise_samples=2).train()
+        other = build_model("simcse", str(backbone), noise_study=study, noise_samples=2).train()
         assert torch.isfinite(other(input_ids=ids, attention_mask=mask).loss)
 
 
 def test_bad_part_settings_are_refused(backbone):
     with pytest.raises(ValueError, match="off_dropout and noise_study"):
-        SimCSEModel.from_encoder(str(backbone), off_dropout=True, noise_study="pos_plus")
+        build_model("simcse", str(backbone), off_dropout=True, noise_study="pos_plus")
     with pytest.raises(ValueError, match="dcl_form"):
-        SimCSEModel.from_encoder(str(backbone), dcl_form="printed")
+        build_model("simcse", str(backbone), dcl_form="printed")
 
 
 def test_fidelity_presets_set_every_switch_and_explicit_flags_win(backbone):
     def config(*argv):
         (method_args,) = parse_args((MethodArguments,), ["--method", "simcse_pp", *argv])
-        return model_class_for("simcse_pp").from_encoder(str(backbone), **method_args.config_overrides()).config
+        return build_model("simcse_pp", str(backbone), **method_args.explicit_settings()).config
 
     default = config()
     assert (default.off_dropout_form, default.dcl_form, default.fidelity) == ("code", "code", None)
@@ -298,7 +299,7 @@ def test_every_method_flag_is_readable_from_a_config_file(tmp_path, suffix):
     else:
         path.write_text("".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in values.items()))
     (method_args,) = parse_args((MethodArguments,), [str(path), "--queue_size", "64"])
-    overrides = method_args.config_overrides()
+    overrides = resolve_settings(method_args.method, method_args.explicit_settings())
     expected = {k: v for k, v in values.items() if k != "method"}
     expected["queue_size"] = 64  # a flag after the file wins
     expected["resample_repetition"] = True  # explicit value beats the preset's False
@@ -320,7 +321,7 @@ def test_dcl_and_off_dropout_under_ddp_equal_one_process_with_the_global_batch(t
 
     for case in cases:
         torch.manual_seed(0)
-        reference = model_class_for(case["method"]).from_encoder(str(model_dir), **case["config"]).train()
+        reference = build_model(case["method"], str(model_dir), **case["config"]).train()
         losses, grads = run_steps(reference, reference, batches, case["steps"])
         for rank in range(2):
             result = torch.load(tmp_path / f"{case['name']}.rank{rank}.pt", weights_only=True)
@@ -332,7 +333,7 @@ def test_dcl_and_off_dropout_under_ddp_equal_one_process_with_the_global_batch(t
 # --------------------------------------------------------------------------------------------------- training
 def test_trains_through_cltrainer_and_run_unsup(tmp_path, backbone):
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=48)
-    model = SimCSEPlusPlusModel.from_encoder(str(backbone))
+    model = build_model("simcse_pp", str(backbone))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = tiny_trainer(model, backbone, tmp_path / "trainer", corpus)
     trainer.train()

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 import run_unsup
 from eval.loading import load_encoder
 from eval.sts import evaluate_sts
-from models import load_contrastive_model
+from trainers.methods import load_contrastive_model
 from tests.tiny import FAST_TRAINING_ARGS, WORDS, tiny_corpus
 from trainers.errors import UsageError, UserError
 

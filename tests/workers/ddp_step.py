@@ -9,9 +9,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from models import model_class_for  # noqa: E402
+
+from trainers.methods import build_model  # noqa: E402
+
 
 
 def main() -> None:
@@ -22,7 +23,7 @@ def main() -> None:
     per_rank = batch["input_ids"].size(0) // world
     local = {k: v[rank * per_rank:(rank + 1) * per_rank] for k, v in batch.items()}
     torch.manual_seed(0)  # same projector initialisation as the single-process reference
-    model = model_class_for(method).from_encoder(model_dir, attn_implementation="eager")
+    model = build_model(method, model_dir, attn_implementation="eager")
     model.train()
     ddp = DistributedDataParallel(model)
     loss = ddp(**local).loss

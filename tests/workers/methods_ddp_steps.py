@@ -12,9 +12,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from models import model_class_for  # noqa: E402
+
+from trainers.methods import build_model  # noqa: E402
+
 
 
 def run_steps(model, forward, batches, steps: int, lr: float = 0.5):
@@ -42,7 +43,7 @@ def main() -> None:
             per_rank = batch["input_ids"].size(0) // world
             local.append({k: v[rank * per_rank:(rank + 1) * per_rank] for k, v in batch.items()})
         torch.manual_seed(0)  # same projector initialisation as the single-process reference
-        model = model_class_for(case["method"]).from_encoder(os.environ["DDP_MODEL_DIR"], **case["config"])
+        model = build_model(case["method"], os.environ["DDP_MODEL_DIR"], **case["config"])
         model.train()
         ddp = DistributedDataParallel(model)
         losses, grads = run_steps(model, ddp, local, case["steps"])
