@@ -40,6 +40,8 @@ from typing import Sequence
 
 import torch
 
+from .padding import pad_token_ids
+
 logger = logging.getLogger(__name__)
 
 LENGTH_EXTENSIONS = ("repetition", "stopword", "mask", "mlm_prediction")
@@ -260,12 +262,8 @@ class MaskedLMFiller:
         if not any(positions):
             return batch
         device = next(self.model.parameters()).device
-        length = max(len(ids) for ids in batch)
-        input_ids = torch.full((len(batch), length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, ids in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention_mask[row, : len(ids)] = 1
+        padded = pad_token_ids(batch, self.pad_id)
+        input_ids, attention_mask = padded["input_ids"], padded["attention_mask"]
         logits = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits.float()
         logits[..., self.banned.to(device)] = float("-inf")
         predictions = logits.argmax(-1).cpu()

@@ -42,6 +42,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .augment import EpochDraws, seeded_rng
 from .collators import ContrastiveCollator
+from .padding import pad_rows, pad_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -168,21 +169,15 @@ class DiffCSECollator(EpochDraws):
 
     # ------------------------------------------------------------------ padding
     def pad(self, rows: list[EditedRow]) -> dict[str, torch.Tensor]:
-        length = max(len(row.input_ids) for row in rows)
-        n, pad_id = len(rows), self.tokenizer.pad_token_id
-        out = {"rtd_input_ids": torch.full((n, length), pad_id, dtype=torch.long),
-               "rtd_attention_mask": torch.zeros((n, length), dtype=torch.long),
-               "rtd_fill": torch.zeros((n, length), dtype=torch.bool),
-               "rtd_original_ids": torch.full((n, length), pad_id, dtype=torch.long),
-               "rtd_labels": torch.zeros((n, length), dtype=torch.long)}
-        for i, row in enumerate(rows):
-            size = len(row.input_ids)
-            out["rtd_input_ids"][i, :size] = torch.tensor(row.input_ids)
-            out["rtd_attention_mask"][i, :size] = 1
-            out["rtd_fill"][i, :size] = torch.tensor(row.fill)
-            out["rtd_original_ids"][i, :size] = torch.tensor(row.original_ids)
-            out["rtd_labels"][i, :size] = torch.tensor(row.labels)
-        return out
+        """The edited rows padded on the right to the longest one: the ``rtd_*`` batch keys, each ``[N, L']``."""
+        pad_id = self.tokenizer.pad_token_id
+        edited = pad_token_ids([row.input_ids for row in rows], pad_id)
+        length = edited["input_ids"].shape[1]
+        return {"rtd_input_ids": edited["input_ids"],
+                "rtd_attention_mask": edited["attention_mask"],
+                "rtd_fill": pad_rows([row.fill for row in rows], False, length=length, dtype=torch.bool),
+                "rtd_original_ids": pad_rows([row.original_ids for row in rows], pad_id, length=length),
+                "rtd_labels": pad_rows([row.labels for row in rows], 0, length=length)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
