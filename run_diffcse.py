@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             **{k: v for k, v in overrides.items() if v is not None})
     train_dataset = None
     if model.config.rtd_source == "next":  # Table 3: pairs of consecutive sentences from an ordered corpus
-        from data.diffcse_collator import load_next_sentence_corpus
+        from data.corpus import load_next_sentence_corpus
 
         train_dataset = load_next_sentence_corpus(data_args.train_file)
         if data_args.max_train_samples is not None:
