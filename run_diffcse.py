@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from transformers import set_seed
 
-from data.corpus import UNSUP_HINT
-from data.diffcse_collator import load_next_sentence_corpus
+from data.corpus import UNSUP_HINT, load_next_sentence_corpus
 from trainers.arguments import DataArguments, ModelArguments, parse_args
 from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
 from trainers.errors import UsageError, UserError, reraise_as, run_cli

@@ -1,4 +1,4 @@
-"""ESimCSE's positive-view augmentations on token ids, and its length-bucketing ablation (Wu et al., 2022).
+"""ESimCSE's positive-view augmentations on token ids (Wu et al., 2022), applied by the collator on the fly.
 
 Everything here acts on the token ids of one batch (each list with its special tokens), as the collator's
 per-view augmenters do (:class:`data.collators.ContrastiveCollator`), so it runs on the fly for every batch.
@@ -15,8 +15,8 @@ per-view augmenters do (:class:`data.collators.ContrastiveCollator`), so it runs
   length difference for every sentence already at the limit).
 - Table 5 length-extension ablations: after each picked unit insert a random stop-word, a ``[MASK]``, or the
   top-1 masked-LM prediction for an inserted ``[MASK]`` (:class:`MaskedLMFiller`).
-- Table 6: :func:`bucket_sentences` orders a corpus so that consecutive batches hold sentences of one length
-  bucket (train on it with ``--train_sampling_strategy sequential``); ``python -m data.augment`` writes such a file.
+
+ESimCSE's Table 6 (length bucketing) reorders the corpus offline, before training: that is ``data.length_buckets``.
 
 Randomness: every sentence's draw comes from a generator seeded by a stable hash of (seed, epoch, its token ids)
 (``resample=True``: a sentence gets a fresh draw every epoch) or of (seed, its token ids) alone (``resample=False``:
@@ -29,18 +29,17 @@ batches: accelerate fetches a batch ahead). The trainer sets seed and epoch thro
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import logging
 import random
-from collections import defaultdict
-from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-logger = logging.getLogger(__name__)
+from .padding import pad_token_ids
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 LENGTH_EXTENSIONS = ("repetition", "stopword", "mask", "mlm_prediction")
 
@@ -100,7 +99,7 @@ class WordBoundaries:
     """Which tokens start a word, read from the fast tokenizer's model type: WordPiece marks continuations
     (``##``), byte-level BPE and SentencePiece/Unigram mark word starts (``Ġ`` / ``▁``)."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
         self.continuation_prefix: str | None = None
         self.start_markers: tuple[str, ...] = ("Ġ", "▁")
@@ -110,6 +109,7 @@ class WordBoundaries:
             self.continuation_prefix = model.get("continuing_subword_prefix") or "##"
 
     def starts(self, ids: Sequence[int]) -> list[bool]:
+        """Per token of ``ids``: whether it starts a word."""
         tokens = self.tokenizer.convert_ids_to_tokens(list(ids))
         if self.continuation_prefix is not None:
             return [not t.startswith(self.continuation_prefix) for t in tokens]
@@ -137,9 +137,9 @@ class LengthExtender(EpochDraws):
     Every result is at most twice its input's length (each unit is picked at most once and adds at most itself).
     """
 
-    def __init__(self, tokenizer, truncate_to: int | None = None, dup_rate: float = 0.32, dup_type: str = "subword",
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, truncate_to: int | None = None, dup_rate: float = 0.32, dup_type: str = "subword",
                  rule: str = "paper", mode: str = "repetition", resample: bool = True,
-                 filler: "MaskedLMFiller | None" = None, seed: int = 0) -> None:
+                 filler: MaskedLMFiller | None = None, seed: int = 0) -> None:
         if dup_type not in ("subword", "word"):
             raise ValueError(f"dup_type {dup_type!r}; choose 'subword' or 'word'")
         if mode not in LENGTH_EXTENSIONS:
@@ -159,7 +159,8 @@ class LengthExtender(EpochDraws):
         self.stop_ids = self._stop_word_ids(tokenizer) if mode == "stopword" else ()
         self.last_inserted: list[list[int]] = []
 
-    def _stop_word_ids(self, tokenizer) -> tuple[int, ...]:
+    def _stop_word_ids(self, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+        """The ids of the stop-words that are one (non-special) token of ``tokenizer``, in list order."""
         ids = []
         for word in STOP_WORDS:
             pieces = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
@@ -228,6 +229,7 @@ class LengthExtender(EpochDraws):
         return seeded_rng(self.seed, "sentence", list(ids))
 
     def __call__(self, batch: list[list[int]]) -> list[list[int]]:
+        """A batch of token ids -> the lengthened positives (one draw per sentence, see :meth:`rng_for`)."""
         results = [self.extend(ids, self.rng_for(ids)) for ids in batch]
         new_ids = [ids for ids, _ in results]
         self.last_inserted = [positions for _, positions in results]
@@ -240,7 +242,7 @@ class MaskedLMFiller:
     """Replaces inserted ``[MASK]`` tokens with a masked LM's top-1 prediction (ESimCSE Table 5, "inserting masked
     prediction"); special tokens are never predicted. Runs in the collator, without gradients, in eval mode."""
 
-    def __init__(self, model, tokenizer) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         vocab = len(tokenizer)
         if model.config.vocab_size < vocab:
             raise ValueError(f"the masked LM has {model.config.vocab_size} tokens, the encoder's tokenizer {vocab}: "
@@ -250,22 +252,20 @@ class MaskedLMFiller:
         self.banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, tokenizer) -> "MaskedLMFiller":
+    def from_pretrained(cls, name_or_path: str, tokenizer: PreTrainedTokenizerBase) -> MaskedLMFiller:
+        """A filler with the masked LM ``name_or_path`` (``AutoModelForMaskedLM``)."""
         from transformers import AutoModelForMaskedLM
 
         return cls(AutoModelForMaskedLM.from_pretrained(name_or_path), tokenizer)
 
     @torch.no_grad()
     def __call__(self, batch: list[list[int]], positions: list[list[int]]) -> list[list[int]]:
+        """Replace the tokens at ``positions`` (per sentence) of ``batch`` with the masked LM's top-1 prediction."""
         if not any(positions):
             return batch
         device = next(self.model.parameters()).device
-        length = max(len(ids) for ids in batch)
-        input_ids = torch.full((len(batch), length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, ids in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention_mask[row, : len(ids)] = 1
+        padded = pad_token_ids(batch, self.pad_id)
+        input_ids, attention_mask = padded["input_ids"], padded["attention_mask"]
         logits = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits.float()
         logits[..., self.banned.to(device)] = float("-inf")
         predictions = logits.argmax(-1).cpu()
@@ -276,63 +276,5 @@ class MaskedLMFiller:
         return filled
 
 
-# ---------------------------------------------------------------------------------------------------- bucketing
-
-
-def length_bucket(sentence: str, buc_len: int | None) -> int:
-    """ESimCSE Sec. 5.3: two coarse buckets (``words > buc_len`` or not) or, with ``buc_len=None``, the six fine
-    buckets ``{<=3, 4, 5, 6, 7, >=8}`` ("3~8"). Length = whitespace-separated words."""
-    words = len(sentence.split())
-    return int(words > buc_len) if buc_len is not None else min(max(words, 3), 8)
-
-
-def bucket_sentences(sentences: Sequence[str], batch_size: int, buc_len: int | None, seed: int = 42) -> list[str]:
-    """Reorder ``sentences`` so that every run of ``batch_size`` consecutive sentences comes from one length bucket
-    (shuffled within buckets, batches shuffled across buckets); each bucket's remainder (< one batch) goes to the
-    end, so at most one mixed batch per bucket remains, last."""
-    rng = random.Random(seed)
-    order = list(range(len(sentences)))
-    rng.shuffle(order)
-    buckets: dict[int, list[int]] = defaultdict(list)
-    for index in order:
-        buckets[length_bucket(sentences[index], buc_len)].append(index)
-    batches: list[list[int]] = []
-    remainder: list[int] = []
-    for key in sorted(buckets):
-        items = buckets[key]
-        full = len(items) - len(items) % batch_size
-        batches += [items[i:i + batch_size] for i in range(0, full, batch_size)]
-        remainder += items[full:]
-    rng.shuffle(batches)
-    return [sentences[i] for batch in batches for i in batch] + [sentences[i] for i in remainder]
-
-
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(
-        prog="python -m data.augment",
-        description="Write a length-bucketed copy of a one-sentence-per-line corpus (ESimCSE Table 6); train on it "
-                    "with --train_sampling_strategy sequential.")
-    parser.add_argument("--train_file", required=True)
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--buc_len", default="fine",
-                        help="an integer (two buckets: <= buc_len / > buc_len words) or 'fine' ({<=3,4,5,6,7,>=8})")
-    parser.add_argument("--batch_size", type=int, default=64, help="the global batch size of the training run")
-    parser.add_argument("--seed", type=int, default=42)
-    args = parser.parse_args(argv)
-    buc_len = None if args.buc_len == "fine" else int(args.buc_len)
-    lines = [line.strip() for line in Path(args.train_file).read_text(encoding="utf-8").splitlines()]
-    sentences = [line for line in lines if line]
-    ordered = bucket_sentences(sentences, args.batch_size, buc_len, args.seed)
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text("\n".join(ordered) + "\n", encoding="utf-8")
-    logger.info("wrote %d sentences in %s-length buckets to %s", len(ordered), args.buc_len, output)
-    return output
-
-
 __all__ = ["LENGTH_EXTENSIONS", "STOP_WORDS", "EpochDraws", "LengthExtender", "MaskedLMFiller", "WordBoundaries",
-           "bucket_sentences", "dup_length", "length_bucket", "seeded_rng"]
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    main()
+           "dup_length", "seeded_rng"]

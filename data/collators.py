@@ -12,6 +12,8 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from .padding import pad_token_ids
+
 # An augmentation maps the token ids of a batch (each list includes the special tokens) to new token ids.
 TokenAugmenter = Callable[[list[list[int]]], list[list[int]]]
 
@@ -19,19 +21,15 @@ TokenAugmenter = Callable[[list[list[int]]], list[list[int]]]
 def pad_views(
     views: Sequence[Sequence[Sequence[int]]], pad_token_id: int, with_token_type_ids: bool
 ) -> dict[str, torch.Tensor]:
-    """Pad V views of B token-id lists to one length: -> ``input_ids`` / ``attention_mask`` [B, V, L]."""
+    """Pad V views of B token-id lists to one length: -> ``input_ids`` / ``attention_mask`` [B, V, L].
+
+    Row ``b * V + v`` of the padded ``[B * V, L]`` batch (:func:`data.padding.pad_token_ids`) is view ``v`` of
+    sentence ``b``, so it reshapes to sentence-major ``[B, V, L]``; ``token_type_ids`` (all zeros) when asked.
+    """
     num_views, batch_size = len(views), len(views[0])
-    length = max(len(ids) for view in views for ids in view)
-    input_ids = torch.full((batch_size, num_views, length), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch_size, num_views, length), dtype=torch.long)
-    for v, view in enumerate(views):
-        for b, ids in enumerate(view):
-            input_ids[b, v, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[b, v, : len(ids)] = 1
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if with_token_type_ids:
-        batch["token_type_ids"] = torch.zeros_like(input_ids)
-    return batch
+    rows = [view[b] for b in range(batch_size) for view in views]
+    batch = pad_token_ids(rows, pad_token_id, with_token_type_ids=with_token_type_ids)
+    return {key: tensor.view(batch_size, num_views, -1) for key, tensor in batch.items()}
 
 
 @dataclass
@@ -61,9 +59,11 @@ class ContrastiveCollator:
                 augment.set_epoch(epoch, seed)
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of ``texts`` (special tokens included), truncated to ``max_length``, unpadded."""
         return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Dataset rows -> ``input_ids`` / ``attention_mask`` [B, V, L] (+ ``token_type_ids``), padded per batch."""
         tokenized = {column: self.tokenize([row[column] for row in rows]) for column in dict.fromkeys(self.view_columns)}
         views = []
         for index, column in enumerate(self.view_columns):

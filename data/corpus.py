@@ -1,27 +1,27 @@
-"""Loading the training corpora, and a dependency-free English sentence splitter.
+"""Loading the training corpora: a corpus file -> a ``datasets.Dataset``, checked first, nothing dropped silently.
 
 - ``load_unsup_corpus``: unsupervised SimCSE's one-sentence-per-line file (``wiki1m_for_simcse.txt``, or the offline
   stand-in of ``data.standin``) -> ``datasets.Dataset`` with one column ``"text"``. A single-column CSV with a header
   row (SimCSE's unsupervised CSV form) is read too.
 - ``load_sup_corpus``: supervised SimCSE's NLI triplets (``nli_for_simcse.csv``, header ``sent0,sent1,hard_neg``; a
   pair file ``sent0,sent1`` is allowed) -> ``datasets.Dataset`` with those columns.
-- ``split_sentences``: a regex sentence splitter good enough for Wikipedia extracts.
+- ``load_next_sentence_corpus``: an ordered corpus (documents separated by blank lines, e.g. the one
+  ``python -m data.standin --ordered_out`` builds) -> columns ``"text"`` and ``"next_text"`` (DiffCSE Table 3).
 
 Files are checked before ``datasets`` reads them, so that a bad file fails with a ``CorpusError`` that names the file
 (and line) and says how to fix it, instead of a deep traceback. Every filter logs how many rows it dropped: nothing
-is dropped silently.
+is dropped silently. The sentence splitter of the stand-in corpora is ``data.sentences``.
 """
 from __future__ import annotations
 
 import csv
 import logging
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-if TYPE_CHECKING:  # ``datasets`` is imported lazily: the sentence splitter must stay cheap to import.
+if TYPE_CHECKING:  # ``datasets`` is imported lazily: importing this module (the collators do) stays cheap.
     import datasets
 
 logger = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ UNSUP_HINT = (
 )
 SUP_HINT = "download SimCSE's NLI triplets with `bash data/download_nli.sh`"
 SUP_HEADERS: tuple[tuple[str, ...], ...] = (("sent0", "sent1", "hard_neg"), ("sent0", "sent1"))
+NEXT_COLUMN = "next_text"  # the column of a sentence's successor (load_next_sentence_corpus, DiffCSE source="next")
 
 _BLOCK_BYTES = 16 << 20  # read size for the UTF-8 check (rounded up to a whole line)
 
@@ -107,6 +108,42 @@ def load_sup_corpus(path: str | Path, *, cache_dir: str | None = None,
     dataset = _load_csv(file, header, cache_dir=cache_dir)
     return _drop_blank_rows(dataset, file, skipped="rows with an empty cell", problem="every row has an empty cell",
                             stats=stats)
+
+
+def read_documents(path: str | Path) -> list[list[str]]:
+    """An ordered corpus: one sentence per line in document order, documents separated by blank lines."""
+    documents, current = [], []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            current.append(line.strip())
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    return documents
+
+
+def load_next_sentence_corpus(path: str | Path) -> datasets.Dataset:
+    """``datasets.Dataset`` with columns ``text`` and ``next_text`` = every sentence that has a successor in its
+    document (the last sentence of each document is dropped, and logged). A shuffled corpus such as
+    ``wiki1m_for_simcse.txt`` or the stand-in ``wiki_standin.txt`` has no order: building the pairs from it would
+    pair unrelated sentences, so a file without any blank line (= one document) is refused.
+
+    DiffCSE's Table 3 ("use next sent. for x'"): ``data.diffcse_collator.DiffCSECollator(source="next")`` edits
+    ``next_text`` while the sentence embedding comes from ``text``.
+    """
+    import datasets
+
+    documents = read_documents(path)
+    if len(documents) < 2:
+        raise ValueError(f"{path}: source='next' needs an ordered corpus with documents separated by blank lines "
+                         "(one sentence per line in document order); build one with "
+                         "`python -m data.standin --ordered_out PATH`")
+    pairs = [(doc[i], doc[i + 1]) for doc in documents for i in range(len(doc) - 1)]
+    logger.info("next-sentence corpus: %d pairs from %d documents (%d last sentences without successor dropped)",
+                len(pairs), len(documents), len(documents))
+    return datasets.Dataset.from_dict({"text": [a for a, _ in pairs], NEXT_COLUMN: [b for _, b in pairs]})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -235,89 +272,3 @@ def _strip_cells(batch: dict[str, list[str]]) -> dict[str, list[str]]:
 
 def _rows_without_empty_cell(batch: dict[str, list[str]]) -> list[bool]:
     return [all(cells) for cells in zip(*batch.values())]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Sentence splitting
-# ----------------------------------------------------------------------------------------------------------------
-
-# Abbreviations (lower-cased, without their last period) that never end a sentence.
-_NEVER_FINAL = frozenset(
-    "mr mrs ms messrs dr prof rev hon gen col lt capt sgt maj cmdr adm gov sen rep fr st mt "
-    "e.g i.e cf viz vs v ca c approx fig figs vol vols pp ch op".split()
-)
-# Abbreviations that end a sentence only when a typical sentence opener follows ("... in the U.S. The ...").
-_SOMETIMES_FINAL = frozenset("etc inc ltd co corp bros jr sr al ft no".split())
-_SENTENCE_OPENERS = frozenset(
-    "The A An This That These Those There It Its He She They We I His Her Their In On At After Before During As "
-    "But However Since When While Although Today Many Some Most".split()
-)
-_DOTTED_ACRONYM = re.compile(r"(?:[A-Za-z]{1,2}\.)+[A-Za-z]{1,2}")  # U.S, D.C, Ph.D, a.m (last period cut off)
-_CANDIDATE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")  # terminal punctuation, closers, then a space
-_OPENERS = "\"'\u201c\u2018([{"
-_CLOSERS = "\"'\u201d\u2019)]}"
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split English prose into sentences; whitespace inside a sentence is collapsed to single spaces.
-
-    A line break ends a sentence (Wikipedia extracts put paragraphs on separate lines) unless the next line starts
-    in lower case (a wrapped line, joined to the one before). Otherwise a sentence
-    ends at ``.``, ``!`` or ``?`` (plus closing quotes/brackets) followed by a space and a word that starts with an
-    upper-case letter or a digit, except after an abbreviation: titles ("Mr.", "Dr."), Latin ("e.g.", "i.e.",
-    "cf."), single-letter initials ("Arthur C. Clarke"); dotted acronyms ("U.S.") and words like "etc." or "Inc."
-    end a sentence only before a typical sentence opener ("The", "He", "In", ...). Decimals ("3.5") have no space
-    after the period and are never split.
-
-    >>> split_sentences("Dr. Smith moved to the U.S. in 1990. He paid $3.5 million, i.e. a lot.")
-    ['Dr. Smith moved to the U.S. in 1990.', 'He paid $3.5 million, i.e. a lot.']
-    """
-    return [sentence for paragraph in _paragraphs(text) for sentence in _split_paragraph(paragraph)]
-
-
-def _paragraphs(text: str) -> Iterator[str]:
-    """Whitespace-normalised lines of ``text``; a line that starts in lower case continues the one before."""
-    current = ""
-    for line in text.splitlines():
-        line = " ".join(line.split())
-        if current and line[:1].islower():
-            current = f"{current} {line}"
-            continue
-        if current:
-            yield current
-        current = line
-    if current:
-        yield current
-
-
-def _split_paragraph(paragraph: str) -> list[str]:
-    """Split one whitespace-normalised line into sentences."""
-    sentences, start = [], 0
-    for match in _CANDIDATE_END.finditer(paragraph):
-        if _ends_sentence(paragraph, match):
-            sentences.append(paragraph[start : match.end()].strip())
-            start = match.end()
-    tail = paragraph[start:].strip()
-    return sentences + [tail] if tail else sentences
-
-
-def _ends_sentence(paragraph: str, match: re.Match[str]) -> bool:
-    """Whether the terminal punctuation ``match`` (followed by a space) ends a sentence."""
-    word_end = paragraph.find(" ", match.end() + 1)
-    next_word = paragraph[match.end() + 1 : word_end if word_end >= 0 else None].lstrip(_OPENERS)
-    if not next_word or not (next_word[0].isupper() or next_word[0].isdigit()):
-        return False
-    if match.group().rstrip(_CLOSERS) != ".":  # "!", "?", "..." and the like
-        return True
-    word_start = paragraph.rfind(" ", 0, match.start()) + 1
-    return not _is_abbreviation(paragraph[word_start : match.start()].lstrip(_OPENERS), next_word)
-
-
-def _is_abbreviation(word: str, next_word: str) -> bool:
-    """Whether ``word`` + "." is an abbreviation rather than a sentence end, given the word after it."""
-    lowered = word.lower()
-    if lowered in _NEVER_FINAL or (len(word) == 1 and word.isalpha()):
-        return True
-    if lowered in _SOMETIMES_FINAL or _DOTTED_ACRONYM.fullmatch(word):
-        return next_word.rstrip(",;:") not in _SENTENCE_OPENERS
-    return False

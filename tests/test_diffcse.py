@@ -14,7 +14,8 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, BertTokenizerFast
 
 import run_diffcse
-from data.diffcse_collator import DiffCSECollator, load_next_sentence_corpus
+from data.corpus import load_next_sentence_corpus
+from data.diffcse_collator import DiffCSECollator
 from trainers.methods import build_collator, build_model, load_contrastive_model
 from models.diffcse import DiffCSEModel, VocabularyMismatchError, rtd_statistics
 from models.export import export_model
