@@ -11,24 +11,19 @@ takes the 2D mask), get the 2D mask unchanged.
 """
 from __future__ import annotations
 
-import inspect
 import sys
-from functools import cache
 
 import torch
 from torch import nn
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
 
 
-@cache
 def builds_bidirectional_masks(model_class: type) -> bool:
-    """Whether ``model_class``'s modeling module builds its masks with ``create_bidirectional_mask`` (and so takes
-    a prepared 4D mask as is)."""
+    """Whether ``model_class``'s modeling module builds its masks with transformers' ``create_bidirectional_mask``
+    (and so takes a prepared 4D mask as is): that module imports the function by name, so its namespace holds the
+    very same object. Decided from the loaded module's namespace, not by reading any source text."""
     module = sys.modules.get(model_class.__module__)
-    try:
-        return module is not None and "create_bidirectional_mask(" in inspect.getsource(module)
-    except (OSError, TypeError):
-        return False
+    return getattr(module, "create_bidirectional_mask", None) is create_bidirectional_mask
 
 
 def prepare_attention_mask(backbone: nn.Module, attention_mask: torch.Tensor) -> torch.Tensor:

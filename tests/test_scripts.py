@@ -104,35 +104,41 @@ class Built(Exception):
 @pytest.fixture(scope="module")
 def patched_training_mains():
     """``run_unsup.main`` / ``run_diffcse.main`` with logging, the pre-training checks and tokenizer loading switched
-    off and ``from_encoder`` replaced by: build the method's config on a tiny backbone config, then raise
-    :class:`Built`."""
-    from transformers import BertConfig, DistilBertConfig
+    off, the REAL builder (``trainers.methods.build_model``) loading tiny random networks instead of reading the
+    hub, and training replaced by raising :class:`Built` with the model the script built."""
+    from dataclasses import replace
+
+    from transformers import AutoModel, AutoModelForMaskedLM, BertConfig, DistilBertConfig
 
     import run_diffcse
     import run_unsup
-    from models.base import ContrastiveModel
-    from models.diffcse import DiffCSEModel, check_diffcse_config
+    import trainers.methods
+    from trainers.methods import METHODS
 
     encoder_config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37)
-    generator_config = DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=37).to_dict()
+    generator_config = DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=37)
+    loaded: list[str] = []
 
-    def from_encoder(cls, model_name_or_path, *, attn_implementation=None, cache_dir=None, tokenizer=None, **kwargs):
-        settings = {**cls.method_defaults, **kwargs}
-        if issubclass(cls, DiffCSEModel):
-            settings["generator_config"] = generator_config
-        config = cls.config_class(encoder_config=encoder_config.to_dict(), **settings)
-        if issubclass(cls, DiffCSEModel):
-            check_diffcse_config(config)
-        raise Built(cls, config, model_name_or_path)
+    def tiny_backbone(model_name_or_path, subfolder="", **kwargs):
+        loaded.append(model_name_or_path)
+        return AutoModel.from_config(encoder_config)
+
+    def tiny_generator(model_name_or_path, settings, *, tokenizer=None, cache_dir=None):
+        generator = AutoModelForMaskedLM.from_config(generator_config)
+        return {"generator": generator}, {"generator_config": generator.config.to_dict()}
+
+    def stop(model, *args, **kwargs):
+        raise Built(type(model), model.config, loaded[-1])
 
     patch = pytest.MonkeyPatch()
     for module in (run_unsup, run_diffcse):
         for name in ("setup_logging", "preflight"):
             patch.setattr(module, name, lambda *args, **kwargs: None)
         patch.setattr(module, "parse_args", recording_parse_args(module.parse_args))
-    patch.setattr(run_diffcse, "load_tokenizer", lambda *args, **kwargs: None, raising=False)
-    for model_class in (ContrastiveModel, DiffCSEModel):
-        patch.setattr(model_class, "from_encoder", classmethod(from_encoder))
+        patch.setattr(module, "load_tokenizer", lambda *args, **kwargs: None)
+        patch.setattr(module, "train_and_export", stop)
+    patch.setattr(trainers.methods, "load_auto_model", tiny_backbone)
+    patch.setitem(METHODS, "diffcse", replace(METHODS["diffcse"], load_networks=tiny_generator))
     yield {"run_unsup.py": run_unsup.main, "run_diffcse.py": run_diffcse.main}
     patch.undo()
 

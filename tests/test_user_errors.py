@@ -66,7 +66,7 @@ def test_invalid_flags_are_refused_at_parse_time(argv, message, capsys, tmp_path
 def test_invalid_method_settings_and_config_files_are_usage_errors(backbone, corpus, tmp_path, capsys):
     args = base_args(backbone, corpus, tmp_path / "out") + ["--eval_strategy", "no"]
     pooler = in_process(run_unsup.main, args + ["--pooler_type", "nope"], capsys)
-    assert pooler.code == 2 and "run_unsup.py: error: pooler_type='nope'; choose one of cls," in pooler.err
+    assert pooler.code == 2 and "run_unsup.py: error: --pooler_type 'nope': choose one of cls," in pooler.err
     config = tmp_path / "run.yaml"
     config.write_text("- a list\n")
     listed = in_process(run_unsup.main, [str(config)], capsys)

@@ -69,10 +69,9 @@ def setting_fields(script: str) -> list[tuple[str, Any, Any]]:
             continue
         value_type = type(declared.default) if declared.default is not None else str
         default = "the method's own" if name in METHOD_SPECIFIC else repr(declared.default)
-        metadata: dict[str, Any] = {"help": f"{meta['help']} [default: {default}]"}
-        choices = [c for c in meta["choices"] or () if c is not None]
-        if choices:
-            metadata["choices"] = choices
+        choices = [str(c) for c in meta["choices"] or () if c is not None]
+        shown = f" {{{','.join(choices)}}}" if choices else ""  # checked with the declaration's message, not argparse's
+        metadata: dict[str, Any] = {"help": f"{meta['help']}{shown} [default: {default}]"}
         names = [f"--{alias}" for alias in (meta["flag"], *meta["aliases"]) if alias and alias != name]
         if names:
             metadata["aliases"] = names
@@ -235,7 +234,8 @@ def build_parser(dataclass_types: tuple[type, ...], description: str | None = No
     """The parser of the training scripts: one help group per dataclass, inherited Trainer flags behind --help_all.
     ``description``: the script's docstring (its first paragraph is shown)."""
     parser = HfArgumentParser(dataclass_types, description=(description or "").split("\n\n")[0] or None,
-                              usage=USAGE, formatter_class=CompactHelpFormatter)
+                              usage=USAGE, formatter_class=CompactHelpFormatter,
+                              allow_abbrev=False)  # a misspelt flag (or config key) is an error, not a prefix match
     hide_inherited_trainer_flags(parser, dataclass_types)
     move_to_front(parser, "method")
     move_group_first(parser, "learning_rate")  # the recipe first, then model, data and the method's flags

@@ -1,0 +1,176 @@
+"""The layout's rules, checked (docs/architecture.md): one declaration per hyperparameter from which the command
+lines, the config and the presets derive; misspelt settings are errors; the papers' flag names work; one method
+table; ``models/`` reads no file and imports no ``data/``; ``data/`` imports no ``models/``; following a flag from
+the command line to where it acts crosses at most four files."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from models.base import ContrastiveModel
+from models.config import BOTH, DIFFCSE, SETTINGS, UNSUP, ContrastiveConfig, check_settings
+from models.presets import FIDELITY_PRESETS, TASK_PROFILES, TRAINING_KEYS
+from trainers.arguments import MethodArguments, parse_args
+from trainers.diffcse_arguments import DiffCSEArguments
+from trainers.errors import UsageError
+from trainers.methods import METHODS, build_model, resolve_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+# ----------------------------------------------------------------------------------------- one declaration
+def test_every_setting_is_declared_with_help_and_the_command_lines_derive_from_it():
+    for name, declared in SETTINGS.items():
+        meta = declared.metadata
+        assert meta["help"].strip() and meta["group"], name
+        assert set(meta["scripts"]) <= set(BOTH), name
+        assert declared.default is None or meta["choices"] is None or declared.default in meta["choices"], name
+        check_settings({name: declared.default})  # every default is valid by its own declaration
+    for arguments, script in ((MethodArguments, UNSUP), (DiffCSEArguments, DIFFCSE)):
+        flags = {f.name: f for f in dataclasses.fields(arguments) if f.name in SETTINGS and f.name != "method"}
+        assert set(flags) == {n for n, d in SETTINGS.items() if script in d.metadata["scripts"]}, script
+        for name, flag in flags.items():
+            assert flag.default is None, name  # None = not given: the method's own default applies
+            assert flag.metadata["help"].startswith(SETTINGS[name].metadata["help"]), name
+
+
+def test_presets_and_method_defaults_name_declared_settings_with_valid_values():
+    for preset in FIDELITY_PRESETS.values():
+        check_settings(preset)
+    for profile in TASK_PROFILES.values():
+        check_settings({k: v for k, v in profile.items() if k not in TRAINING_KEYS})
+    for method, spec in METHODS.items():
+        check_settings(spec.model_class.method_defaults, where=method)
+        assert not {k: v for k, v in spec.model_class.method_defaults.items() if SETTINGS[k].default == v}, (
+            f"{method}'s method_defaults repeat a declared default")
+
+
+def test_a_misspelt_setting_is_an_error_everywhere(tmp_path, backbone):
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) 'temprature' \(did you mean 'temperature'\?\)"):
+        ContrastiveConfig(temprature=0.1)
+    with pytest.raises(ValueError, match="did you mean 'dup_rate'"):
+        check_settings({"dup_rat": 0.3})
+    with pytest.raises(ValueError, match="unknown setting"):
+        build_model("simcse", str(backbone), temprature=0.1)
+    with pytest.raises(ValueError, match="unknown setting"):
+        resolve_settings("esimcse", {"queue_sise": 3})
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("method: esimcse\ndup_rat: 0.2\n")
+    with pytest.raises(UsageError, match="unknown argument.*--dup_rat.*did you mean --dup_rate"):
+        parse_args((MethodArguments,), [str(config_file)])
+
+
+def test_the_papers_flag_names_keep_working():
+    (args,) = parse_args((MethodArguments,), ["--temp", "0.07", "--neg_size", "32", "--pos_ratio", "0.8",
+                                              "--pooler_type", "avg", "--mlp_only_train", "false"])
+    assert args.explicit_settings() == {"temperature": 0.07, "queue_size": 32, "pos_neg_tradeoff": 0.8,
+                                        "pooler_type": "avg", "mlp_only_train": False}
+    (args,) = parse_args((MethodArguments,), ["--temperature", "0.1"])
+    assert args.explicit_settings() == {"temperature": 0.1}
+    (args,) = parse_args((DiffCSEArguments,), ["--lambda_weight", "0.05", "--batchnorm", "false", "--temp", "0.05"])
+    assert args.explicit_settings() == {"lambda_weight": 0.05, "temperature": 0.05, "projector": "mlp"}
+    with pytest.raises(UsageError, match=r"--temp 0.0001 is outside the valid range \[0.001, 10\]"):
+        parse_args((MethodArguments,), ["--temp", "1e-4"])
+
+
+# ----------------------------------------------------------------------------------------- one table, clean layers
+def test_the_registry_lists_every_method_class_once():
+    classes = {spec.model_class for spec in METHODS.values()}
+    assert len(classes) == len(METHODS) == 6
+    assert all(issubclass(cls, ContrastiveModel) for cls in classes)
+    assert {m for m, spec in METHODS.items() if spec.script == DIFFCSE} == {"diffcse"}
+
+
+FILE_READING_CALLS = {"open", "read_text", "read_bytes", "from_pretrained", "getsource", "load_file", "load"}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "models").glob("*.py")), ids=lambda p: p.name)
+def test_models_never_read_files_nor_import_data(path):
+    for node in ast.walk(module_tree(path)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            assert not any(n.split(".")[0] in ("data", "trainers", "eval", "bench") for n in names), (path, names)
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            assert called not in FILE_READING_CALLS, f"{path.name}:{node.lineno} calls {called}()"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "data").glob("*.py")), ids=lambda p: p.name)
+def test_data_never_imports_models_or_trainers(path):
+    for node in ast.walk(module_tree(path)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            assert node.module.split(".")[0] not in ("models", "trainers"), (path, node.module)
+        if isinstance(node, ast.Import):
+            assert not any(a.name.split(".")[0] in ("models", "trainers") for a in node.names), path
+
+
+# ----------------------------------------------------------------------------------------- following a flag
+#: Modules that read a setting only to REPORT it (the model card's table, the divergence message), not on its path.
+REPORTING_MODULES = {"models/card.py", "trainers/divergence.py"}
+
+
+LOCAL_PACKAGES = ("models", "trainers", "data", "eval")
+
+
+def training_path_files() -> list[Path]:
+    """The training scripts and every local module they import, directly or not (function-level imports too)."""
+    seen: dict[str, Path] = {}
+    todo = [ROOT / "run_unsup.py", ROOT / "run_diffcse.py"]
+    while todo:
+        path = todo.pop()
+        if str(path) in seen:
+            continue
+        seen[str(path)] = path
+        for node in ast.walk(module_tree(path)):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                       else [f"{path.parent.name}.{node.module}"] if isinstance(node, ast.ImportFrom) and node.level
+                       and node.module else [])
+            for module in modules:
+                if module.split(".")[0] in LOCAL_PACKAGES:
+                    candidate = ROOT / (module.replace(".", "/") + ".py")
+                    package = ROOT / module.replace(".", "/") / "__init__.py"
+                    todo += [p for p in (candidate, package) if p.exists()]
+    return sorted(seen.values())
+
+
+def files_naming(setting: str) -> set[str]:
+    """Files on the training path (:func:`training_path_files`) whose code - not docstrings or comments - names
+    ``setting``: an attribute, a keyword argument, a parameter, a variable or a string key."""
+    found = set()
+    for path in training_path_files():
+        tree = module_tree(path)
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                      and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            named = (isinstance(node, ast.Attribute) and node.attr == setting
+                     or isinstance(node, ast.keyword) and node.arg == setting
+                     or isinstance(node, ast.arg) and node.arg == setting
+                     or isinstance(node, ast.Name) and node.id == setting
+                     or isinstance(node, ast.Constant) and node.value == setting and id(node) not in docstrings)
+            if named:
+                found.add(str(path.relative_to(ROOT)))
+                break
+    return found - REPORTING_MODULES
+
+
+@pytest.mark.parametrize("setting, path", [
+    ("dup_rate", {"models/config.py", "trainers/methods.py", "data/augment.py"}),
+    ("temperature", {"models/config.py", "models/simcse_pp.py", "models/losses.py"}),
+    ("masking_ratio", {"models/config.py", "models/presets.py", "trainers/methods.py", "data/diffcse_collator.py"}),
+    ("lambda_weight", {"models/config.py", "models/presets.py", "models/diffcse.py"}),
+])
+def test_following_a_flag_from_the_command_line_to_where_it_acts_crosses_at_most_four_files(setting, path):
+    """The command line is generated from the declaration (``trainers/arguments.py`` never names a setting), the
+    builder / objective passes the value on, and one module acts on it."""
+    assert files_naming(setting) == path
+    assert len(path) <= 4
