@@ -4,7 +4,7 @@
     python -m bench.train_throughput --config minilm --methods simcse st_mnrl --steps 30
     python -m bench.train_throughput --device cuda --output_json bench.json   # + MFU and the epoch projection
 
-What is timed, per method (``models.registry.MODEL_CLASSES``, DiffCSE included), is the repository's real training
+What is timed, per method (``trainers.methods.METHODS``, DiffCSE included), is the repository's real training
 step: the method's collator builds the batch from text rows (outside the timed region, as a DataLoader worker
 would; its cost is reported separately), then ``model(**batch).loss.backward()``, gradient clipping at 1.0 (the
 Trainer's default), a fused AdamW step (the Trainer's default optimizer, ``adamw_torch_fused``), the model's
@@ -321,24 +321,15 @@ def encoder_flops(backbone: torch.nn.Module, tokens: int, seq_len: int) -> float
 
 
 def build_method_model(method: str, backbone_config):
-    """The method's model around a random backbone, built the way ``from_encoder`` builds it (config = the method's
-    defaults over ``ContrastiveConfig``; auxiliary networks synced after the backbone exists)."""
+    """The method's model around a random backbone (and a random generator for DiffCSE), assembled by the scripts'
+    own builder (``trainers.methods.assemble_model``: the method's defaults, auxiliary networks synced)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
-    from trainers.methods import method_spec
+    from trainers.methods import assemble_model
 
-    model_class = method_spec(method).model_class
     encoder = AutoModel.from_config(backbone_config, attn_implementation="sdpa")
-    extra: dict[str, Any] = {}
-    settings = dict(model_class.method_defaults)
-    if method == "diffcse":
-        generator = AutoModelForMaskedLM.from_config(generator_config(backbone_config))
-        settings["generator_config"] = generator.config.to_dict()
-        extra["generator"] = generator
-    config = model_class.config_class(encoder_config=backbone_config.to_dict(), **settings)
-    model = model_class(config, encoder=encoder, **extra)
-    model.sync_auxiliary_networks()
-    return model
+    generator = (AutoModelForMaskedLM.from_config(generator_config(backbone_config)) if method == "diffcse" else None)
+    return assemble_model(method, encoder, generator=generator)
 
 
 def collate_batches(collate: Callable[[list[dict[str, str]]], Any], columns: Sequence[str], count: int,
@@ -354,6 +345,7 @@ def collate_batches(collate: Callable[[list[dict[str, str]]], Any], columns: Seq
 def repo_runner(method: str, settings: BenchSettings, backbone_config, tokenizer, device: torch.device) -> StepRunner:
     """The repository's training step for ``method``."""
     from models.views import ViewLayout
+    from trainers.methods import build_collator
 
     torch.manual_seed(settings.seed)
     model = build_method_model(method, backbone_config).to(device).train()
@@ -612,11 +604,10 @@ def format_table(measurements: Sequence[Measurement], settings: BenchSettings) -
 
 
 def default_methods() -> list[str]:
-    """Every registered method (DiffCSE registers itself on import when its module exists) + the reference."""
-    import models  # noqa: F401  (registers every method)
+    """Every method of the registry (``trainers.methods.METHODS``) + the reference."""
     from trainers.methods import METHODS
 
-    return [*MODEL_CLASSES, REFERENCE]
+    return [*METHODS, REFERENCE]
 
 
 def settings_to_argv(settings: BenchSettings) -> list[str]:

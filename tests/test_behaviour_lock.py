@@ -13,12 +13,10 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoModelForMaskedLM
 
 import run_diffcse
 import run_unsup
-from tests.tiny import FAST_TRAINING_ARGS, WORDS, save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer
+from tests.tiny import FAST_TRAINING_ARGS, WORDS, save_tiny_backbone, save_tiny_generator, tiny_corpus
 from trainers.cl_trainer import CLTrainer
 
 LOCK_FILE = Path(__file__).parent / "data" / "behaviour_lock.json"
@@ -54,11 +52,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
 def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("lock")
     encoder = save_tiny_backbone(root / "encoder", seed=0)
-    generator = root / "generator"
-    tokenizer = tiny_tokenizer(generator)
-    torch.manual_seed(1)
-    AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(generator)
-    tokenizer.save_pretrained(generator)
+    generator = save_tiny_generator(root / "generator")
     import random
 
     rng = random.Random(0)

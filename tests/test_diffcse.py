@@ -20,8 +20,8 @@ from trainers.methods import build_collator, build_model, load_contrastive_model
 from models.diffcse import DiffCSEModel, VocabularyMismatchError, rtd_statistics
 from models.export import export_model
 from models.diffcse import rtd_loss
-from tests.tiny import (FAST_TRAINING_ARGS, SPECIAL, WORDS, save_tiny_backbone, tiny_config, tiny_corpus,
-                        tiny_tokenizer)
+from tests.tiny import (FAST_TRAINING_ARGS, SPECIAL, WORDS, save_tiny_backbone, save_tiny_generator, tiny_config,
+                        tiny_corpus, tiny_tokenizer)
 from trainers.errors import UsageError
 
 ROWS = [{"text": "the cat sits on the big red chair"}, {"text": "a dog runs in the park"},
@@ -38,12 +38,7 @@ def paths(tmp_path_factory):
     """A tiny BERT encoder and a tiny DistilBERT masked LM (the generator) over the same vocabulary."""
     root = tmp_path_factory.mktemp("diffcse")
     encoder = save_tiny_backbone(root / "encoder", seed=0)
-    generator_dir = root / "generator"
-    tokenizer = tiny_tokenizer(generator_dir)
-    torch.manual_seed(1)
-    AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(
-        generator_dir)
-    tokenizer.save_pretrained(generator_dir)
+    generator_dir = save_tiny_generator(root / "generator")
     return SimpleNamespace(encoder=encoder, generator=generator_dir, root=root)
 
 

@@ -124,8 +124,7 @@ def patched_training_mains():
         return AutoModel.from_config(encoder_config)
 
     def tiny_generator(model_name_or_path, settings, *, tokenizer=None, cache_dir=None):
-        generator = AutoModelForMaskedLM.from_config(generator_config)
-        return {"generator": generator}, {"generator_config": generator.config.to_dict()}
+        return {"generator": AutoModelForMaskedLM.from_config(generator_config)}
 
     def stop(model, *args, **kwargs):
         raise Built(type(model), model.config, loaded[-1])

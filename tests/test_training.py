@@ -100,8 +100,7 @@ def test_config_file_with_overrides(tmp_path, backbone):
                       f"temp: 0.1\noutput_dir: {tmp_path / 'o'}\n")
     run_unsup.main([str(config), "--temp", "0.07"] + FAST_TRAINING_ARGS)
     saved = json.loads((tmp_path / "o" / "run_arguments.json").read_text())
-    assert saved["ModelArguments"]["temp"] == 0.07 and saved["TrainingArguments" if "TrainingArguments" in saved
-                                                              else "CLTrainingArguments"]["max_steps"] == 1
+    assert saved["MethodArguments"]["temperature"] == 0.07 and saved["CLTrainingArguments"]["max_steps"] == 1
 
 
 def test_data_parallel_is_refused_with_the_launch_command():

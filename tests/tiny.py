@@ -46,6 +46,20 @@ def save_tiny_backbone(directory: str | Path, arch: str = "bert", seed: int = 0,
     return directory
 
 
+def save_tiny_generator(directory: str | Path, seed: int = 1) -> Path:
+    """Save a tiny random DistilBERT masked LM + the tiny tokenizer (a stand-in for DiffCSE's generator,
+    ``distilbert-base-uncased``, sharing the tiny backbone's vocabulary)."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    directory = Path(directory)
+    tokenizer = tiny_tokenizer(directory)
+    torch.manual_seed(seed)
+    AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 def tiny_corpus(path: str | Path, n: int = 64, seed: int = 0) -> Path:
     """A one-sentence-per-line file of ``n`` random sentences over the tiny vocabulary."""
     import random

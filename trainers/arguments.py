@@ -68,10 +68,9 @@ def setting_fields(script: str) -> list[tuple[str, Any, Any]]:
         if script not in meta["scripts"]:
             continue
         value_type = type(declared.default) if declared.default is not None else str
-        default = "the method's own" if name in METHOD_SPECIFIC else repr(declared.default)
         choices = [str(c) for c in meta["choices"] or () if c is not None]
         shown = f" {{{','.join(choices)}}}" if choices else ""  # checked with the declaration's message, not argparse's
-        metadata: dict[str, Any] = {"help": f"{meta['help']}{shown} [default: {default}]"}
+        metadata: dict[str, Any] = {"help": f"{meta['help']}{shown} {default_text(name, script)}"}
         names = [f"--{alias}" for alias in (meta["flag"], *meta["aliases"]) if alias and alias != name]
         if names:
             metadata["aliases"] = names
@@ -79,8 +78,14 @@ def setting_fields(script: str) -> list[tuple[str, Any, Any]]:
     return specs
 
 
-#: Settings whose default differs between methods (some class's ``method_defaults`` sets them).
-METHOD_SPECIFIC = frozenset(name for spec in METHODS.values() for name in spec.model_class.method_defaults)
+def default_text(name: str, script: str) -> str:
+    """``(default: X)`` for ``--help``: the declared default, and each method's own value where its class sets one
+    (``(default: False; simcse_pp: True)``); a script that trains one method shows that method's value."""
+    methods = {m: spec.model_class.method_defaults for m, spec in METHODS.items() if spec.script == script}
+    overrides = {m: defaults[name] for m, defaults in methods.items() if name in defaults}
+    if len(methods) == 1 and overrides:
+        return f"(default: {next(iter(overrides.values()))})"
+    return f"(default: {SETTINGS[name].default}" + "".join(f"; {m}: {v}" for m, v in overrides.items()) + ")"
 
 
 class SettingArguments:
@@ -237,6 +242,10 @@ def build_parser(dataclass_types: tuple[type, ...], description: str | None = No
                               usage=USAGE, formatter_class=CompactHelpFormatter,
                               allow_abbrev=False)  # a misspelt flag (or config key) is an error, not a prefix match
     hide_inherited_trainer_flags(parser, dataclass_types)
+    for action in parser._actions:  # the papers' spelling first in --help (--temp, not --temperature)
+        if action.dest in SETTINGS and SETTINGS[action.dest].metadata["flag"]:
+            flag = f"--{SETTINGS[action.dest].metadata['flag']}"
+            action.option_strings = [flag] + [o for o in action.option_strings if o != flag]
     move_to_front(parser, "method")
     move_group_first(parser, "learning_rate")  # the recipe first, then model, data and the method's flags
     return parser

@@ -62,9 +62,8 @@ def diffcse_collator(model: ContrastiveModel, tokenizer, max_length: int) -> Dif
 
 # ------------------------------------------------------------------------------------------------ extra networks
 def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *, tokenizer=None,
-                           cache_dir: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """DiffCSE's frozen generator ``generator_name``. The vocabularies are checked *before* the large model loads.
-    Returns (constructor arguments, config additions)."""
+                           cache_dir: str | None = None) -> dict[str, PreTrainedModel]:
+    """DiffCSE's frozen generator ``generator_name``. The vocabularies are checked *before* the large model loads."""
     generator_name = settings.get("generator_name")
     if not generator_name:
         raise ValueError("DiffCSE needs a generator: pass generator_name (a masked-LM name or folder)")
@@ -74,7 +73,7 @@ def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *,
                                AutoConfig.from_pretrained(model_name_or_path, cache_dir=cache_dir),
                                AutoConfig.from_pretrained(generator_name, cache_dir=cache_dir))
     generator = AutoModelForMaskedLM.from_pretrained(generator_name, cache_dir=cache_dir)
-    return {"generator": generator}, {"generator_config": generator.config.to_dict()}
+    return {"generator": generator}
 
 
 # ------------------------------------------------------------------------------------------------ the table
@@ -86,7 +85,7 @@ class Method:
     model_class: type[ContrastiveModel]
     make_collator: Callable[[ContrastiveModel, Any, int], Any]
     script: str
-    load_networks: Callable[..., tuple[dict[str, Any], dict[str, Any]]] | None = None
+    load_networks: Callable[..., dict[str, PreTrainedModel]] | None = None
 
 
 METHODS: dict[str, Method] = {
@@ -117,20 +116,30 @@ def resolve_settings(method: str, explicit: dict[str, Any]) -> dict[str, Any]:
 
 def build_model(method: str, model_name_or_path: str | Path, *, attn_implementation: str | None = "sdpa",
                 cache_dir: str | None = None, tokenizer=None, **settings: Any) -> ContrastiveModel:
-    """THE model builder: ``method`` around the pretrained backbone ``model_name_or_path`` (a name or folder).
+    """THE model builder of the scripts and tests: load the pretrained backbone ``model_name_or_path`` (a name or
+    folder) and the method's extra networks, then :func:`assemble_model`."""
+    spec = method_spec(method)
+    networks = {}
+    if spec.load_networks is not None:
+        networks = spec.load_networks(str(model_name_or_path), resolve_settings(method, settings),
+                                      tokenizer=tokenizer, cache_dir=cache_dir)
+    encoder = load_auto_model(str(model_name_or_path), attn_implementation=attn_implementation, cache_dir=cache_dir)
+    return assemble_model(method, encoder, **networks, **settings)
 
-    ``settings`` are config values (see :func:`resolve_settings`). Auxiliary networks are synchronised *after* the
-    pretrained weights are in place (the ESimCSE code built its momentum encoder before loading, so it started from
-    random weights; DiffCSE's discriminator starts as the loaded encoder).
-    """
+
+def assemble_model(method: str, encoder: PreTrainedModel, *, generator: PreTrainedModel | None = None,
+                   **settings: Any) -> ContrastiveModel:
+    """The builder's core, reading no file (the benchmark assembles random networks with it): ``method`` around
+    ``encoder`` (+ DiffCSE's ``generator``), ``settings`` resolved by :func:`resolve_settings`. Auxiliary networks
+    are synchronised *after* the pretrained weights are in place (the ESimCSE code built its momentum encoder before
+    loading, so it started from random weights; DiffCSE's discriminator starts as the loaded encoder)."""
     spec = method_spec(method)
     settings = resolve_settings(method, settings)
-    networks, config_extras = {}, {}
-    if spec.load_networks is not None:
-        networks, config_extras = spec.load_networks(str(model_name_or_path), settings, tokenizer=tokenizer,
-                                                     cache_dir=cache_dir)
-    encoder = load_auto_model(str(model_name_or_path), attn_implementation=attn_implementation, cache_dir=cache_dir)
-    config = ContrastiveConfig(encoder_config=encoder.config.to_dict(), **config_extras, **settings)
+    networks: dict[str, Any] = {}
+    if generator is not None:
+        networks["generator"] = generator
+        settings["generator_config"] = generator.config.to_dict()
+    config = ContrastiveConfig(encoder_config=encoder.config.to_dict(), **settings)
     model = spec.model_class(config, encoder=encoder, **networks)
     model.sync_auxiliary_networks()
     return model
@@ -148,5 +157,5 @@ def load_contrastive_model(path: str | Path) -> ContrastiveModel:
     return method_spec(config.method).model_class.from_pretrained(path, config=config)
 
 
-__all__ = ["METHODS", "Method", "build_collator", "build_model", "load_contrastive_model", "method_spec",
+__all__ = ["METHODS", "Method", "assemble_model", "build_collator", "build_model", "load_contrastive_model", "method_spec",
            "resolve_settings"]
