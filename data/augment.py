@@ -137,8 +137,8 @@ class LengthExtender(EpochDraws):
     Every result is at most twice its input's length (each unit is picked at most once and adds at most itself).
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, truncate_to: int | None = None, dup_rate: float = 0.32, dup_type: str = "subword",
-                 rule: str = "paper", mode: str = "repetition", resample: bool = True,
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, truncate_to: int | None = None, *, dup_rate: float,
+                 dup_type: str = "subword", rule: str = "paper", mode: str = "repetition", resample: bool = True,
                  filler: MaskedLMFiller | None = None, seed: int = 0) -> None:
         if dup_type not in ("subword", "word"):
             raise ValueError(f"dup_type {dup_type!r}; choose 'subword' or 'word'")

@@ -66,7 +66,7 @@ class DiffCSECollator(EpochDraws):
     tokenizer: PreTrainedTokenizerBase
     max_length: int = 32
     view_columns: Sequence[str] = ("text", "text")
-    masking_ratio: float = 0.30
+    masking_ratio: float = field(kw_only=True)  # required: its one default is declared in models/config.py
     edit: str = "replace"
     mask_style: str = "mask"
     rtd_views: int = 1
@@ -80,8 +80,6 @@ class DiffCSECollator(EpochDraws):
         if self.edit not in EDITS or self.mask_style not in MASK_STYLES or self.source not in SOURCES:
             raise ValueError(f"edit={self.edit!r} mask_style={self.mask_style!r} source={self.source!r}; choose "
                              f"edit in {EDITS}, mask_style in {MASK_STYLES}, source in {SOURCES}")
-        if not 0.0 < self.masking_ratio < 1.0:
-            raise ValueError(f"masking_ratio must be in (0, 1), got {self.masking_ratio}")
         if not 1 <= self.rtd_views <= len(self.view_columns):
             raise ValueError(f"rtd_views must be in 1..{len(self.view_columns)}, got {self.rtd_views}")
         if self.tokenizer.mask_token_id is None:

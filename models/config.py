@@ -23,6 +23,7 @@ from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
 from .poolers import POOLER_TYPES
+from .s_simcse import DROPOUT_DISTRIBUTIONS
 
 PROJECTOR_TYPES = ("mlp", "batchnorm", "none")
 
@@ -141,7 +142,7 @@ class ContrastiveConfig(PreTrainedConfig):
 
     # ------------------------------------------------------------------ S-SimCSE (Zhang & Lan)
     dropout_dist: str = setting("none", "S-SimCSE: distribution of dropout rates (uniform for s_simcse; none = fixed).",
-                                choices=("none", "uniform", "normal"), group="s_simcse")
+                                choices=DROPOUT_DISTRIBUTIONS, group="s_simcse")
     dropout_low: float = setting(0.05, "S-SimCSE: lowest sampled dropout rate (Sec. 3.1; mean 0.1 = SimCSE's).",
                                  low=0.0, high=1.0, open_high=True, group="s_simcse")
     dropout_high: float = setting(0.15, "S-SimCSE: highest sampled dropout rate.", low=0.0, high=1.0,

@@ -30,7 +30,8 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from .s_simcse import DROPOUT_DISTRIBUTIONS, sample_dropout_rates
+from .config import check_settings
+from .s_simcse import sample_dropout_rates
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +52,10 @@ class RowDropoutController:
 
     def __init__(self, distribution: str = "none", low: float = 0.05, high: float = 0.15,
                  sentence_wise: bool = False, per_op: bool = True) -> None:
-        if distribution not in DROPOUT_DISTRIBUTIONS:
-            raise ValueError(f"dropout distribution {distribution!r}; choose one of {', '.join(DROPOUT_DISTRIBUTIONS)}")
-        if not 0.0 <= low <= high < 1.0:
-            raise ValueError(f"need 0 <= low <= high < 1, got {low}, {high}")
+        check_settings({"dropout_dist": distribution, "dropout_low": low, "dropout_high": high},
+                       where="RowDropoutController")
+        if low > high:
+            raise ValueError(f"need --dropout_low <= --dropout_high, got {low}, {high}")
         self.distribution, self.low, self.high = distribution, low, high
         self.sentence_wise, self.per_op = sentence_wise, per_op
         self._groups: torch.Tensor | None = None
@@ -209,5 +210,5 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
     return len(targets)
 
 
-__all__ = ["DROPOUT_DISTRIBUTIONS", "ROW_DROPOUT_ATTENTION", "RowDropout", "RowDropoutController", "controller_for",
+__all__ = ["ROW_DROPOUT_ATTENTION", "RowDropout", "RowDropoutController", "controller_for",
            "install_row_dropout", "needs_row_dropout", "row_dropout_attention"]

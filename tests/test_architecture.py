@@ -174,3 +174,16 @@ def test_following_a_flag_from_the_command_line_to_where_it_acts_crosses_at_most
     builder / objective passes the value on, and one module acts on it."""
     assert files_naming(setting) == path
     assert len(path) <= 4
+
+
+def test_the_data_components_vocabularies_match_the_declared_choices():
+    """``data/`` cannot import the declaration (it never imports ``models/``), so the modes its components implement
+    are checked against the declared choices here: adding a mode on one side only fails."""
+    from data.augment import LENGTH_EXTENSIONS
+    from data.diffcse_collator import EDITS, MASK_STYLES, SOURCES
+
+    choices = lambda name: set(SETTINGS[name].metadata["choices"])  # noqa: E731
+    assert choices("length_extension") == {*LENGTH_EXTENSIONS, "none"}  # "none": no extender at all
+    assert choices("rtd_edit") == set(EDITS)
+    assert choices("mask_style") == set(MASK_STYLES)
+    assert choices("rtd_source") == set(SOURCES)

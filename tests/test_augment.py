@@ -184,8 +184,8 @@ def test_word_repetition_repeats_whole_words(piece_tokenizer):
 def test_resampled_per_epoch_but_cached_per_sentence(tokenizer):
     sentence = tokenizer(" ".join(WORDS[:25]))["input_ids"]
     others = [tokenizer(" ".join(WORDS[i:i + 5]))["input_ids"] for i in range(30, 60, 5)]
-    fresh = LengthExtender(tokenizer, resample=True)
-    cached = LengthExtender(tokenizer, resample=False)
+    fresh = LengthExtender(tokenizer, dup_rate=0.32, resample=True)
+    cached = LengthExtender(tokenizer, dup_rate=0.32, resample=False)
     views_by_epoch = set()
     for epoch in range(8):
         fresh.set_epoch(epoch)
@@ -202,14 +202,14 @@ def test_resampled_per_epoch_but_cached_per_sentence(tokenizer):
 def test_batch_split_does_not_change_any_draw(tokenizer):
     """1 x 16 and 2 x 8 (two processes' halves) repeat the same tokens: ESimCSE under DDP = one process."""
     batch = [tokenizer(" ".join(WORDS[i:i + 6 + i % 7]))["input_ids"] for i in range(0, 64, 4)]
-    extender = LengthExtender(tokenizer, seed=42)
+    extender = LengthExtender(tokenizer, dup_rate=0.32, seed=42)
     extender.set_epoch(3)
     assert extender(batch) == extender(batch[:8]) + extender(batch[8:])
 
 
 def test_seed_changes_the_draws(tokenizer):
     batch = [tokenizer(" ".join(WORDS[i:i + 12]))["input_ids"] for i in range(0, 40, 4)]
-    a, b = LengthExtender(tokenizer), LengthExtender(tokenizer)
+    a, b = LengthExtender(tokenizer, dup_rate=0.32), LengthExtender(tokenizer, dup_rate=0.32)
     a.set_epoch(0, seed=42)
     b.set_epoch(0, seed=43)
     assert a(batch) != b(batch)
@@ -237,7 +237,7 @@ def test_masked_lm_prediction_fills_inserted_masks(tokenizer):
                                      num_attention_heads=2, intermediate_size=37))
     filler = MaskedLMFiller(mlm, tokenizer)
     ids = tokenizer("cat dog man woman car bank river tree city music")["input_ids"]
-    seed = next(s for s in range(100) if LengthExtender(tokenizer, 64, 0.5, mode="mask", seed=s)([ids])[0] != ids)
+    seed = next(s for s in range(100) if LengthExtender(tokenizer, 64, dup_rate=0.5, mode="mask", seed=s)([ids])[0] != ids)
     masked = LengthExtender(tokenizer, 64, dup_rate=0.5, mode="mask", seed=seed)
     predicted = LengthExtender(tokenizer, 64, dup_rate=0.5, mode="mlm_prediction", filler=filler, seed=seed)
     with_masks, filled = masked([ids])[0], predicted([ids])[0]

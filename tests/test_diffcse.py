@@ -184,7 +184,7 @@ def test_h_reaches_position_zero_and_gradients_reach_the_encoder(paths, site):
     model = build(paths, rtd_condition_site=site)
     model.eval()  # no dropout: outputs differ only through h
     tokenizer = tiny_tokenizer(paths.root / "tok")
-    batch = DiffCSECollator(tokenizer, max_length=16, seed=0)(ROWS)
+    batch = DiffCSECollator(tokenizer, max_length=16, masking_ratio=0.3, seed=0)(ROWS)
     ids, mask = batch["rtd_input_ids"], batch["rtd_attention_mask"]
     h = torch.randn(len(ROWS), 32)
     out = model.discriminate(h, ids, mask)
@@ -196,7 +196,7 @@ def test_h_reaches_position_zero_and_gradients_reach_the_encoder(paths, site):
     model.train()
     model.config.use_contrastive_loss = False  # only the RTD loss: encoder gradients can only come through h
     model.zero_grad()
-    batch = DiffCSECollator(tokenizer, max_length=16, seed=0)(ROWS)
+    batch = DiffCSECollator(tokenizer, max_length=16, masking_ratio=0.3, seed=0)(ROWS)
     output = model(**batch)
     output.loss.backward()
     encoder_grads = [p.grad for p in model.encoder.parameters() if p.requires_grad]
