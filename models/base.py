@@ -2,8 +2,8 @@
 
 A method is a subclass that overrides one or two of these small hooks, never the whole forward:
 
-- :meth:`ContrastiveModel.embed_views` — token ids [B, V, L] -> projected embeddings [B, V, d] (one backbone pass
-  over all B*V rows; S-SimCSE and SimCSE++ change how dropout acts in it).
+- :meth:`ContrastiveModel.embed_views` — token ids [B, V, L] -> :class:`models.views.ViewEmbeddings` (one backbone
+  pass over all rows; S-SimCSE and SimCSE++ change how dropout acts in it).
 - :meth:`ContrastiveModel.compute_loss` — embeddings (+ the batch) -> (loss, metrics to log).
 - :meth:`ContrastiveModel.extra_negatives` — embeddings every anchor also contrasts with (ESimCSE's queue).
 - :meth:`ContrastiveModel.sync_auxiliary_networks` — called once after the pretrained weights are loaded
@@ -60,8 +60,9 @@ def drop_unused_pooler(encoder: nn.Module) -> None:
 class ContrastiveModel(PreTrainedModel):
     """Shared base: a backbone, a pooler, a projector and the in-batch InfoNCE objective (SimCSE Eq. 1 / 5).
 
-    Subclasses set :attr:`method_defaults` (config values that define the method) and override the hooks listed
-    in the module docstring.
+    Subclasses set :attr:`method_defaults` (only the settings whose paper value differs from the declared default,
+    ``models.config``) and override the hooks listed in the module docstring. Built by ``trainers.methods`` (which
+    loads the files); a model never reads one.
     """
 
     config_class = ContrastiveConfig
