@@ -71,7 +71,7 @@ def generator_dir(tmp_path_factory):
 
 CASES = {
     "simcse": ("simcse", {}),
-    "simcse_batchnorm_projector": ("simcse", {"batchnorm": True}),
+    "simcse_batchnorm_projector": ("simcse", {"projector": "batchnorm"}),
     "esimcse": ("esimcse", {"queue_size": 6}),
     "simcse_pp": ("simcse_pp", {}),
     "simcse_pp_paper_forms": ("simcse_pp", {"off_dropout_form": "paper", "dcl_form": "paper"}),
