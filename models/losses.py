@@ -237,7 +237,8 @@ __all__ += ["barlow_twins_loss", "dcl_loss", "decoupled_info_nce", "off_dropout_
 
 # --- DiffCSE (Chuang et al., 2022) ---
 def rtd_loss(
-    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor, include_padding: bool = False
+    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor, include_padding: bool = False,
+    normaliser: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""DiffCSE's replaced-token-detection loss (Chuang et al., 2022, Sec. 3), the mean binary cross-entropy of
     the conditional discriminator's per-token predictions:
@@ -255,14 +256,20 @@ def rtd_loss(
         include_padding: ``False`` (default): T = the real (non-padding) tokens. ``True``: T = every position, padded
             ones counting as "not replaced" (label 0), which is what the original code's
             ``CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1))`` over the padded batch does.
+        normaliser: the token count |T| of the whole batch when these rows are a chunk of it (a cached step,
+            ``trainers/cached_step.py``): the chunk's summed loss / |T|, so that the chunks' losses add up to the
+            batch's. ``None``: the mean over these rows.
     """
     logits = upcast(logits).reshape(-1, logits.size(-1))
     real = attention_mask.reshape(-1).bool()
     labels = labels.reshape(-1).long()
+    reduction = "mean" if normaliser is None else "sum"
     if include_padding:
-        return F.cross_entropy(logits, labels.masked_fill(~real, 0))
-    # Padding positions are ignored (not indexed away: boolean indexing would sync the host with the device).
-    return F.cross_entropy(logits, labels.masked_fill(~real, -100), ignore_index=-100)
+        loss = F.cross_entropy(logits, labels.masked_fill(~real, 0), reduction=reduction)
+    else:
+        # Padding positions are ignored (not indexed away: boolean indexing would sync the host with the device).
+        loss = F.cross_entropy(logits, labels.masked_fill(~real, -100), ignore_index=-100, reduction=reduction)
+    return loss if normaliser is None else loss / normaliser
 
 
 __all__ += ["rtd_loss"]
