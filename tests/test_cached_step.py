@@ -193,17 +193,20 @@ def test_gradient_checkpointing_composes(paths):
     assert_same_step(cached(twin, batch, 3), uncached_at_chunk_masks(model, batch, 3))
 
 
-def test_trainer_steps_cached_equal_uncached(paths, tmp_path):
-    """Through CLTrainer (the stock Trainer loop, AdamW, 3 steps): ``--cache_chunk_size 8`` (one chunk) logs the
-    uncached run's losses; ``--cache_chunk_size 3`` (3 chunks) trains too, and its divergence record and metrics
-    reach the logs."""
-    corpus = tiny_corpus(tmp_path / "corpus.txt", n=32)
+@pytest.mark.parametrize("settings", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}],
+                         ids=["plain", "accumulation", "bf16_autocast"])
+def test_trainer_steps_cached_equal_uncached(paths, tmp_path, settings):
+    """Through CLTrainer (the stock Trainer loop, AdamW, 3 optimizer steps): ``--cache_chunk_size 8`` (one chunk)
+    logs the uncached run's losses and gradient norms, also under gradient accumulation (each micro-batch its own
+    contrastive batch, the loss scaled by 1/steps as the stock step does) and bf16 autocast (the accelerator's);
+    ``--cache_chunk_size 3`` (3 chunks) trains and its metrics reach the logs."""
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=64)
     logs = {}
     for name, chunk in (("uncached", None), ("one_chunk", 8), ("three_chunks", 3)):
         torch.manual_seed(0)
         model = model_class_for("simcse").from_encoder(str(paths["encoder"]))
         trainer = tiny_trainer(model, paths["encoder"], tmp_path / name, corpus, max_steps=3, seed=3,
-                               cache_chunk_size=chunk)
+                               cache_chunk_size=chunk, **settings)
         trainer.train()
         logs[name] = [(e["loss"], e["grad_norm"], e["contrastive_loss"]) for e in trainer.state.log_history
                       if "loss" in e]
