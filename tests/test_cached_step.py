@@ -218,6 +218,22 @@ def test_trainer_steps_cached_equal_uncached(paths, tmp_path, settings):
     assert all(torch.isfinite(torch.tensor(entry)).all() for entry in logs["three_chunks"])
 
 
+@pytest.mark.parametrize("case", ["simcse", "esimcse_plus_simcse_pp", "s_simcse", "diffcse"])
+def test_a_cached_step_has_no_host_sync(paths, case):
+    """Like tests/test_no_host_sync.py for the uncached step: chunking, the RNG replay and DiffCSE's chunked RTD
+    never make a GPU wait for the host (two steps: the second with a non-empty ESimCSE queue)."""
+    from tests.test_no_host_sync import HostSyncRecorder
+
+    model = build(paths, case)
+    batch = make_batch(model, case, paths)
+    for step in range(2):
+        recorder = HostSyncRecorder()
+        with recorder:
+            cached_forward_backward(model, batch, 3)
+            model.on_optimizer_step()
+        assert recorder.syncs == [], f"{case}, step {step}: {recorder.syncs}"
+
+
 def test_refusals(paths):
     model = build(paths, "simcse")
     with pytest.raises(ValueError, match="cache_chunk_size must be >= 1"):
