@@ -5,8 +5,8 @@ against this machine's GEMM ceiling measured in the same run on the step's own m
         --chunk 32 --threads 1 --output_json bench/results/cpu_cached_memory.json
 
 Every (config, method, batch, mode) runs in a fresh subprocess, so its peak memory is its own: on CPU the process's
-peak RSS (``ru_maxrss``) and its growth over the RSS after the model, batch and optimizer exist ("step MiB"); on
-CUDA ``max_memory_allocated``. A step = forward + backward (``model(**batch).loss.backward()`` or
+peak RSS (``ru_maxrss``) and its growth over the RSS after the model, batch and optimizer exist ("step MiB"); with
+``--device cuda`` ``max_memory_allocated`` (and its growth over ``memory_allocated`` before the steps), fp32. A step = forward + backward (``model(**batch).loss.backward()`` or
 ``trainers.cached_step.cached_forward_backward``) + AdamW + ``zero_grad``, random weights of the config's shape,
 random token ids (length ``--seq_len``, all views the same sentence; sup_simcse: 3 views).
 
@@ -68,8 +68,10 @@ class StepCounter(TorchDispatchMode):
         return out
 
 
-def gemm_ceiling(gemms: Counter, cap_rows: int, repeats: int = 3) -> tuple[float, float]:
-    """(GEMM FLOPs of the step, the GFLOP/s this machine reaches on those shapes alone)."""
+def gemm_ceiling(gemms: Counter, cap_rows: int, device: torch.device = torch.device("cpu"),
+                 repeats: int = 3) -> tuple[float, float]:
+    """(GEMM FLOPs of the step, the fp32 GFLOP/s this device reaches on those shapes alone)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     flops = seconds = 0.0
     for (batch, m, k, n), count in gemms.items():
         scale = 1.0
@@ -79,14 +81,16 @@ def gemm_ceiling(gemms: Counter, cap_rows: int, repeats: int = 3) -> tuple[float
                 scale, batch = batch / new_batch, new_batch
             else:
                 scale, m = m / cap_rows, cap_rows
-        a = torch.randn(batch, m, k) if batch > 1 else torch.randn(m, k)
-        b = torch.randn(batch, k, n) if batch > 1 else torch.randn(k, n)
+        a = torch.randn(*((batch,) if batch > 1 else ()), m, k, device=device)
+        b = torch.randn(*((batch,) if batch > 1 else ()), k, n, device=device)
         op = torch.bmm if batch > 1 else torch.mm
         op(a, b)
         best = float("inf")
         for _ in range(repeats):
+            sync()
             start = time.perf_counter()
             op(a, b)
+            sync()
             best = min(best, time.perf_counter() - start)
         one = 2.0 * batch * m * k * n
         flops += one * scale * count
@@ -116,10 +120,12 @@ def one(args) -> dict:
     torch.manual_seed(0)
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     config = bert_config(args.config)
-    model = build_method_model(args.method, config)
+    model = build_method_model(args.method, config).to(device)
     model.train()
-    batch = make_batch(args.method, args.batch, args.seq_len, config.vocab_size)
+    batch = {k: v.to(device) for k, v in make_batch(args.method, args.batch, args.seq_len, config.vocab_size).items()}
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5, foreach=True)
 
     def step() -> None:
@@ -130,7 +136,8 @@ def one(args) -> dict:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    baseline = rss_mib()
+    sync()
+    baseline = torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else rss_mib()
     times, counter = [], None
     for index in range(args.warmup + args.steps):
         start = time.perf_counter()
@@ -140,11 +147,13 @@ def one(args) -> dict:
                 step()
         else:
             step()
+        sync()
         if index >= args.warmup:
             times.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     step_seconds = sorted(times)[len(times) // 2]
-    gemm_flops, ceiling = gemm_ceiling(counter.gemms, args.ceiling_rows)
+    gemm_flops, ceiling = gemm_ceiling(counter.gemms, args.ceiling_rows, device)
     gflops = counter.flops / step_seconds / 1e9
     return {"config": args.config, "method": args.method, "batch": args.batch, "chunk": args.chunk,
             "seq_len": args.seq_len, "threads": torch.get_num_threads(), "step_seconds": step_seconds,
@@ -164,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ceiling_rows", type=int, default=8192)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (memory = max_memory_allocated; fp32)")
     parser.add_argument("--output_json", default=None)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
@@ -181,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
                     command = [sys.executable, "-m", "bench.cached_memory", "--one", "--config", config, "--method",
                                method, "--batch", str(batch), "--chunk", str(chunk), "--seq_len", str(args.seq_len),
                                "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
-                               str(args.threads), "--ceiling_rows", str(args.ceiling_rows)]
+                               str(args.threads), "--ceiling_rows", str(args.ceiling_rows), "--device", args.device]
                     done = subprocess.run(command, capture_output=True, text=True,
                                           cwd=Path(__file__).resolve().parents[1])
                     if done.returncode != 0:

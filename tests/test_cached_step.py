@@ -276,3 +276,18 @@ def test_two_processes_cached_equal_one_process_uncached(paths, tmp_path):
             torch.testing.assert_close(got["loss"], want[0], rtol=1e-6, atol=1e-12, msg=case)
             for name, value in want[2].items():
                 torch.testing.assert_close(got["grads"][name], value, rtol=1e-6, atol=1e-10, msg=f"{case} {name}")
+
+
+# ---------------------------------------------------------------------------------------------- the benchmark
+def test_benchmark_counts_one_extra_forward_and_renders():
+    """bench/cached_memory.py on a tiny batch: the cached step executes 4/3 of the uncached step's FLOPs (one
+    extra forward of a forward+backward), the GEMM ceiling is positive, and the table has the pair's row."""
+    import argparse
+
+    from bench.cached_memory import markdown, one
+
+    rows = [one(argparse.Namespace(config="tiny", method="simcse", batch=8, chunk=chunk, seq_len=8, steps=1,
+                                   warmup=0, threads=1, ceiling_rows=256, device="cpu")) for chunk in (0, 3)]
+    assert rows[1]["flops"] / rows[0]["flops"] == pytest.approx(4 / 3, rel=0.01)
+    assert all(row["ceiling_gflops"] > 0 and row["gflops"] > 0 for row in rows)
+    assert "| tiny | simcse | 8 |" in markdown(rows)
