@@ -291,3 +291,27 @@ def test_benchmark_counts_one_extra_forward_and_renders():
     assert rows[1]["flops"] / rows[0]["flops"] == pytest.approx(4 / 3, rel=0.01)
     assert all(row["ceiling_gflops"] > 0 and row["gflops"] > 0 for row in rows)
     assert "| tiny | simcse | 8 |" in markdown(rows)
+
+
+# ---------------------------------------------------------------------------------------------- command lines
+@pytest.mark.parametrize("script, flags", [
+    ("run_unsup", ["--method", "esimcse", "--queue_size", "12"]),
+    ("run_unsup", ["--method", "s_simcse"]),
+    ("run_diffcse", []),
+])
+def test_the_flag_trains_every_script(paths, tmp_path, script, flags):
+    """``--cache_chunk_size 3`` (batch 8: chunks 3 + 3 + 2) through the training scripts, to the export."""
+    import run_diffcse
+    import run_unsup
+    from tests.tiny import FAST_TRAINING_ARGS
+
+    out = tmp_path / "run"
+    extra = ["--generator_name", str(paths["generator"])] if script == "run_diffcse" else []
+    main = run_diffcse.main if script == "run_diffcse" else run_unsup.main
+    main([*flags, *extra, "--model_name_or_path", str(paths["encoder"]), "--train_file",
+          str(tiny_corpus(tmp_path / "corpus.txt", n=32)), "--max_seq_length", "16", "--eval_strategy", "no",
+          "--save_strategy", "no", "--load_best_model_at_end", "false", "--max_steps", "2", "--cache_chunk_size", "3",
+          "--output_dir", str(out), *FAST_TRAINING_ARGS])
+    assert json.loads((out / "run_arguments.json").read_text())["CLTrainingArguments" if script == "run_unsup"
+                                                                 else "DiffCSETrainingArguments"]["cache_chunk_size"] == 3
+    assert (out / "export" / "hf" / "model.safetensors").is_file()
