@@ -234,7 +234,7 @@ def refuse_unsupported(trainer) -> None:
     if trainer.accelerator.distributed_type not in (DistributedType.NO, DistributedType.MULTI_CPU,
                                                     DistributedType.MULTI_GPU):
         problems.append(f"{trainer.accelerator.distributed_type} (DeepSpeed/FSDP shard or wrap the backward)")
-    if str(args.optim).lower() in ("lomo", "adalomo"):
+    if str(getattr(args.optim, "value", args.optim)).lower() in ("lomo", "adalomo"):
         problems.append("LOMO optimizers (they update inside backward)")
     if problems:
         raise ValueError("--cache_chunk_size does not support " + "; ".join(problems))
