@@ -147,14 +147,28 @@ class ContrastiveModel(PreTrainedModel):
         Config-driven extra rows ride in the same pass (:class:`models.views.ViewLayout`): SimCSE++'s dropout-off
         copy of view 0 and the noise study's K dropout samples; they come back as named fields.
         """
+        return self.project_views(self.encode_views(input_ids, attention_mask, token_type_ids), input_ids.size(1))
+
+    def encode_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The backbone half of :meth:`embed_views`: [B, V, L] -> pooled rows [B, num_rows, h] (every row of the
+        :class:`models.views.ViewLayout`, before the projector). Rows of different sentences never interact, so a
+        cached step (``trainers.cached_step``) runs it chunk by chunk."""
         layout = ViewLayout.from_config(self.config, input_ids.size(1))
         input_ids, attention_mask, token_type_ids = map(layout.expand, (input_ids, attention_mask, token_type_ids))
         batch_size, num_rows, length = input_ids.shape
         flat = lambda t: None if t is None else t.reshape(batch_size * num_rows, length)  # noqa: E731
         with layout.dropout_plan(self.dropout_controller, batch_size, input_ids.device):
             pooled = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
-        projected = self.projector(pooled).view(batch_size, num_rows, -1)
-        return layout.fold(projected, pooled.view(batch_size, num_rows, -1))
+        return pooled.view(batch_size, num_rows, -1)
+
+    def project_views(self, pooled_rows: torch.Tensor, num_views: int) -> ViewEmbeddings:
+        """The projector half of :meth:`embed_views`: pooled rows [B, num_rows, h] -> :class:`ViewEmbeddings`. It
+        sees all B sentences at once (DiffCSE's BatchNorm projector takes statistics over the batch)."""
+        layout = ViewLayout.from_config(self.config, num_views)
+        batch_size, num_rows, _ = pooled_rows.shape
+        projected = self.projector(pooled_rows.reshape(batch_size * num_rows, -1)).view(batch_size, num_rows, -1)
+        return layout.fold(projected, pooled_rows)
 
     # ------------------------------------------------------------------ objective
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -171,6 +185,19 @@ class ContrastiveModel(PreTrainedModel):
         negatives (supervised SimCSE); plus :meth:`extra_negatives` and the config-driven SimCSE++ parts
         (:func:`models.simcse_pp.contrastive_objective`: off-dropout negatives, DCL, ablations) on any method."""
         return contrastive_objective(self.config, embeddings.map(self.gather), self.extra_negatives())
+
+    # ------------------------------------------------------------------ cached steps (trainers/cached_step.py)
+    def batch_loss(self, embeddings: ViewEmbeddings,
+                   batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The part of :meth:`compute_loss` that needs every embedding of the (global) batch at once; a method with
+        a :meth:`per_sentence_objective` overrides this to leave that part out. The base: all of it."""
+        return self.compute_loss(embeddings, batch)
+
+    def per_sentence_objective(self, batch: dict[str, Any]) -> "PerSentenceObjective | None":
+        """Hook: the part of the loss that is a sum over this process's sentences given their embeddings (DiffCSE's
+        RTD), which a cached step computes chunk by chunk; ``None`` (the base) when there is none. Called once per
+        step, after :meth:`batch_loss`: the step's data-dependent randomness (DiffCSE's generator edit) happens here."""
+        return None
 
     def forward(
         self,
@@ -190,3 +217,22 @@ class ContrastiveModel(PreTrainedModel):
         loss, metrics = self.compute_loss(embeddings, batch)
         return ContrastiveOutput(loss=loss, embeddings=embeddings, metrics=metrics)
 
+
+class PerSentenceObjective:
+    """What :meth:`ContrastiveModel.per_sentence_objective` returns (an interface; DiffCSE implements it).
+
+    ``rows``: the per-sentence inputs, tensors [B * r, ...] ordered sentence-major (r rows per sentence).
+    ``loss(embeddings, rows, start, end)``: the loss of sentences ``start:end`` given their embeddings (a slice of
+    the step's :class:`ViewEmbeddings`) and rows, weighted so that the losses of the chunks of a batch sum to the
+    full-batch loss; returns ``(loss, sums)`` with ``sums`` additive statistics. ``metrics(sums)``: the logged
+    metrics from the summed statistics of all chunks.
+    """
+
+    rows: dict[str, torch.Tensor]
+
+    def loss(self, embeddings: ViewEmbeddings, rows: dict[str, torch.Tensor], start: int,
+             end: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def metrics(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError

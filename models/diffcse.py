@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
 
-from .base import ContrastiveModel, drop_unused_pooler
+from .base import ContrastiveModel, PerSentenceObjective, drop_unused_pooler
 from .config import ContrastiveConfig
 from .distributed import world_size
 from .losses import upcast
@@ -99,7 +99,8 @@ def check_generator_vocabulary(tokenizer, generator_tokenizer, encoder_config, g
 
 
 def rtd_loss(
-    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor, include_padding: bool = False
+    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor, include_padding: bool = False,
+    normaliser: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""DiffCSE's replaced-token-detection loss (Chuang et al., 2022, Sec. 3), the mean binary cross-entropy of
     the conditional discriminator's per-token predictions:
@@ -117,14 +118,20 @@ def rtd_loss(
         include_padding: ``False`` (default): T = the real (non-padding) tokens. ``True``: T = every position, padded
             ones counting as "not replaced" (label 0), which is what the original code's
             ``CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1))`` over the padded batch does.
+        normaliser: the token count |T| of the whole batch when these rows are a chunk of it (a cached step,
+            ``trainers/cached_step.py``): the chunk's summed loss / |T|, so that the chunks' losses add up to the
+            batch's. ``None``: the mean over these rows.
     """
     logits = upcast(logits).reshape(-1, logits.size(-1))
     real = attention_mask.reshape(-1).bool()
     labels = labels.reshape(-1).long()
+    reduction = "mean" if normaliser is None else "sum"
     if include_padding:
-        return F.cross_entropy(logits, labels.masked_fill(~real, 0))
-    # Padding positions are ignored (not indexed away: boolean indexing would sync the host with the device).
-    return F.cross_entropy(logits, labels.masked_fill(~real, -100), ignore_index=-100)
+        loss = F.cross_entropy(logits, labels.masked_fill(~real, 0), reduction=reduction)
+    else:
+        # Padding positions are ignored (not indexed away: boolean indexing would sync the host with the device).
+        loss = F.cross_entropy(logits, labels.masked_fill(~real, -100), ignore_index=-100, reduction=reduction)
+    return loss if normaliser is None else loss / normaliser
 
 
 def generator_from_config(generator_config: dict) -> PreTrainedModel:
@@ -225,29 +232,77 @@ class DiffCSEModel(ContrastiveModel):
         """``L_contrast`` (the base, with whatever generic parts the config turns on) + lambda * ``L_RTD``; the
         discriminator is conditioned on this process's h (after the projector, or before it with
         ``condition_before_projector``)."""
+        contrastive, metrics = self.batch_loss(embeddings, batch)
+        rtd = self.per_sentence_objective(batch)
+        loss, sums = rtd.loss(embeddings, rtd.rows, 0, embeddings.views.size(0))
+        return contrastive + loss, {**metrics, **rtd.metrics(sums)}
+
+    # ------------------------------------------------------------------ the split a cached step uses
+    def batch_loss(self, embeddings: ViewEmbeddings,
+                   batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``L_contrast`` alone (the part that needs the whole batch)."""
         contrastive, metrics = super().compute_loss(embeddings, batch)
         if not self.config.use_contrastive_loss:
             contrastive = contrastive * 0.0  # keeps the graph (and DDP's gradient buckets) intact
-        source = embeddings.pooled if self.config.condition_before_projector else embeddings.views
-        h = source[:, : self.rtd_views].reshape(-1, source.size(-1))
+        return contrastive, metrics
+
+    def per_sentence_objective(self, batch: dict[str, Any]) -> "RTDObjective":
+        """lambda * ``L_RTD``, per sentence given its h; the generator edit (x'', labels) is drawn here, once."""
         edited, labels = self.edit(batch)
+        return RTDObjective(self, edited, labels, batch)
+
+
+class RTDObjective(PerSentenceObjective):
+    """lambda * ``L_RTD`` of the step's edited sentences (rows sentence-major, ``rtd_views`` per sentence), for all
+    of them or for a chunk of sentences (a cached step): a chunk's loss is its summed token loss / the batch's token
+    count, so the chunks add up to the batch's mean."""
+
+    def __init__(self, model: DiffCSEModel, edited: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any]) -> None:
+        self.model = model
         mask = batch["rtd_attention_mask"]
-        token_types = torch.zeros_like(edited) if batch.get("token_type_ids") is not None else None
-        logits = self.discriminate(h, edited, mask, token_types)
-        rtd = rtd_loss(logits, labels, mask, include_padding=self.config.rtd_include_padding)
-        metrics = {**metrics, "rtd_loss": rtd.detach(), **rtd_statistics(logits, labels, mask)}
-        return contrastive + self.config.lambda_weight * rtd, metrics
+        self.rows = {"edited": edited, "labels": labels, "mask": mask}
+        self.all_rows = edited.size(0)
+        self.tokens = mask.new_tensor(mask.numel()) if model.config.rtd_include_padding else mask.sum()
+        self.token_types = batch.get("token_type_ids") is not None
+
+    def loss(self, embeddings: ViewEmbeddings, rows: dict[str, torch.Tensor], start: int,
+             end: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        config = self.model.config
+        source = embeddings.pooled if config.condition_before_projector else embeddings.views
+        h = source[:, : self.model.rtd_views].reshape(-1, source.size(-1))
+        edited, labels, mask = rows["edited"], rows["labels"], rows["mask"]
+        token_types = torch.zeros_like(edited) if self.token_types else None
+        logits = self.model.discriminate(h, edited, mask, token_types)
+        whole = edited.size(0) == self.all_rows
+        rtd = rtd_loss(logits, labels, mask, include_padding=config.rtd_include_padding,
+                       normaliser=None if whole else self.tokens)
+        return config.lambda_weight * rtd, {"rtd_loss": rtd.detach(), "rtd_counts": rtd_counts(logits, labels, mask)}
+
+    def metrics(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"rtd_loss": sums["rtd_loss"], **rtd_ratios(sums["rtd_counts"])}
 
 
 @torch.no_grad()
 def rtd_statistics(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Discriminator accuracy on replaced / kept / all real tokens and the share of replaced tokens, from token
     counts summed over all processes (so every process logs the global-batch value, not a mean of ratios)."""
+    return rtd_ratios(rtd_counts(logits, labels, attention_mask))
+
+
+@torch.no_grad()
+def rtd_counts(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """[replaced and detected, replaced, kept and detected, kept, real] token counts (additive over chunks)."""
     predicted, real = logits.argmax(-1), attention_mask.bool()
     replaced, kept = (labels == 1) & real, (labels == 0) & real
-    counts = torch.stack([((predicted == 1) & replaced).sum(), replaced.sum(), ((predicted == 0) & kept).sum(),
-                          kept.sum(), real.sum()]).float()
+    return torch.stack([((predicted == 1) & replaced).sum(), replaced.sum(), ((predicted == 0) & kept).sum(),
+                        kept.sum(), real.sum()]).float()
+
+
+@torch.no_grad()
+def rtd_ratios(counts: torch.Tensor) -> dict[str, torch.Tensor]:
+    """:func:`rtd_counts` summed over all processes -> the logged accuracies and replaced share."""
     if world_size() > 1:
+        counts = counts.clone()
         dist.all_reduce(counts)
     return {"rtd_acc_replaced": counts[0] / counts[1].clamp(min=1), "rtd_acc_kept": counts[2] / counts[3].clamp(min=1),
             "rtd_acc": (counts[0] + counts[2]) / counts[4].clamp(min=1),

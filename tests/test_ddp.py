@@ -51,19 +51,21 @@ def test_two_processes_equal_one_process_with_global_batch(tmp_path, views):
             torch.testing.assert_close(rank["grads"][name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.parametrize("method", ["simcse", "esimcse"])
-def test_torchrun_training_equals_single_process_training(tmp_path, method):
+@pytest.mark.parametrize("method, cached", [("simcse", False), ("esimcse", False), ("simcse", True), ("esimcse", True)])
+def test_torchrun_training_equals_single_process_training(tmp_path, method, cached):
     """End to end through run_unsup.py and the Trainer: 2 processes x batch 4 end with the same weights as
     1 process x batch 8 (dropout 0, so the only difference could be the objective or the data split). ESimCSE's
     views are random beyond dropout (its repetition): each sentence's draw must not depend on how the global batch
-    is split, and the momentum queue holds the gathered keys."""
+    is split, and the momentum queue holds the gathered keys. ``cached``: the 2 processes run cached steps
+    (``--cache_chunk_size 3``: chunks 3 + 1, docs/cached_training.md) and still end where 1 uncached process does."""
     model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=32)
     common = ["run_unsup.py", "--method", method, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
               "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
               "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
               "--use_cpu", "true", "--report_to", "none"]
-    run_torchrun([*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "two")])
+    run_torchrun([*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "two"),
+                  *(["--cache_chunk_size", "3"] if cached else [])])
     one = subprocess.run([sys.executable, *common, "--per_device_train_batch_size", "8",
                           "--output_dir", str(tmp_path / "one")], cwd=REPO_ROOT, env={**os.environ,
                          "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=torchrun_timeout())

@@ -176,6 +176,10 @@ class CLTrainingArguments(TrainingArguments):
     export_dir: str | None = field(
         default=None, metadata={"help": "Where the plain HF + sentence-transformers exports go (default: "
                                         "<output_dir>/export)."})
+    cache_chunk_size: int | None = field(default=None, metadata={
+        "help": "Cached step (GradCache, docs/cached_training.md): the backbone encodes at most N sentences at a "
+                "time, the loss still sees the whole batch, and the gradients equal the uncached step's (the replay "
+                "re-draws the same dropout). Off by default."})
 
     def __post_init__(self) -> None:
         refuse_single_process_launch()

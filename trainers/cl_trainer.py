@@ -92,12 +92,16 @@ class CLTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs)
         if model.training:
-            self.divergence.record(outputs.loss, step=self.state.global_step + 1)  # on the device: no sync
-        if outputs.metrics and model.training:
-            for name, value in outputs.metrics.items():  # accumulated on device: no sync in the step
+            self.record_training_outputs(outputs.loss, outputs.metrics)
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    def record_training_outputs(self, loss: torch.Tensor, metrics: dict[str, torch.Tensor] | None) -> None:
+        """A training step's loss (divergence check) and metrics (logged means), kept on the device: no sync."""
+        self.divergence.record(loss, step=self.state.global_step + 1)
+        if metrics:
+            for name, value in metrics.items():
                 self._metric_sums[name] = self._metric_sums.get(name, 0) + value.detach().float()
             self._metric_count += 1
-        return (outputs.loss, outputs) if return_outputs else outputs.loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         self.check_finite()  # the Trainer has just synchronised (to read the loss or the evaluation's scores)
@@ -125,6 +129,10 @@ class CLTrainer(Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         if self._throughput_mark is None:
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
+        if getattr(self.args, "cache_chunk_size", None):  # --cache_chunk_size: a cached step (GradCache)
+            from .cached_step import cached_training_step
+
+            return cached_training_step(self, model, inputs, num_items_in_batch)
         return super().training_step(model, inputs, num_items_in_batch)
 
     # ---------------------------------------------------------------- divergence

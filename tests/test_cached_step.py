@@ -1,0 +1,317 @@
+"""Cached steps (trainers/cached_step.py, GradCache): for every method, with dropout ON, the cached step's loss and
+every parameter gradient equal the uncached step's on the same batch (float64 models, 1e-6 relative).
+
+"The same batch" includes the same random draws. Three comparisons pin that down:
+
+- one chunk (``cache_chunk_size >= batch``): the cached step draws in the uncached step's order, so it must equal
+  ``model(**batch).loss.backward()`` itself, dropout on, for every method;
+- several chunks (dividing the batch or not), dropout on: each chunk draws its own masks, so the reference is the
+  uncached step at those masks: every chunk encoded WITH a graph (the same draws, in the same order), all
+  activations held, the model's own ``compute_loss`` on the full set, one backward;
+- several chunks with dropout off: the draws no longer matter, so it must equal ``model(**batch)`` again.
+
+A replay that draws fresh masks fails the second comparison (``test_fresh_dropout_in_the_replay_is_caught``), and
+two processes running cached steps equal one process running the uncached step on the global batch.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, BertTokenizerFast
+
+import trainers.cached_step as cached_step
+from models import model_class_for
+from models.diffcse import DiffCSEModel
+from tests.launch import run_torchrun
+from tests.tiny import WORDS, save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer, token_batch, tiny_trainer
+from trainers.cached_step import cached_forward_backward
+
+BATCH = 8
+#: case -> (method, config overrides): every method at its defaults, plus the compositions with their own rows.
+CASES = {
+    "simcse": ("simcse", {}),
+    "sup_simcse": ("sup_simcse", {"hard_negative_weight": 0.5}),
+    "esimcse": ("esimcse", {"queue_size": 12}),
+    "esimcse_plus_simcse_pp": ("esimcse", {"queue_size": 12, "off_dropout": True, "dcl_weight": 0.1}),
+    "simcse_pp": ("simcse_pp", {}),
+    "s_simcse": ("s_simcse", {}),
+    "s_simcse_per_pass": ("s_simcse", {"sentence_wise_dropout": False, "dropout_sample_per_op": False}),
+    "simcse_noise_neg_minus": ("simcse", {"noise_study": "neg_minus", "noise_samples": 3}),
+    "simcse_barlow": ("simcse", {"barlow_weight": 0.1, "barlow_pad": 4}),
+    "diffcse": ("diffcse", {}),
+    "diffcse_official_code": ("diffcse", {"rtd_all_views": True, "condition_before_projector": True,
+                                          "rtd_include_padding": True}),
+    "diffcse_plus_simcse_pp": ("diffcse", {"off_dropout": True, "dcl_weight": 0.1, "lambda_weight": 0.05}),
+}
+ROWS = [{"text": " ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(4 + i % 5))} for i in range(BATCH)]
+
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")  # tiny models: fastest single-threaded here
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    """Tiny BERT encoders (dropout 0.1, and 0) and a tiny DistilBERT generator over the same vocabulary."""
+    root = tmp_path_factory.mktemp("cached")
+    encoder = save_tiny_backbone(root / "encoder", seed=0)
+    quiet = save_tiny_backbone(root / "encoder_no_dropout", seed=0, dropout=0.0)
+    generator = root / "generator"
+    tokenizer = tiny_tokenizer(generator)
+    torch.manual_seed(1)
+    AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(generator)
+    tokenizer.save_pretrained(generator)
+    return {"encoder": encoder, "quiet": quiet, "generator": generator}
+
+
+def build(paths, case: str, encoder: str = "encoder", **extra):
+    method, config = CASES[case]
+    torch.manual_seed(0)
+    kwargs = {**config, **extra}
+    if method == "diffcse":
+        kwargs["generator_name"] = str(paths["generator"])
+    model = model_class_for(method).from_encoder(str(paths[encoder]), **kwargs).double()
+    model.train()
+    return model
+
+
+def make_batch(model, case: str, paths) -> dict:
+    """The method's own collator on ROWS (DiffCSE: its rtd_* rows; ESimCSE: its repetition), or random ids."""
+    method = CASES[case][0]
+    if method in ("diffcse", "esimcse"):
+        collator = model.build_collator(BertTokenizerFast.from_pretrained(str(paths["encoder"])), 16)
+        torch.manual_seed(5)
+        return {k: v for k, v in collator(ROWS).items() if torch.is_tensor(v)}
+    ids, mask = token_batch(BATCH, 3 if method == "sup_simcse" else 2, seed=1, same_views=method != "sup_simcse")
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def warm_queue(model, batch) -> None:
+    """ESimCSE: enqueue one batch first, so the compared step contrasts with a non-empty queue."""
+    if getattr(model, "queue", None) is not None:
+        with torch.no_grad():
+            torch.manual_seed(11)
+            model(**batch)
+
+
+def grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def uncached(model, batch, seed: int = 7):
+    torch.manual_seed(seed)
+    out = model(**batch)
+    out.loss.backward()
+    return out.loss.detach(), out.metrics, grads(model)
+
+
+def uncached_at_chunk_masks(model, batch, chunk: int, seed: int = 7):
+    """The uncached step with the masks a chunked pass draws: every chunk encoded WITH a graph, in order, all
+    activations held; the model's own projector and compute_loss on the full set; one backward."""
+    torch.manual_seed(seed)
+    rows = [model.encode_views(b["input_ids"], b["attention_mask"], b.get("token_type_ids"))
+            for b in (cached_step.slice_rows(batch, s, e, BATCH) for s, e in cached_step.chunk_bounds(BATCH, chunk))]
+    loss, metrics = model.compute_loss(model.project_views(torch.cat(rows), batch["input_ids"].size(1)), batch)
+    loss.backward()
+    return loss.detach(), metrics, grads(model)
+
+
+def cached(model, batch, chunk: int, seed: int = 7):
+    torch.manual_seed(seed)
+    loss, metrics = cached_forward_backward(model, batch, chunk)
+    return loss, metrics, grads(model)
+
+
+def assert_same_step(got, want) -> None:
+    (loss, metrics, g), (loss_ref, metrics_ref, g_ref) = got, want
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-6, atol=1e-12)
+    assert g.keys() == g_ref.keys()
+    assert len(g) > 10
+    for name in g_ref:
+        torch.testing.assert_close(g[name], g_ref[name], rtol=1e-6, atol=1e-10, msg=name)
+    for name in metrics_ref:
+        torch.testing.assert_close(metrics[name].double(), metrics_ref[name].double(), rtol=1e-6, atol=1e-9,
+                                   msg=name)
+
+
+def twins(paths, case: str, **kwargs):
+    model = build(paths, case, **kwargs)
+    batch = make_batch(model, case, paths)
+    warm_queue(model, batch)
+    return model, copy.deepcopy(model), batch
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_chunk_is_the_uncached_step_dropout_on(paths, case):
+    model, twin, batch = twins(paths, case)
+    got, after_cached = cached(twin, batch, chunk=BATCH), torch.get_rng_state()
+    want, after_uncached = uncached(model, batch), torch.get_rng_state()
+    assert_same_step(got, want)
+    assert torch.equal(after_cached, after_uncached)  # the next step draws what it would have drawn uncached
+    assert_same_step(cached(twin, batch, chunk=BATCH + 5), uncached(model, batch))  # gradients accumulate alike
+    if getattr(model, "queue", None) is not None:  # enqueued once per step, the same keys
+        torch.testing.assert_close(twin.queue.embeddings, model.queue.embeddings)
+        assert twin.queue.host_state() == model.queue.host_state()
+
+
+@pytest.mark.parametrize("chunk", [3, 4])  # 3 does not divide the batch of 8
+@pytest.mark.parametrize("case", list(CASES))
+def test_chunked_step_equals_the_uncached_step_at_the_same_masks(paths, case, chunk):
+    model, twin, batch = twins(paths, case)
+    if isinstance(model, DiffCSEModel):  # the discriminator runs once per chunk (never replayed): its dropout is
+        model.discriminator.eval()  # drawn per chunk, so the full-batch reference needs it off (the encoder's is on)
+        twin.discriminator.eval()
+    assert_same_step(cached(twin, batch, chunk), uncached_at_chunk_masks(model, batch, chunk))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][0] != "s_simcse"])
+def test_chunked_step_equals_the_uncached_step_without_dropout(paths, case):
+    model, twin, batch = twins(paths, case, encoder="quiet")
+    if isinstance(model, DiffCSEModel):
+        model.discriminator.eval()
+        twin.discriminator.eval()
+    assert_same_step(cached(twin, batch, chunk=3), uncached(model, batch))
+
+
+def test_fresh_dropout_in_the_replay_is_caught(paths, monkeypatch):
+    """The proof that the comparisons above can fail: a replay that draws new masks (the sentence-transformers bug
+    before its PR 3862) keeps the loss but changes the gradients."""
+    model, twin, batch = twins(paths, "simcse")
+    want = uncached_at_chunk_masks(model, batch, 3)
+    monkeypatch.setattr(cached_step, "restore_rng", lambda state: None)
+    loss, _, g = cached(twin, batch, 3)
+    torch.testing.assert_close(loss, want[0], rtol=1e-6, atol=1e-12)  # the no-grad pass is unchanged
+    with pytest.raises(AssertionError):
+        assert_same_step((loss, want[1], g), want)
+
+
+def test_gradient_checkpointing_composes(paths):
+    model, twin, batch = twins(paths, "simcse")
+    twin.encoder.gradient_checkpointing_enable()
+    assert_same_step(cached(twin, batch, 3), uncached_at_chunk_masks(model, batch, 3))
+
+
+@pytest.mark.parametrize("settings", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}],
+                         ids=["plain", "accumulation", "bf16_autocast"])
+def test_trainer_steps_cached_equal_uncached(paths, tmp_path, settings):
+    """Through CLTrainer (the stock Trainer loop, AdamW, 3 optimizer steps): ``--cache_chunk_size 8`` (one chunk)
+    logs the uncached run's losses and gradient norms, also under gradient accumulation (each micro-batch its own
+    contrastive batch, the loss scaled by 1/steps as the stock step does) and bf16 autocast (the accelerator's);
+    ``--cache_chunk_size 3`` (3 chunks) trains and its metrics reach the logs."""
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=64)
+    logs = {}
+    for name, chunk in (("uncached", None), ("one_chunk", 8), ("three_chunks", 3)):
+        torch.manual_seed(0)
+        model = model_class_for("simcse").from_encoder(str(paths["encoder"]))
+        trainer = tiny_trainer(model, paths["encoder"], tmp_path / name, corpus, max_steps=3, seed=3,
+                               cache_chunk_size=chunk, **settings)
+        trainer.train()
+        logs[name] = [(e["loss"], e["grad_norm"], e["contrastive_loss"]) for e in trainer.state.log_history
+                      if "loss" in e]
+    assert len(logs["uncached"]) == 3
+    for got, want in zip(logs["one_chunk"], logs["uncached"]):
+        assert got == pytest.approx(want, rel=1e-5)
+    assert len(logs["three_chunks"]) == 3
+    assert all(torch.isfinite(torch.tensor(entry)).all() for entry in logs["three_chunks"])
+
+
+@pytest.mark.parametrize("case", ["simcse", "esimcse_plus_simcse_pp", "s_simcse", "diffcse"])
+def test_a_cached_step_has_no_host_sync(paths, case):
+    """Like tests/test_no_host_sync.py for the uncached step: chunking, the RNG replay and DiffCSE's chunked RTD
+    never make a GPU wait for the host (two steps: the second with a non-empty ESimCSE queue)."""
+    from tests.test_no_host_sync import HostSyncRecorder
+
+    model = build(paths, case)
+    batch = make_batch(model, case, paths)
+    for step in range(2):
+        recorder = HostSyncRecorder()
+        with recorder:
+            cached_forward_backward(model, batch, 3)
+            model.on_optimizer_step()
+        assert recorder.syncs == [], f"{case}, step {step}: {recorder.syncs}"
+
+
+def test_refusals(paths):
+    model = build(paths, "simcse")
+    with pytest.raises(ValueError, match="cache_chunk_size must be >= 1"):
+        cached_forward_backward(model, make_batch(model, "simcse", paths), 0)
+    with pytest.raises(TypeError, match="DDP wrapper"):
+        cached_forward_backward(torch.nn.Linear(2, 2), {"input_ids": torch.zeros(2, 2, 3)}, 1)
+
+
+# ---------------------------------------------------------------------------------------------- DDP
+WORKER = Path(__file__).parent / "workers" / "cached_ddp_step.py"
+DDP_CASES = ["simcse", "sup_simcse", "esimcse", "simcse_pp", "diffcse"]
+
+
+def test_two_processes_cached_equal_one_process_uncached(paths, tmp_path):
+    """2 gloo processes x 4 sentences, cached with chunk 3 (4 = 3 + 1), = 1 process x 8 uncached, per method, and
+    = the same 2 processes uncached under DistributedDataParallel (dropout off: 1 and 2 processes cannot draw the
+    same masks; the single-process tests above cover dropout)."""
+    batches = {}
+    for case in DDP_CASES:
+        model = build(paths, case, encoder="quiet")
+        batches[case] = make_batch(model, case, paths)
+    torch.save(batches, tmp_path / "batches.pt")
+    run_torchrun([str(WORKER)], env={"CACHED_PATHS": json.dumps({k: str(v) for k, v in paths.items()}),
+                                     "CACHED_CASES": json.dumps({c: CASES[c] for c in DDP_CASES}),
+                                     "CACHED_BATCHES": str(tmp_path / "batches.pt"), "CACHED_OUT": str(tmp_path)})
+    for case in DDP_CASES:
+        model = build(paths, case, encoder="quiet")
+        batch = batches[case]
+        warm_queue(model, batch)
+        want = uncached(model, batch)
+        for rank in range(2):
+            got = torch.load(tmp_path / f"{case}.rank{rank}.pt", weights_only=False)
+            # cached DDP = uncached DDP (the same processes, the wrapper's own gradient reduction)
+            torch.testing.assert_close(got["loss"], got["ddp_loss"], rtol=1e-6, atol=1e-12, msg=case)
+            for name, value in got["ddp_grads"].items():
+                torch.testing.assert_close(got["grads"][name], value, rtol=1e-6, atol=1e-10, msg=f"{case} {name}")
+            if case == "diffcse":  # its RTD loss is a per-process mean (as uncached), not the global batch's
+                continue
+            # 2 processes cached = 1 process uncached with the global batch
+            torch.testing.assert_close(got["loss"], want[0], rtol=1e-6, atol=1e-12, msg=case)
+            for name, value in want[2].items():
+                torch.testing.assert_close(got["grads"][name], value, rtol=1e-6, atol=1e-10, msg=f"{case} {name}")
+
+
+# ---------------------------------------------------------------------------------------------- the benchmark
+def test_benchmark_counts_one_extra_forward_and_renders():
+    """bench/cached_memory.py on a tiny batch: the cached step executes 4/3 of the uncached step's FLOPs (one
+    extra forward of a forward+backward), the GEMM ceiling is positive, and the table has the pair's row."""
+    import argparse
+
+    from bench.cached_memory import markdown, one
+
+    rows = [one(argparse.Namespace(config="tiny", method="simcse", batch=8, chunk=chunk, seq_len=8, steps=1,
+                                   warmup=0, threads=1, ceiling_rows=256, device="cpu")) for chunk in (0, 3)]
+    assert rows[1]["flops"] / rows[0]["flops"] == pytest.approx(4 / 3, rel=0.01)
+    assert all(row["ceiling_gflops"] > 0 and row["gflops"] > 0 for row in rows)
+    assert "| tiny | simcse | 8 |" in markdown(rows)
+
+
+# ---------------------------------------------------------------------------------------------- command lines
+@pytest.mark.parametrize("script, flags", [
+    ("run_unsup", ["--method", "esimcse", "--queue_size", "12"]),
+    ("run_unsup", ["--method", "s_simcse"]),
+    ("run_diffcse", []),
+])
+def test_the_flag_trains_every_script(paths, tmp_path, script, flags):
+    """``--cache_chunk_size 3`` (batch 8: chunks 3 + 3 + 2) through the training scripts, to the export."""
+    import run_diffcse
+    import run_unsup
+    from tests.tiny import FAST_TRAINING_ARGS
+
+    out = tmp_path / "run"
+    extra = ["--generator_name", str(paths["generator"])] if script == "run_diffcse" else []
+    main = run_diffcse.main if script == "run_diffcse" else run_unsup.main
+    main([*flags, *extra, "--model_name_or_path", str(paths["encoder"]), "--train_file",
+          str(tiny_corpus(tmp_path / "corpus.txt", n=32)), "--max_seq_length", "16", "--eval_strategy", "no",
+          "--save_strategy", "no", "--load_best_model_at_end", "false", "--max_steps", "2", "--cache_chunk_size", "3",
+          "--output_dir", str(out), *FAST_TRAINING_ARGS])
+    assert json.loads((out / "run_arguments.json").read_text())["CLTrainingArguments" if script == "run_unsup"
+                                                                 else "DiffCSETrainingArguments"]["cache_chunk_size"] == 3
+    assert (out / "export" / "hf" / "model.safetensors").is_file()

@@ -1,0 +1,244 @@
+"""Cached contrastive steps (GradCache, Gao et al. 2021) for every method, with the SAME dropout in both passes.
+
+A contrastive loss needs every embedding of the (global) batch at once, so the batch a process can train is
+bounded by the activations its backbone must hold for backward. A cached step (``--cache_chunk_size N``) never
+holds them for more than N sentences:
+
+1. **No-grad pass**: the backbone encodes the batch N sentences at a time without a graph
+   (:meth:`models.base.ContrastiveModel.encode_views`: pooled rows [n, rows, h]); the global RNG state (CPU and
+   every CUDA device) is captured at the start of each chunk.
+2. **Loss on the full set**: the pooled rows of all chunks, concatenated, become a leaf that requires grad; the
+   projector (DiffCSE's BatchNorm sees all rows, as uncached) and ``model.batch_loss`` (the gather across
+   processes, ESimCSE's queue negatives and its once-per-step enqueue, SimCSE++'s off-dropout negatives and DCL,
+   hard negatives) run on it exactly as in the uncached step. A method with a per-sentence part
+   (``model.per_sentence_objective``: DiffCSE's RTD) draws its step randomness (the generator edit) once, then
+   computes that part chunk by chunk from the full set's embeddings (the discriminator holds at most N sentences'
+   activations); everything is backpropagated down to the leaf, whose gradient is the cache.
+3. **Replay**: each chunk is encoded again WITH a graph after restoring its captured RNG state, so it draws the
+   same dropout masks (and S-SimCSE's sampled rates, SimCSE++'s per-row plan) as in pass 1, and its rows are
+   backpropagated with their cached gradient. The RNG state after step 2 is restored at the end, so the next step
+   draws what it would have drawn uncached.
+
+With a single chunk the random draws happen in the uncached step's order, so the step IS the uncached step (the
+same loss and gradients, tests/test_cached_step.py). With several chunks each chunk draws its own masks (a
+[n, ...] draw instead of a slice of the [B, ...] draw): the same distribution, and the gradient is exactly the
+uncached gradient of the loss at those masks.
+
+Under DDP the replay runs on the wrapped module (so DDP's hooks stay idle) and the gradients are averaged over
+processes at the end, as DDP would; the loss's all-gather gives every process the global batch of embeddings, and
+its backward returns each process the gradient of its own rows. docs/cached_training.md has the details and limits.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
+
+import torch
+import torch.distributed as dist
+
+from models.distributed import world_size
+
+
+# ------------------------------------------------------------------------------------------------ RNG
+@dataclass
+class RNGState:
+    """The global CPU generator's state and, when CUDA is in use, every CUDA device's."""
+
+    cpu: torch.Tensor
+    cuda: list[torch.Tensor] | None
+
+
+def capture_rng() -> RNGState:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return RNGState(torch.get_rng_state(), cuda)
+
+
+def restore_rng(state: RNGState) -> None:
+    torch.set_rng_state(state.cpu)
+    if state.cuda is not None:
+        torch.cuda.set_rng_state_all(state.cuda)
+
+
+# ------------------------------------------------------------------------------------------------ chunking
+def chunk_bounds(batch_size: int, chunk_size: int) -> list[tuple[int, int]]:
+    """``[(0, n), (n, 2n), ...]`` covering ``batch_size`` sentences (the last chunk may be shorter)."""
+    if chunk_size < 1:
+        raise ValueError(f"cache_chunk_size must be >= 1, got {chunk_size}")
+    return [(start, min(start + chunk_size, batch_size)) for start in range(0, batch_size, chunk_size)]
+
+
+def slice_rows(batch: dict[str, Any], start: int, end: int, batch_size: int) -> dict[str, Any]:
+    """Sentences ``start:end`` of every tensor of ``batch`` whose first dimension is a multiple r of the batch size
+    (r rows per sentence, sentence-major: the views' [B, V, L] tensors have r = 1, DiffCSE's ``rtd_*`` rows
+    r = ``rtd_views``); anything else is passed through."""
+    out = {}
+    for key, value in batch.items():
+        if torch.is_tensor(value) and value.dim() > 0 and value.size(0) % batch_size == 0:
+            per_sentence = value.size(0) // batch_size
+            value = value[start * per_sentence:end * per_sentence]
+        out[key] = value
+    return out
+
+
+def _encoder_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    return batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")
+
+
+# ------------------------------------------------------------------------------------------------ the step
+def cached_forward_backward(
+    model,
+    batch: dict[str, Any],
+    chunk_size: int,
+    *,
+    loss_scale: float = 1.0,
+    autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+    average_gradients_over: int = 1,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One cached training step of ``model`` (a :class:`models.base.ContrastiveModel`, not a DDP wrapper) on
+    ``batch`` (the model's forward inputs): accumulates ``loss_scale`` x the gradient of the step's loss into the
+    parameters' ``.grad`` and returns ``(loss, metrics)``, both detached and unscaled, as ``model(**batch)`` would.
+
+    Args:
+        chunk_size: sentences per backbone pass (all views of a sentence stay in one pass).
+        loss_scale: factor on the gradients (1 / gradient accumulation steps).
+        autocast: a context manager factory around every forward part (the Trainer's mixed precision).
+        average_gradients_over: the process count to average gradients over at the end (DDP's reduction, for a
+            module used outside its wrapper's forward); 1: no reduction.
+    """
+    check_cacheable(model)
+    input_ids = batch["input_ids"]
+    if input_ids.dim() != 3:
+        raise ValueError(f"a cached step expects input_ids [batch, views, length], got {tuple(input_ids.shape)}")
+    batch_size, num_views = input_ids.shape[:2]
+    bounds = chunk_bounds(batch_size, chunk_size)
+
+    # 1. the no-grad pass, one RNG state per chunk
+    states, chunks = [], []
+    with torch.no_grad():
+        for start, end in bounds:
+            states.append(capture_rng())
+            with autocast():
+                chunks.append(model.encode_views(*_encoder_inputs(slice_rows(batch, start, end, batch_size))))
+    cache = torch.cat(chunks).detach().requires_grad_(True)
+    del chunks
+
+    # 2. the loss on the full set, backpropagated to the cache (and to the projector, the discriminator, ...)
+    with autocast():
+        embeddings = model.project_views(cache, num_views)
+        loss, metrics = model.batch_loss(embeddings, batch)
+        objective = model.per_sentence_objective(batch)
+    total = loss.detach()
+    if objective is not None:
+        sums: dict[str, torch.Tensor] = {}
+        for start, end in bounds:
+            with autocast():
+                part, statistics = objective.loss(embeddings.map(lambda t: t[start:end]),
+                                                  slice_rows(objective.rows, start, end, batch_size), start, end)
+            (part * loss_scale).backward(retain_graph=True)
+            total = total + part.detach()
+            for name, value in statistics.items():
+                sums[name] = sums[name] + value if name in sums else value
+        metrics = {**metrics, **objective.metrics(sums)}
+    (loss * loss_scale).backward()
+    after = capture_rng()
+    cached_gradient = cache.grad if cache.grad is not None else torch.zeros_like(cache)
+    del embeddings, loss, objective
+
+    # 3. the replay: the same chunks, the same RNG states, the cached gradients
+    try:
+        for (start, end), state in zip(bounds, states):
+            restore_rng(state)
+            with autocast():
+                rows = model.encode_views(*_encoder_inputs(slice_rows(batch, start, end, batch_size)))
+            torch.autograd.backward(rows, grad_tensors=cached_gradient[start:end].to(rows.dtype))
+    finally:
+        restore_rng(after)
+    if average_gradients_over > 1:
+        average_gradients(model, average_gradients_over)
+    return total, metrics
+
+
+def check_cacheable(model) -> None:
+    """Refuse what a chunked replay cannot reproduce exactly."""
+    for name in ("encode_views", "project_views", "batch_loss", "per_sentence_objective"):
+        if not hasattr(model, name):
+            raise TypeError(f"{type(model).__name__} has no {name}(): a cached step needs a ContrastiveModel "
+                            "(pass the module, not a DDP wrapper)")
+    encoder = getattr(model, "encoder", None)
+    if encoder is not None:
+        batch_norms = [n for n, m in encoder.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        if batch_norms and model.training:
+            raise ValueError(f"the backbone has BatchNorm layers ({batch_norms[0]}, ...): their batch statistics "
+                             "differ between chunks and the full batch, so a cached step would not be the uncached "
+                             "step; train without --cache_chunk_size")
+
+
+@torch.no_grad()
+def average_gradients(model, processes: int) -> None:
+    """Average every trainable parameter's ``.grad`` over the processes (what DDP's reducer does), one flat
+    all-reduce per dtype; a parameter without a gradient contributes zeros (and keeps ``None`` if all do)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    present = torch.tensor([p.grad is not None for p in params], dtype=torch.int32,
+                           device=params[0].device if params else None)
+    dist.all_reduce(present, op=dist.ReduceOp.MAX)
+    by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+    for param, used in zip(params, present.tolist()):
+        if used:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+            by_dtype.setdefault(param.grad.dtype, []).append(param)
+    for group in by_dtype.values():
+        flat = torch.cat([p.grad.reshape(-1) for p in group])
+        dist.all_reduce(flat)
+        flat /= processes
+        offset = 0
+        for param in group:
+            count = param.grad.numel()
+            param.grad.copy_(flat[offset:offset + count].view_as(param.grad))
+            offset += count
+
+
+# ------------------------------------------------------------------------------------------------ the Trainer
+def cached_training_step(trainer, model, inputs: dict[str, Any], num_items_in_batch=None) -> torch.Tensor:
+    """``Trainer.training_step`` as a cached step (``CLTrainer`` calls it when ``args.cache_chunk_size`` is set):
+    the same train mode, input preparation, mixed-precision autocast and gradient-accumulation scaling as the stock
+    step, and the same return value (the detached loss, scaled like the stock step's)."""
+    refuse_unsupported(trainer)
+    model.train()
+    if hasattr(trainer.optimizer, "train") and callable(trainer.optimizer.train):
+        trainer.optimizer.train()
+    inputs = trainer._prepare_inputs(inputs)
+    module = trainer.accelerator.unwrap_model(model)
+    distributed = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    scaled = trainer.loss_is_scaled_for_ga
+    if scaled is None:  # the stock step's rule (Trainer.training_step)
+        scaled = (trainer.model_accepts_loss_kwargs and num_items_in_batch is not None) \
+            or trainer.compute_loss_func is not None
+    scale = 1.0 if scaled else 1.0 / trainer.current_gradient_accumulation_steps
+    loss, metrics = cached_forward_backward(
+        module, inputs, trainer.args.cache_chunk_size, loss_scale=scale, autocast=trainer.accelerator.autocast,
+        average_gradients_over=world_size() if distributed else 1)
+    trainer.record_training_outputs(loss, metrics)
+    return (loss * scale).detach()
+
+
+def refuse_unsupported(trainer) -> None:
+    """Set-ups whose backward the cached step does not reproduce: refused with the reason."""
+    from accelerate.utils import DistributedType
+
+    args = trainer.args
+    problems = []
+    if args.fp16:
+        problems.append("--fp16 (its gradient scaler): use --bf16, which needs no loss scaling")
+    if trainer.accelerator.distributed_type not in (DistributedType.NO, DistributedType.MULTI_CPU,
+                                                    DistributedType.MULTI_GPU):
+        problems.append(f"{trainer.accelerator.distributed_type} (DeepSpeed/FSDP shard or wrap the backward)")
+    if str(getattr(args.optim, "value", args.optim)).lower() in ("lomo", "adalomo"):
+        problems.append("LOMO optimizers (they update inside backward)")
+    if problems:
+        raise ValueError("--cache_chunk_size does not support " + "; ".join(problems))
+
+
+__all__ = ["RNGState", "average_gradients", "cached_forward_backward", "cached_training_step", "capture_rng",
+           "check_cacheable", "chunk_bounds", "refuse_unsupported", "restore_rng", "slice_rows"]
