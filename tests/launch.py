@@ -43,11 +43,28 @@ def run_torchrun(args: list[str], env: dict[str, str] | None = None, nproc: int 
     try:
         output, _ = process.communicate(timeout=torchrun_timeout())
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # torchrun and its workers: leave no orphans behind
+        kill_process_tree(process.pid)  # torchrun and its workers (they run in sessions of their own)
         output, _ = process.communicate()
         pytest.fail(f"torchrun did not finish in {torchrun_timeout():.0f} s (CSE_TORCHRUN_TIMEOUT):\n{output[-3000:]}")
     assert process.returncode == 0, output[-6000:]
     return output
+
+
+def kill_process_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant: torchrun starts each worker in a session of its own, so killing the
+    launcher's process group would leave a hung worker holding the output pipe open (and the test waiting on it)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        processes = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        try:
+            process.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
 
 
 def run_ddp_cases(tmp_path: Path, model_dir: Path, batches: list[dict], cases: list[dict]) -> None:

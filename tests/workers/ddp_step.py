@@ -11,6 +11,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.workers.finish import finish  # noqa: E402
+
 from trainers.methods import build_model  # noqa: E402
 
 
@@ -30,8 +32,7 @@ def main() -> None:
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     torch.save({"loss": loss.detach(), "grads": grads}, Path(os.environ["DDP_OUT"]) / f"rank{rank}.pt")
-    dist.barrier()  # every rank done before any tears down: an unsynchronised destroy can hang (pytorch#75097)
-    dist.destroy_process_group()
+    finish()  # barrier, then exit without destroying the group (tests/workers/finish.py)
 
 
 if __name__ == "__main__":

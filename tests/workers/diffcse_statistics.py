@@ -16,11 +16,11 @@ def statistics_case():
 
 def worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     from models.diffcse import rtd_statistics
+    from tests.workers.finish import finish
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     logits, labels, mask = statistics_case()
     rows = slice(0, 1) if rank == 0 else slice(1, 3)
     stats = rtd_statistics(logits[rows], labels[rows], mask[rows])
     torch.save({k: v.item() for k, v in stats.items()}, f"{out_dir}/rank{rank}.pt")
-    dist.barrier()  # every rank done before any tears down: an unsynchronised destroy can hang (pytorch#75097)
-    dist.destroy_process_group()
+    finish()  # barrier, then exit without destroying the group (tests/workers/finish.py)

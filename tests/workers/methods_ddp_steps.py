@@ -14,6 +14,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.workers.finish import finish  # noqa: E402
+
 from trainers.methods import build_model  # noqa: E402
 
 
@@ -50,8 +52,7 @@ def main() -> None:
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         torch.save({"losses": losses, "grads": grads, "state": state},
                    Path(os.environ["DDP_OUT"]) / f"{case['name']}.rank{rank}.pt")
-    dist.barrier()  # every rank done before any tears down: an unsynchronised destroy can hang (pytorch#75097)
-    dist.destroy_process_group()
+    finish()  # barrier, then exit without destroying the group (tests/workers/finish.py)
 
 
 if __name__ == "__main__":
