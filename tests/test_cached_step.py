@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModelForMaskedLM, BertTokenizerFast
 
 import trainers.cached_step as cached_step
-from models import model_class_for
+from trainers.methods import build_collator, build_model
 from models.diffcse import DiffCSEModel
 from tests.launch import run_torchrun
 from tests.tiny import WORDS, save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer, token_batch, tiny_trainer
@@ -73,7 +73,7 @@ def build(paths, case: str, encoder: str = "encoder", **extra):
     kwargs = {**config, **extra}
     if method == "diffcse":
         kwargs["generator_name"] = str(paths["generator"])
-    model = model_class_for(method).from_encoder(str(paths[encoder]), **kwargs).double()
+    model = build_model(method, str(paths[encoder]), **kwargs).double()
     model.train()
     return model
 
@@ -82,7 +82,7 @@ def make_batch(model, case: str, paths) -> dict:
     """The method's own collator on ROWS (DiffCSE: its rtd_* rows; ESimCSE: its repetition), or random ids."""
     method = CASES[case][0]
     if method in ("diffcse", "esimcse"):
-        collator = model.build_collator(BertTokenizerFast.from_pretrained(str(paths["encoder"])), 16)
+        collator = build_collator(model, BertTokenizerFast.from_pretrained(str(paths["encoder"])), 16)
         torch.manual_seed(5)
         return {k: v for k, v in collator(ROWS).items() if torch.is_tensor(v)}
     ids, mask = token_batch(BATCH, 3 if method == "sup_simcse" else 2, seed=1, same_views=method != "sup_simcse")
@@ -205,7 +205,7 @@ def test_trainer_steps_cached_equal_uncached(paths, tmp_path, settings):
     logs = {}
     for name, chunk in (("uncached", None), ("one_chunk", 8), ("three_chunks", 3)):
         torch.manual_seed(0)
-        model = model_class_for("simcse").from_encoder(str(paths["encoder"]))
+        model = build_model("simcse", str(paths["encoder"]))
         trainer = tiny_trainer(model, paths["encoder"], tmp_path / name, corpus, max_steps=3, seed=3,
                                cache_chunk_size=chunk, **settings)
         trainer.train()

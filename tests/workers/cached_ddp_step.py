@@ -15,7 +15,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from models import model_class_for  # noqa: E402
+from tests.workers.finish import finish  # noqa: E402
+from trainers.methods import build_model  # noqa: E402
 from trainers.cached_step import cached_forward_backward  # noqa: E402
 
 
@@ -23,7 +24,7 @@ def build(paths: dict, method: str, config: dict):
     torch.manual_seed(0)  # the single-process reference's initialisation
     if method == "diffcse":
         config = {**config, "generator_name": paths["generator"]}
-    model = model_class_for(method).from_encoder(paths["quiet"], **config).double()
+    model = build_model(method, paths["quiet"], **config).double()
     model.train()
     return model
 
@@ -57,8 +58,7 @@ def main() -> None:
         ddp_loss.backward()
         torch.save({"loss": loss, "grads": grads(model), "ddp_loss": ddp_loss.detach(), "ddp_grads": grads(twin)},
                    Path(os.environ["CACHED_OUT"]) / f"{case}.rank{rank}.pt")
-    dist.barrier()  # every rank done before any tears down: an unsynchronised destroy can hang (pytorch#75097)
-    dist.destroy_process_group()
+    finish()  # barrier, then exit without destroying the group (tests/workers/finish.py)
 
 
 if __name__ == "__main__":
