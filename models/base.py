@@ -9,6 +9,9 @@ A method is a subclass that overrides one or two of these small hooks, never the
 - :meth:`ContrastiveModel.sync_auxiliary_networks` — called once after the pretrained weights are loaded
   (ESimCSE's momentum encoder, DiffCSE's discriminator are copies of the loaded encoder).
 - :meth:`ContrastiveModel.on_optimizer_step` — called by the trainer after every optimizer step (EMA updates).
+- :meth:`ContrastiveModel.batch_loss` / :meth:`ContrastiveModel.per_sentence_objective` — the split of
+  ``compute_loss`` a cached step uses (``trainers/cached_step.py``): the part that needs the whole batch, and a part
+  that is a sum over sentences (DiffCSE's RTD). ``embed_views`` = ``project_views(encode_views(...))`` likewise.
 
 The backbone is any ``AutoModel`` (BERT, RoBERTa, DistilBERT, MiniLM, ...): nothing here reads the model name,
 hidden sizes come from the config, and ``token_type_ids`` are passed only when the tokenizer produced them.
