@@ -72,6 +72,7 @@ class ContrastiveModel(PreTrainedModel):
     base_model_prefix = "contrastive"
     main_input_name = "input_ids"
     _supports_sdpa = True
+    supports_gradient_checkpointing = True  # --gradient_checkpointing: the backbone's layers (refused with row dropout)
     method_defaults: ClassVar[dict[str, Any]] = {}
     #: Row fields each view reads (unsupervised: the same sentence twice).
     view_columns: ClassVar[tuple[str, ...]] = ("text", "text")
@@ -87,6 +88,23 @@ class ContrastiveModel(PreTrainedModel):
             install_row_dropout(self.encoder, self.dropout_controller)
         self.projector = build_projector(config.projector, config.hidden_size)
         self.post_init()
+
+    # ------------------------------------------------------------------ library hooks
+    def get_input_embeddings(self) -> nn.Module:
+        """The backbone's word embeddings (what transformers' checkpointing and resizing utilities look for)."""
+        return self.encoder.get_input_embeddings()
+
+    def _set_gradient_checkpointing(self, enable: bool = True, **kwargs: Any) -> None:
+        """``--gradient_checkpointing`` (the Trainer's ``gradient_checkpointing_enable``): the backbone recomputes
+        each layer's forward during backward. Refused when the backbone's dropout follows a per-row plan (S-SimCSE's
+        sampled rates, SimCSE++'s dropout-off rows): the recomputation runs after the plan's block has ended, so it
+        would draw plain-rate masks and the gradients would silently be those of another network."""
+        if enable and self.dropout_controller is not None:
+            raise ValueError(
+                "--gradient_checkpointing cannot be combined with per-row dropout (S-SimCSE's --dropout_dist, "
+                "SimCSE++'s --off_dropout): the recomputed layers would not see the per-row plan. Use "
+                "--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
+        super()._set_gradient_checkpointing(enable=enable, **kwargs)
 
     # ------------------------------------------------------------------ auxiliary networks
     def sync_auxiliary_networks(self) -> None:

@@ -194,6 +194,27 @@ def test_gradient_checkpointing_composes(paths):
     assert_same_step(cached(twin, batch, 3), uncached_at_chunk_masks(model, batch, 3))
 
 
+def test_the_trainers_gradient_checkpointing_flag_composes(paths, tmp_path):
+    """``--gradient_checkpointing`` (the Trainer's flag, on the whole model) logs the plain run's losses and gradient
+    norms, uncached and cached (one chunk: the same draws); with per-row dropout (S-SimCSE, SimCSE++'s off rows)
+    it is refused, since the recomputed layers would run outside the per-row plan."""
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=64)
+    logs = {}
+    for name, settings in (("plain", {}), ("checkpointed", {"gradient_checkpointing": True}),
+                           ("checkpointed_cached", {"gradient_checkpointing": True, "cache_chunk_size": 8})):
+        torch.manual_seed(0)
+        trainer = tiny_trainer(build_model("simcse", str(paths["encoder"])), paths["encoder"], tmp_path / name,
+                               corpus, max_steps=2, seed=3, **settings)
+        trainer.train()
+        logs[name] = [value for e in trainer.state.log_history if "loss" in e for value in (e["loss"], e["grad_norm"])]
+    assert len(logs["plain"]) == 4
+    assert logs["checkpointed"] == pytest.approx(logs["plain"], rel=1e-5)
+    assert logs["checkpointed_cached"] == pytest.approx(logs["plain"], rel=1e-5)
+    for method in ("s_simcse", "simcse_pp"):
+        with pytest.raises(ValueError, match="cannot be combined with per-row dropout"):
+            build_model(method, str(paths["encoder"])).gradient_checkpointing_enable()
+
+
 @pytest.mark.parametrize("settings", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}],
                          ids=["plain", "accumulation", "bf16_autocast"])
 def test_trainer_steps_cached_equal_uncached(paths, tmp_path, settings):
