@@ -66,6 +66,24 @@ def run_cli(main: Callable[[], Any], prog: str | None = None) -> None:
             raise
         print(f"{prog}: error: {error}", file=sys.stderr)
         raise SystemExit(exit_code_of(error)) from None
+    exit_distributed_run()
+
+
+def exit_distributed_run() -> None:
+    """End a finished multi-process (torchrun) run: every rank meets, then the process exits at once. Left to the
+    interpreter's shutdown, gloo's threads intermittently abort a rank ("terminate called without an active
+    exception", SIGABRT) after everything is written, and ``destroy_process_group()`` intermittently hangs one rank
+    (pytorch#75097): the run's exit status would then depend on teardown luck, not on the run."""
+    import os
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @contextmanager
@@ -79,5 +97,5 @@ def reraise_as(error_type: type[UserError], *exception_types: type[BaseException
         raise error_type(f"{prefix}{message}") from exc
 
 
-__all__ = ["DEBUG_ENV", "TrainingDiverged", "UsageError", "UserError", "debug_enabled", "reraise_as", "run_cli",
-           "user_error_types"]
+__all__ = ["DEBUG_ENV", "TrainingDiverged", "UsageError", "UserError", "debug_enabled", "exit_distributed_run",
+           "reraise_as", "run_cli", "user_error_types"]
