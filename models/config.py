@@ -71,6 +71,10 @@ class ContrastiveConfig(PreTrainedConfig):
                                    scripts=BOTH)
     projector: str = setting("mlp", "mlp: Linear+Tanh (SimCSE) | batchnorm: DiffCSE's BN MLP | none.",
                              choices=PROJECTOR_TYPES, scripts=BOTH)
+    # The logits are cos/tau with |cos| <= 1; the loss and its gradients grow like 1/tau (measured on a tiny BERT: the
+    # first loss is ~13 at tau 0.01, ~1e3 at 1e-4, ~1e11 at 1e-12). The bound 1e-3 (50x below the papers' 0.05) keeps
+    # the logits <= 1e3, far inside float16's 65504 (they overflow it below tau ~1.5e-5); above 10 every logit is
+    # within 0.1 of 0 and the softmax carries almost no signal.
     temperature: float = setting(
         0.05, "Temperature tau of the InfoNCE loss (SimCSE Eq. 1; 0.05 in every paper).", low=1e-3, high=10.0,
         flag="temp", aliases=("temperature",), scripts=BOTH, range_reason=(

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from models import SimCSEModel, SupervisedSimCSEModel
+from models import SupervisedSimCSEModel
 from models.poolers import POOLER_TYPES, pool
 from tests.tiny import save_tiny_backbone
 from trainers.methods import build_model, load_contrastive_model

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import run_unsup
-from models import SimCSEModel, SSimCSEModel
+from models import SSimCSEModel
 from models.dropout import ROW_DROPOUT_ATTENTION, RowDropout, RowDropoutController
 from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
 from trainers.methods import build_model, load_contrastive_model

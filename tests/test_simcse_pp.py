@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import run_unsup
-from models import ESimCSEModel, SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel
 from models.simcse_pp import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_dropout_info_nce
 from models.views import ViewLayout
 from tests.launch import run_ddp_cases

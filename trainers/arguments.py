@@ -14,13 +14,11 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field, fields, make_dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
-from transformers.training_args import ParallelMode
 
 from models.config import SETTINGS, UNSUP, check_setting
 

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.workers.finish import finish  # noqa: E402
+from trainers.errors import exit_distributed_run  # noqa: E402
 from trainers.methods import build_model  # noqa: E402
 from trainers.cached_step import cached_forward_backward  # noqa: E402
 
@@ -58,7 +58,7 @@ def main() -> None:
         ddp_loss.backward()
         torch.save({"loss": loss, "grads": grads(model), "ddp_loss": ddp_loss.detach(), "ddp_grads": grads(twin)},
                    Path(os.environ["CACHED_OUT"]) / f"{case}.rank{rank}.pt")
-    finish()  # barrier, then exit without destroying the group (tests/workers/finish.py)
+    exit_distributed_run()  # barrier, then exit without destroying the group (as the training scripts end)
 
 
 if __name__ == "__main__":

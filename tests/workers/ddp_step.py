@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.workers.finish import finish  # noqa: E402
+from trainers.errors import exit_distributed_run  # noqa: E402
 
 from trainers.methods import build_model  # noqa: E402
 
@@ -32,7 +32,7 @@ def main() -> None:
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     torch.save({"loss": loss.detach(), "grads": grads}, Path(os.environ["DDP_OUT"]) / f"rank{rank}.pt")
-    finish()  # barrier, then exit without destroying the group (tests/workers/finish.py)
+    exit_distributed_run()  # barrier, then exit without destroying the group (as the training scripts end)
 
 
 if __name__ == "__main__":

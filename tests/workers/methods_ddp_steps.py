@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.workers.finish import finish  # noqa: E402
+from trainers.errors import exit_distributed_run  # noqa: E402
 
 from trainers.methods import build_model  # noqa: E402
 
@@ -52,7 +52,7 @@ def main() -> None:
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         torch.save({"losses": losses, "grads": grads, "state": state},
                    Path(os.environ["DDP_OUT"]) / f"{case['name']}.rank{rank}.pt")
-    finish()  # barrier, then exit without destroying the group (tests/workers/finish.py)
+    exit_distributed_run()  # barrier, then exit without destroying the group (as the training scripts end)
 
 
 if __name__ == "__main__":
