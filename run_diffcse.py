@@ -19,6 +19,7 @@ from transformers import set_seed
 
 from data.corpus import UNSUP_HINT, load_next_sentence_corpus
 from trainers.arguments import DataArguments, ModelArguments, parse_args
+from trainers.cached_step import with_cached_dropout
 from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model, resolve_settings
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         description=__doc__)
     setup_logging(training_args)
     with reraise_as(UsageError, ValueError):
-        settings = diffcse_args.explicit_settings()
+        settings = with_cached_dropout(diffcse_args.explicit_settings(), training_args.cache_chunk_size)
         generator_name = resolve_settings("diffcse", settings)["generator_name"]
     preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
                                          "--generator_name": generator_name},

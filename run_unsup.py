@@ -16,6 +16,7 @@ from transformers import set_seed
 
 from data.corpus import SUP_HINT, UNSUP_HINT
 from trainers.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments, parse_args
+from trainers.cached_step import with_cached_dropout
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model
 from trainers.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, method_args, training_args = parse_args(
         (ModelArguments, DataArguments, MethodArguments, CLTrainingArguments), argv, description=__doc__)
     setup_logging(training_args)
-    settings = method_args.explicit_settings()
+    settings = with_cached_dropout(method_args.explicit_settings(), training_args.cache_chunk_size)
     preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
                                          "--insert_mlm_name_or_path": settings.get("insert_mlm_name_or_path")},
               corpus_hint=SUP_HINT if method_args.method == "sup_simcse" else UNSUP_HINT,

@@ -18,8 +18,9 @@ hidden sizes come from the config, and ``token_type_ids`` are passed only when t
 """
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 import torch
 from torch import nn
@@ -27,8 +28,8 @@ from transformers import AutoModel, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .config import ContrastiveConfig
-from .distributed import gather_with_grad
-from .dropout import controller_for, install_row_dropout, needs_row_dropout
+from .distributed import gather_with_grad, rank
+from .dropout import RowDropoutController, controller_for, install_row_dropout, needs_row_dropout
 from .heads import build_projector
 from .masks import prepare_attention_mask
 from .poolers import needs_hidden_states, pool
@@ -97,13 +98,14 @@ class ContrastiveModel(PreTrainedModel):
     def _set_gradient_checkpointing(self, enable: bool = True, **kwargs: Any) -> None:
         """``--gradient_checkpointing`` (the Trainer's ``gradient_checkpointing_enable``): the backbone recomputes
         each layer's forward during backward. Refused when the backbone's dropout follows a per-row plan (S-SimCSE's
-        sampled rates, SimCSE++'s dropout-off rows): the recomputation runs after the plan's block has ended, so it
-        would draw plain-rate masks and the gradients would silently be those of another network."""
+        sampled rates, SimCSE++'s dropout-off rows, row-seeded masks): the recomputation runs after the plan's block
+        has ended, so it would draw other masks and the gradients would silently be those of another network."""
         if enable and self.dropout_controller is not None:
             raise ValueError(
                 "--gradient_checkpointing cannot be combined with per-row dropout (S-SimCSE's --dropout_dist, "
-                "SimCSE++'s --off_dropout): the recomputed layers would not see the per-row plan. Use "
-                "--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
+                "SimCSE++'s --off_dropout, --dropout_masks row_seeded): the recomputed layers would not see the "
+                "per-row plan. Use --cache_chunk_size N to bound the backbone's memory instead "
+                "(docs/cached_training.md).")
         super()._set_gradient_checkpointing(enable=enable, **kwargs)
 
     # ------------------------------------------------------------------ auxiliary networks
@@ -112,6 +114,33 @@ class ContrastiveModel(PreTrainedModel):
 
     def on_optimizer_step(self) -> None:
         """Hook: called by the trainer once per optimizer step (after ``optimizer.step()``). The base does nothing."""
+
+    # ------------------------------------------------------------------ row-seeded dropout (models/row_seeded.py)
+    def dropout_controllers(self) -> list[RowDropoutController]:
+        """The per-row dropout controllers of this model's trained networks (the encoder's; DiffCSE adds its
+        discriminator's)."""
+        return [self.dropout_controller] if self.dropout_controller is not None else []
+
+    @contextmanager
+    def dropout_step(self) -> Iterator[None]:
+        """One training step's dropout draws: with ``--dropout_masks row_seeded``, one seed from the global CPU
+        generator (checkpointed by the Trainer; a host-side draw, no device sync) keys every mask and sampled rate
+        of every pass inside the block, so a cached step's chunks and replays (``trainers/cached_step.py``) draw the
+        uncached step's masks. Re-entrant (an inner block keeps the step's seed); a no-op with stream masks."""
+        controllers = [c for c in self.dropout_controllers() if c.row_seeded]
+        if not controllers or controllers[0].step_seed is not None:
+            yield
+            return
+        seed = int(torch.randint(0, 2**62, (1,), dtype=torch.long).item())
+        with ExitStack() as stack:
+            for controller in controllers:
+                stack.enter_context(controller.seeded_step(seed))
+            yield
+
+    def first_sentence(self, local_batch_size: int) -> int:
+        """Index in the global batch (processes in rank order, as the all-gather concatenates them) of this
+        process's first sentence: what keys row-seeded masks, so N processes draw one process's masks."""
+        return rank() * local_batch_size
 
     # ------------------------------------------------------------------ encoding
     def encode(
@@ -168,18 +197,21 @@ class ContrastiveModel(PreTrainedModel):
         Config-driven extra rows ride in the same pass (:class:`models.views.ViewLayout`): SimCSE++'s dropout-off
         copy of view 0 and the noise study's K dropout samples; they come back as named fields.
         """
-        return self.project_views(self.encode_views(input_ids, attention_mask, token_type_ids), input_ids.size(1))
+        pooled_rows = self.encode_views(input_ids, attention_mask, token_type_ids,
+                                        first_sentence=self.first_sentence(input_ids.size(0)))
+        return self.project_views(pooled_rows, input_ids.size(1))
 
     def encode_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                     token_type_ids: torch.Tensor | None = None, *, first_sentence: int = 0) -> torch.Tensor:
         """The backbone half of :meth:`embed_views`: [B, V, L] -> pooled rows [B, num_rows, h] (every row of the
         :class:`models.views.ViewLayout`, before the projector). Rows of different sentences never interact, so a
-        cached step (``trainers.cached_step``) runs it chunk by chunk."""
+        cached step (``trainers.cached_step``) runs it chunk by chunk; ``first_sentence`` is the global index of
+        the first sentence (what keys its row-seeded dropout masks)."""
         layout = ViewLayout.from_config(self.config, input_ids.size(1))
         input_ids, attention_mask, token_type_ids = map(layout.expand, (input_ids, attention_mask, token_type_ids))
         batch_size, num_rows, length = input_ids.shape
         flat = lambda t: None if t is None else t.reshape(batch_size * num_rows, length)  # noqa: E731
-        with layout.dropout_plan(self.dropout_controller, batch_size, input_ids.device):
+        with layout.dropout_plan(self.dropout_controller, batch_size, input_ids.device, first_sentence):
             pooled = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
         return pooled.view(batch_size, num_rows, -1)
 
@@ -232,10 +264,11 @@ class ContrastiveModel(PreTrainedModel):
             raise ValueError(
                 f"{type(self).__name__}.forward expects input_ids of shape [batch, views, length], got "
                 f"{tuple(input_ids.shape)}; use .embed() for [batch, length] inputs")
-        embeddings = self.embed_views(input_ids, attention_mask, token_type_ids)
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
                  **method_inputs}
-        loss, metrics = self.compute_loss(embeddings, batch)
+        with self.dropout_step():
+            embeddings = self.embed_views(input_ids, attention_mask, token_type_ids)
+            loss, metrics = self.compute_loss(embeddings, batch)
         return ContrastiveOutput(loss=loss, embeddings=embeddings, metrics=metrics)
 
 

@@ -23,6 +23,7 @@ from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
 from .poolers import POOLER_TYPES
+from .row_seeded import DROPOUT_MASKS
 from .s_simcse import DROPOUT_DISTRIBUTIONS
 
 PROJECTOR_TYPES = ("mlp", "batchnorm", "none")
@@ -85,6 +86,10 @@ class ContrastiveConfig(PreTrainedConfig):
     gather_negatives: bool = setting(
         True, "All-gather embeddings across processes: N processes train the global batch's objective.",
         scripts=BOTH)
+    dropout_masks: str = setting(
+        "stream", "Dropout masks from torch's generator stream (the papers' code) | row_seeded: keyed by (step, "
+        "layer, sentence), so a cached step equals the uncached step (default with --cache_chunk_size).",
+        choices=DROPOUT_MASKS, scripts=BOTH)
 
     # ------------------------------------------------------------------ SimCSE++ (Xu et al., 2023); any method
     off_dropout: bool = setting(False, "SimCSE++: negatives from a dropout-off encoding of the anchors (Sec. 3.2).",

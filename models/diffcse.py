@@ -43,6 +43,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrained
 from .base import ContrastiveModel, PerSentenceObjective, drop_unused_pooler
 from .config import ContrastiveConfig
 from .distributed import world_size
+from .dropout import RowDropoutController, install_row_dropout
 from .losses import upcast
 from .masks import prepare_attention_mask
 from .views import ViewEmbeddings
@@ -157,12 +158,21 @@ class DiffCSEModel(ContrastiveModel):
         self.rtd_head = nn.Linear(config.hidden_size, 2)
         self.generator = generator if generator is not None else generator_from_config(config.generator_config)
         self.generator.requires_grad_(False)
+        # Row-seeded masks reach the discriminator too: a cached step runs it chunk by chunk (never replayed).
+        self.discriminator_dropout = None
+        if config.dropout_masks == "row_seeded":
+            self.discriminator_dropout = RowDropoutController(masks="row_seeded", stream=1)
+            install_row_dropout(self.discriminator, self.discriminator_dropout)
         self.post_init()  # registers the new submodules' tied weights; initialises rtd_head (loaded modules are kept)
         self.train(self.training)  # the generator's mode follows generator_dropout
 
     def sync_auxiliary_networks(self) -> None:
         """The discriminator starts as an exact copy of the loaded encoder (same pretrained weights)."""
         self.discriminator.load_state_dict(self.encoder.state_dict())
+
+    def dropout_controllers(self) -> list[RowDropoutController]:
+        extra = [self.discriminator_dropout] if self.discriminator_dropout is not None else []
+        return super().dropout_controllers() + extra
 
     def train(self, mode: bool = True) -> "DiffCSEModel":
         """``model.train()`` switches the frozen generator's dropout on only with ``generator_dropout`` (the
@@ -202,8 +212,19 @@ class DiffCSEModel(ContrastiveModel):
         return edited, labels * mask
 
     def discriminate(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Conditional discriminator: x'' with h at position 0 -> per-token logits [N, L', 2]."""
+                     token_type_ids: torch.Tensor | None = None, *, first_row: int = 0) -> torch.Tensor:
+        """Conditional discriminator: x'' with h at position 0 -> per-token logits [N, L', 2]. ``first_row``: the
+        global index of the first edited row (keys its row-seeded dropout masks)."""
+        if self.discriminator_dropout is None:
+            return self._discriminate(h, input_ids, attention_mask, token_type_ids)
+        rows = input_ids.size(0)
+        groups = torch.zeros(rows, dtype=torch.long, device=input_ids.device)
+        row_ids = torch.arange(rows, device=input_ids.device) + first_row
+        with self.discriminator_dropout.plan(groups, num_groups=1, row_ids=row_ids):
+            return self._discriminate(h, input_ids, attention_mask, token_type_ids)
+
+    def _discriminate(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      token_type_ids: torch.Tensor | None) -> torch.Tensor:
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         attention_mask = prepare_attention_mask(self.discriminator, attention_mask)
         if self.config.rtd_condition_site == "inputs_embeds":
@@ -264,6 +285,7 @@ class RTDObjective(PerSentenceObjective):
         self.all_rows = edited.size(0)
         self.tokens = mask.new_tensor(mask.numel()) if model.config.rtd_include_padding else mask.sum()
         self.token_types = batch.get("token_type_ids") is not None
+        self.first_sentence = model.first_sentence(self.all_rows // model.rtd_views)
 
     def loss(self, embeddings: ViewEmbeddings, rows: dict[str, torch.Tensor], start: int,
              end: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -272,7 +294,8 @@ class RTDObjective(PerSentenceObjective):
         h = source[:, : self.model.rtd_views].reshape(-1, source.size(-1))
         edited, labels, mask = rows["edited"], rows["labels"], rows["mask"]
         token_types = torch.zeros_like(edited) if self.token_types else None
-        logits = self.model.discriminate(h, edited, mask, token_types)
+        logits = self.model.discriminate(h, edited, mask, token_types,
+                                         first_row=(self.first_sentence + start) * self.model.rtd_views)
         whole = edited.size(0) == self.all_rows
         rtd = rtd_loss(logits, labels, mask, include_padding=config.rtd_include_padding,
                        normaliser=None if whole else self.tokens)

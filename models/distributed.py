@@ -16,6 +16,10 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
     """Concatenate ``tensor`` [n, ...] from every process along dim 0 (rank order); gradients flow back."""
     if world_size() == 1:

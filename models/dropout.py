@@ -15,8 +15,15 @@ registered here, which applies the attention-probability dropout through the mod
 for rows the plan leaves at their default, a :class:`RowDropout` is plain dropout with its ``p``; in eval mode it
 is the identity, so test-time embeddings are unchanged.
 
-Randomness comes from the global torch generator (which the Trainer checkpoints), so resumed runs draw the same
-rates and masks.
+Where the randomness comes from (``--dropout_masks``, ``models.config``):
+
+- ``stream`` (default, what the papers' code does): the global torch generator (which the Trainer checkpoints, so
+  resumed runs draw the same rates and masks); ``install_row_dropout`` is then only used when rates differ per row.
+- ``row_seeded``: every mask and sampled rate is a function of (the step's seed, the dropout call, the row's global
+  index, the element) (``models.row_seeded``), so a row gets the same mask whatever else is in the pass: a cached
+  step's chunks (``trainers/cached_step.py``) draw exactly the uncached step's masks. The step's seed comes from the
+  global CPU generator once per step (:meth:`models.base.ContrastiveModel.dropout_step`); plans carry the rows'
+  global indices.
 """
 from __future__ import annotations
 
@@ -31,11 +38,14 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from .config import check_settings
-from .s_simcse import sample_dropout_rates
+from .row_seeded import call_seed, keyed_keep_mask, keyed_uniform
+from .s_simcse import rates_from_uniform, sample_dropout_rates
 
 logger = logging.getLogger(__name__)
 
 ROW_DROPOUT_ATTENTION = "cse_row_dropout"
+#: Kinds of keyed draws of one controller (with ``row_seeded`` masks): masks, per-call rates, per-pass rates.
+_MASKS, _RATES, _PASS_RATES = range(3)
 
 
 class RowDropoutController:
@@ -48,19 +58,27 @@ class RowDropoutController:
         sentence_wise: one draw per row (S-SimCSE "w/ sd") instead of one per forward pass / view ("w/o sd").
         per_op: draw again at every dropout operation (the paper: "for each of the dropout operations in each
             of the forward process"); ``False`` draws once per pass and reuses it in every layer.
+        masks: ``stream`` (the global generator) or ``row_seeded`` (keyed by step, call, row and element; see the
+            module docstring).
+        stream: keeps the keyed draws of two networks of one model apart (DiffCSE's encoder 0, discriminator 1).
     """
 
     def __init__(self, distribution: str = "none", low: float = 0.05, high: float = 0.15,
-                 sentence_wise: bool = False, per_op: bool = True) -> None:
-        check_settings({"dropout_dist": distribution, "dropout_low": low, "dropout_high": high},
-                       where="RowDropoutController")
+                 sentence_wise: bool = False, per_op: bool = True, masks: str = "stream", stream: int = 0) -> None:
+        check_settings({"dropout_dist": distribution, "dropout_low": low, "dropout_high": high,
+                        "dropout_masks": masks}, where="RowDropoutController")
         if low > high:
             raise ValueError(f"need --dropout_low <= --dropout_high, got {low}, {high}")
         self.distribution, self.low, self.high = distribution, low, high
         self.sentence_wise, self.per_op = sentence_wise, per_op
+        self.row_seeded, self.stream = masks == "row_seeded", stream
+        #: The current training step's seed (row_seeded masks), set by ContrastiveModel.dropout_step.
+        self.step_seed: int | None = None
         self._groups: torch.Tensor | None = None
         self._num_groups = 0
         self._off: torch.Tensor | None = None
+        self._row_ids: torch.Tensor | None = None
+        self._calls = 0
         self._pass_rates: torch.Tensor | None = None
         #: The rates of the last dropout call of a planned pass, [rows] (for inspection and tests).
         self.last_rates: torch.Tensor | None = None
@@ -70,16 +88,38 @@ class RowDropoutController:
         """``count`` rates from the distribution (S-SimCSE's sampler, :func:`models.s_simcse.sample_dropout_rates`)."""
         return sample_dropout_rates(self.distribution, self.low, self.high, count, device)
 
-    def _draw(self, device: torch.device) -> torch.Tensor:
+    def _draw(self, device: torch.device, kind: int, call: int) -> torch.Tensor:
+        """Rates for the planned rows: one per row (``sentence_wise``) or one per group, broadcast to its rows."""
         groups = self._groups.to(device)
-        if self.sentence_wise:
-            return self.sample(groups.numel(), device)
-        return self.sample(self._num_groups, device)[groups]
+        if self.row_seeded:
+            keys = self._row_ids.to(device) if self.sentence_wise else torch.arange(self._num_groups, device=device)
+            rates = rates_from_uniform(self.distribution, self.low, self.high,
+                                       keyed_uniform(self._seed(kind, call), keys))
+        else:
+            rates = self.sample(groups.numel() if self.sentence_wise else self._num_groups, device)
+        return rates if self.sentence_wise else rates[groups]
+
+    def _seed(self, kind: int, call: int) -> int:
+        if self.step_seed is None:
+            raise RuntimeError(
+                "row-seeded dropout (--dropout_masks row_seeded) ran outside a training step: wrap the pass in "
+                "`with model.dropout_step():` (ContrastiveModel.forward and the cached step do), so that every "
+                "chunk of the step uses the step's seed")
+        return call_seed(self.step_seed, 3 * self.stream + kind, call)
+
+    @contextmanager
+    def seeded_step(self, seed: int) -> Iterator[None]:
+        """Within the block, row-seeded draws use ``seed`` (one training step)."""
+        self.step_seed = seed
+        try:
+            yield
+        finally:
+            self.step_seed = None
 
     # -------------------------------------------------------------------------------------------- planning
     @contextmanager
     def plan(self, groups: torch.Tensor, off: torch.Tensor | None = None,
-             num_groups: int | None = None) -> Iterator[None]:
+             num_groups: int | None = None, row_ids: torch.Tensor | None = None) -> Iterator[None]:
         """Within the block, the backbone's rows follow this plan.
 
         Args:
@@ -89,36 +129,65 @@ class RowDropoutController:
                 off.
             num_groups: how many distinct values ``groups`` holds (``max + 1``); give it, as training does, so that
                 the plan never reads the tensors' values on the host (a host-device sync).
+            row_ids: [rows] long, each row's index in the step's global batch (needed by ``row_seeded`` masks: a
+                chunk of the batch passes its own rows' indices).
         """
+        if self.row_seeded and row_ids is None:
+            raise ValueError("row-seeded dropout needs the rows' global indices (plan(..., row_ids=...))")
         self._groups = groups
         self._num_groups = int(groups.max()) + 1 if num_groups is None else num_groups
         self._off = off
+        self._row_ids = row_ids
+        self._calls = 0
         self._pass_rates = None
-        if self.distribution != "none" and not self.per_op:
-            self._pass_rates = self._draw(groups.device)
         try:
             yield
         finally:
-            self._groups = self._off = self._pass_rates = None
+            self._groups = self._off = self._row_ids = self._pass_rates = None
 
-    def rates(self, rows: int, default: float, device: torch.device) -> torch.Tensor | None:
-        """The per-row rates for one dropout call, or ``None`` for plain dropout at ``default`` (no plan, or a plan
-        that changes nothing)."""
+    def rates(self, rows: int, default: float, device: torch.device, call: int = 0) -> torch.Tensor | None:
+        """The per-row rates for dropout call number ``call`` of the pass, or ``None`` for plain dropout at
+        ``default`` (no plan, or a stream plan that changes nothing)."""
         if self._groups is None:
             return None
         if rows != self._groups.numel():
             raise RuntimeError(f"row dropout planned for {self._groups.numel()} rows but a dropout call has {rows}: "
                                "its input's first dimension is not the batch")
         if self.distribution == "none":
-            if self._off is None:
+            if self._off is None and not self.row_seeded:
                 return None
             rates = torch.full((rows,), float(default), device=device)
-        else:
-            rates = self._pass_rates.to(device) if self._pass_rates is not None else self._draw(device)
+        elif self.per_op:
+            rates = self._draw(device, _RATES, call)
+        else:  # one draw per pass, at its first dropout call
+            if self._pass_rates is None:
+                self._pass_rates = self._draw(device, _PASS_RATES, 0)
+            rates = self._pass_rates.to(device)
         if self._off is not None:
             rates = rates.masked_fill(self._off.to(device), 0.0)
         self.last_rates = rates.detach()
         return rates
+
+    def dropout(self, x: torch.Tensor, p: float) -> torch.Tensor:
+        """What a :class:`RowDropout` of default rate ``p`` returns in training mode: plain dropout without a plan
+        (stream masks), else each row at its planned rate with stream or keyed masks."""
+        if self._groups is None:
+            if self.row_seeded:
+                raise RuntimeError(
+                    "row-seeded dropout (--dropout_masks row_seeded) ran without a per-row plan: the pass did not "
+                    "go through ContrastiveModel.encode_views (or DiffCSE's discriminate), which give each row its "
+                    "global index")
+            return F.dropout(x, p, training=True)
+        call, self._calls = self._calls, self._calls + 1
+        rates = self.rates(x.size(0), p, x.device, call)
+        if rates is None:
+            return F.dropout(x, p, training=True)
+        keep = (1.0 - rates).to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
+        if self.row_seeded:
+            mask = keyed_keep_mask(self._seed(_MASKS, call), self._row_ids.to(x.device), x.shape, rates)
+        else:
+            mask = torch.rand_like(x) < keep
+        return x * mask / keep
 
 
 class RowDropout(nn.Module):
@@ -135,14 +204,7 @@ class RowDropout(nn.Module):
         self.controller = controller
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training:
-            return x
-        rates = self.controller.rates(x.size(0), self.p, x.device)
-        if rates is None:
-            return F.dropout(x, self.p, training=True)
-        keep = (1.0 - rates).to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
-        mask = torch.rand_like(x) < keep
-        return x * mask / keep
+        return self.controller.dropout(x, self.p) if self.training else x
 
     def extra_repr(self) -> str:
         return f"p={self.p}, per-row rates"
@@ -183,13 +245,15 @@ AttentionMaskInterface.register(ROW_DROPOUT_ATTENTION, eager_mask)
 
 
 def needs_row_dropout(config) -> bool:
-    """Whether a :class:`ContrastiveConfig` asks for per-row dropout (S-SimCSE sampling or SimCSE++ off rows)."""
-    return config.dropout_dist != "none" or bool(config.off_dropout)
+    """Whether a :class:`ContrastiveConfig` asks for per-row dropout (S-SimCSE sampling, SimCSE++ off rows, or
+    row-seeded masks)."""
+    return config.dropout_dist != "none" or bool(config.off_dropout) or config.dropout_masks == "row_seeded"
 
 
 def controller_for(config) -> RowDropoutController:
     return RowDropoutController(config.dropout_dist, config.dropout_low, config.dropout_high,
-                                sentence_wise=config.sentence_wise_dropout, per_op=config.dropout_sample_per_op)
+                                sentence_wise=config.sentence_wise_dropout, per_op=config.dropout_sample_per_op,
+                                masks=config.dropout_masks)
 
 
 def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) -> int:

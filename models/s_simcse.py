@@ -41,4 +41,17 @@ def sample_dropout_rates(distribution: str, low: float, high: float, count: int,
     raise ValueError(f"dropout distribution {distribution!r} has no rates to sample; choose uniform or normal")
 
 
-__all__ = ["DROPOUT_DISTRIBUTIONS", "sample_dropout_rates"]
+def rates_from_uniform(distribution: str, low: float, high: float, uniform: torch.Tensor) -> torch.Tensor:
+    """The same distributions as :func:`sample_dropout_rates`, from given uniforms in (0, 1) by the inverse CDF
+    (``--dropout_masks row_seeded``: the uniforms are keyed by sentence, ``models.row_seeded``). float32 rates."""
+    if distribution == "uniform":
+        rates = low + (high - low) * uniform
+    elif distribution == "normal":
+        mean, std = (low + high) / 2, (high - low) / 4
+        rates = (mean + std * torch.special.ndtri(uniform)).clamp(low, high)
+    else:
+        raise ValueError(f"dropout distribution {distribution!r} has no rates to sample; choose uniform or normal")
+    return rates.float()
+
+
+__all__ = ["DROPOUT_DISTRIBUTIONS", "rates_from_uniform", "sample_dropout_rates"]

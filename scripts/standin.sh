@@ -6,7 +6,7 @@
 # scores the best checkpoint's export on the 7 STS test sets. Run it under the CPU lock on a shared machine:
 #   flock /tmp/cse_cpu.lock bash scripts/standin.sh simcse 43
 # Outputs: outputs/standin/<run>/ and outputs/standin/<run>{.log,_test.log,_test.json}, <run> = METHOD for seed 42,
-# METHOD_seedSEED otherwise. DiffCSE has its own script (scripts/standin_diffcse.sh: it needs a stand-in generator).
+# METHOD_seedSEED otherwise, or $STANDIN_RUN when set (a variant with extra flags, e.g. STANDIN_RUN=simcse_cached16). DiffCSE has its own script (scripts/standin_diffcse.sh: it needs a stand-in generator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 method=${1:?usage: bash scripts/standin.sh METHOD [SEED] [extra flags]}
@@ -14,6 +14,7 @@ seed=${2:-42}
 shift $(( $# >= 2 ? 2 : 1 ))
 run=$method
 [ "$seed" = 42 ] || run=${method}_seed${seed}
+run=${STANDIN_RUN:-$run}
 . .venv/bin/activate
 export SENTEVAL_DIR=${SENTEVAL_DIR:-../shared/senteval/downstream} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 mkdir -p outputs/standin

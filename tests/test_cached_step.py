@@ -176,6 +176,53 @@ def test_chunked_step_equals_the_uncached_step_without_dropout(paths, case):
     assert_same_step(cached(twin, batch, chunk=3), uncached(model, batch))
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 4])  # 3 does not divide the batch of 8; 1: every sentence alone
+@pytest.mark.parametrize("case", list(CASES))
+def test_row_seeded_chunked_step_is_the_uncached_step(paths, case, chunk):
+    """``--dropout_masks row_seeded`` (models/row_seeded.py): every mask and sampled rate is keyed by (step, call,
+    row, element), so the chunks draw the full batch's masks and the cached step IS ``model(**batch)``, dropout ON,
+    for every method (DiffCSE's discriminator dropout included), for any chunk size."""
+    model, twin, batch = twins(paths, case, dropout_masks="row_seeded")
+    got, after_cached = cached(twin, batch, chunk), torch.get_rng_state()
+    want, after_uncached = uncached(model, batch), torch.get_rng_state()
+    assert_same_step(got, want)
+    assert torch.equal(after_cached, after_uncached)
+    if getattr(model, "queue", None) is not None:
+        torch.testing.assert_close(twin.queue.embeddings, model.queue.embeddings)
+
+
+def test_row_seeded_masks_are_on_and_fresh_per_step(paths):
+    """The row-seeded step is a dropout step (not dropout off): two steps from different seeds differ, the same seed
+    repeats, and the step differs from the dropout-free network's."""
+    model, twin, batch = twins(paths, "simcse", dropout_masks="row_seeded")
+    quiet = build(paths, "simcse", encoder="quiet", dropout_masks="row_seeded")
+    first, again = uncached(model, batch, seed=7), uncached(twin, batch, seed=7)
+    assert_same_step(again, first)
+    other = uncached(copy.deepcopy(quiet), batch, seed=7)
+    assert not torch.allclose(other[0], first[0])
+    model.zero_grad()
+    assert not torch.allclose(uncached(model, batch, seed=8)[0], first[0])
+
+
+def test_fresh_row_seeded_masks_in_the_replay_are_caught(paths, monkeypatch):
+    """The comparison above can fail: a replay whose passes draw under a new seed (fresh masks) keeps the loss but
+    changes the gradients."""
+    model, twin, batch = twins(paths, "simcse", dropout_masks="row_seeded")
+    want = uncached(model, batch)
+    encode_views = twin.encode_views
+
+    def fresh_in_the_replay(*args, **kwargs):
+        if torch.is_grad_enabled():  # the replay
+            twin.dropout_controller.step_seed += 1
+        return encode_views(*args, **kwargs)
+
+    monkeypatch.setattr(twin, "encode_views", fresh_in_the_replay)
+    loss, _, g = cached(twin, batch, 3)
+    torch.testing.assert_close(loss, want[0], rtol=1e-6, atol=1e-12)
+    with pytest.raises(AssertionError):
+        assert_same_step((loss, want[1], g), want)
+
+
 def test_fresh_dropout_in_the_replay_is_caught(paths, monkeypatch):
     """The proof that the comparisons above can fail: a replay that draws new masks (the sentence-transformers bug
     before its PR 3862) keeps the loss but changes the gradients."""

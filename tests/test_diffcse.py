@@ -212,7 +212,7 @@ def test_condition_before_projector_uses_the_pooled_cls(paths):
     batch = collate(model)
     seen = []
     original = model.discriminate
-    model.discriminate = lambda h, *args: (seen.append(h), original(h, *args))[1]
+    model.discriminate = lambda h, *args, **kwargs: (seen.append(h), original(h, *args, **kwargs))[1]
     model(**batch)
     pooled = model.encode(batch["input_ids"][:, 0], batch["attention_mask"][:, 0])
     assert seen[0].shape == pooled.shape and not torch.allclose(seen[0], model.projector(pooled))

@@ -31,6 +31,7 @@ its backward returns each process the gradient of its own rows. docs/cached_trai
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
@@ -38,6 +39,8 @@ import torch
 import torch.distributed as dist
 
 from models.distributed import world_size
+
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------ RNG
@@ -110,16 +113,28 @@ def cached_forward_backward(
     input_ids = batch["input_ids"]
     if input_ids.dim() != 3:
         raise ValueError(f"a cached step expects input_ids [batch, views, length], got {tuple(input_ids.shape)}")
+    with model.dropout_step():  # row-seeded masks: one seed for every chunk, pass and replay of the step
+        return _cached_step(model, batch, chunk_size, loss_scale, autocast, average_gradients_over)
+
+
+def _cached_step(model, batch: dict[str, Any], chunk_size: int, loss_scale: float,
+                 autocast: Callable[[], ContextManager], average_gradients_over: int):
+    input_ids = batch["input_ids"]
     batch_size, num_views = input_ids.shape[:2]
     bounds = chunk_bounds(batch_size, chunk_size)
+    first_sentence = model.first_sentence(batch_size)
+
+    def encode(start: int, end: int) -> torch.Tensor:
+        inputs = _encoder_inputs(slice_rows(batch, start, end, batch_size))
+        with autocast():
+            return model.encode_views(*inputs, first_sentence=first_sentence + start)
 
     # 1. the no-grad pass, one RNG state per chunk
     states, chunks = [], []
     with torch.no_grad():
         for start, end in bounds:
             states.append(capture_rng())
-            with autocast():
-                chunks.append(model.encode_views(*_encoder_inputs(slice_rows(batch, start, end, batch_size))))
+            chunks.append(encode(start, end))
     cache = torch.cat(chunks).detach().requires_grad_(True)
     del chunks
 
@@ -149,8 +164,7 @@ def cached_forward_backward(
     try:
         for (start, end), state in zip(bounds, states):
             restore_rng(state)
-            with autocast():
-                rows = model.encode_views(*_encoder_inputs(slice_rows(batch, start, end, batch_size)))
+            rows = encode(start, end)
             torch.autograd.backward(rows, grad_tensors=cached_gradient[start:end].to(rows.dtype))
     finally:
         restore_rng(after)
@@ -199,6 +213,24 @@ def average_gradients(model, processes: int) -> None:
             offset += count
 
 
+# ------------------------------------------------------------------------------------------------ the launch
+def with_cached_dropout(settings: dict[str, Any], cache_chunk_size: int | None) -> dict[str, Any]:
+    """The method settings of a run: with ``--cache_chunk_size`` and no explicit ``--dropout_masks``, row-seeded
+    masks (so the cached step equals the uncached step run with ``--dropout_masks row_seeded``, for any chunk
+    size). An explicit ``--dropout_masks stream`` is kept, with a warning: each chunk then draws its own masks."""
+    if not cache_chunk_size:
+        return settings
+    if "dropout_masks" not in settings:
+        logger.info("--cache_chunk_size %d: dropout masks are row-seeded (--dropout_masks row_seeded), so this run "
+                    "trains exactly what the uncached step with --dropout_masks row_seeded trains", cache_chunk_size)
+        return {**settings, "dropout_masks": "row_seeded"}
+    if settings["dropout_masks"] == "stream":
+        logger.warning("--cache_chunk_size %d with --dropout_masks stream: each chunk draws its own dropout masks, "
+                       "so with more than one chunk per batch the step is exact for those masks but is not the "
+                       "uncached step (docs/cached_training.md)", cache_chunk_size)
+    return settings
+
+
 # ------------------------------------------------------------------------------------------------ the Trainer
 def cached_training_step(trainer, model, inputs: dict[str, Any], num_items_in_batch=None) -> torch.Tensor:
     """``Trainer.training_step`` as a cached step (``CLTrainer`` calls it when ``args.cache_chunk_size`` is set):
@@ -241,4 +273,4 @@ def refuse_unsupported(trainer) -> None:
 
 
 __all__ = ["RNGState", "average_gradients", "cached_forward_backward", "cached_training_step", "capture_rng",
-           "check_cacheable", "chunk_bounds", "refuse_unsupported", "restore_rng", "slice_rows"]
+           "check_cacheable", "chunk_bounds", "refuse_unsupported", "restore_rng", "slice_rows", "with_cached_dropout"]

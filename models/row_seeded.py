@@ -1,0 +1,85 @@
+"""Counter-based random numbers keyed by (step, dropout call, row, element): dropout masks that do not depend on how
+the batch is split.
+
+torch's generators produce a stream: a ``[n, ...]`` draw is not a slice of the ``[B, ...]`` draw, so a backbone pass
+over 16 sentences draws other masks for them than a pass over all 64. A cached step (``trainers/cached_step.py``,
+``--cache_chunk_size``) encodes the batch chunk by chunk, so with stream dropout it trains on other masks than the
+uncached step. Here each random number is a pure function of its key instead (a counter-based generator, as
+Philox; Salmon et al., SC 2011): the key of an element of a dropout input is
+
+    (the step's seed, the dropout call's index in the pass, the row's index in the global batch, the element's
+    index inside the row)
+
+so the row of sentence ``i`` gets the same mask whether it is encoded alone, in a chunk, in the full batch, on
+another process (its global index includes the process's offset) or on another device (integer arithmetic, exact on
+CPU and GPU). ``--dropout_masks row_seeded`` (``models.config``) switches the backbone's dropout to these masks;
+:class:`models.dropout.RowDropoutController` applies them.
+
+The mixing function is Chris Wellons' ``lowbias32`` (hash-prospector; a bijection of 32-bit integers with low
+avalanche bias), evaluated in int64 so that every product stays below 2**63 (no overflow, so the result is defined
+on every backend): the second multiplier is used as its negative twin ``c - 2**32``, which has the same low 32 bits.
+"""
+from __future__ import annotations
+
+import torch
+
+MASK32 = 0xFFFFFFFF
+_MULTIPLIER_1 = 0x7FEB352D
+_MULTIPLIER_2 = 0x846CA68B - (1 << 32)  # same low 32 bits as 0x846CA68B; |value| < 2**31
+_GOLDEN = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive keys before mixing
+TWO_32 = float(1 << 32)
+#: ``--dropout_masks``: torch's generator stream (the papers' code) or masks keyed by row (this module).
+DROPOUT_MASKS = ("stream", "row_seeded")
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """``lowbias32`` of int64 tensors holding values in ``[0, 2**32)``; returns values in the same range."""
+    x = x ^ (x >> 16)
+    x = (x * _MULTIPLIER_1) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * _MULTIPLIER_2) & MASK32
+    return x ^ (x >> 16)
+
+
+def mix32_int(x: int) -> int:
+    """:func:`mix32` of one Python int (host side: seeds of calls, no device work)."""
+    x &= MASK32
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & MASK32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & MASK32
+    return x ^ (x >> 16)
+
+
+def call_seed(step_seed: int, stream: int, call: int) -> int:
+    """The 32-bit seed of one draw: the step's seed, a stream (which network / which kind of draw), the call's
+    index within the pass. Host-side integers only."""
+    return mix32_int(mix32_int(mix32_int(step_seed) ^ (step_seed >> 32) ^ (stream * _GOLDEN)) + call * _GOLDEN)
+
+
+def keyed_bits(seed: int, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
+    """32-bit random integers [rows, row_numel] (int64): element ``j`` of the row with global index ``row_ids[r]``
+    under the draw ``seed``. A row's numbers depend on its id alone, never on the other rows of the tensor."""
+    row_keys = mix32((row_ids.long() * _GOLDEN + seed) & MASK32)
+    elements = torch.arange(row_numel, device=row_ids.device, dtype=torch.long)
+    return mix32((row_keys.unsqueeze(1) + elements) & MASK32)
+
+
+def keyed_uniform(seed: int, keys: torch.Tensor) -> torch.Tensor:
+    """One float64 in (0, 1) per key [n] (``(bits + 0.5) / 2**32``): e.g. S-SimCSE's sampled rates per row or view."""
+    return (keyed_bits(seed, keys, 1).squeeze(1).double() + 0.5) / TWO_32
+
+
+def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: torch.Tensor) -> torch.Tensor:
+    """Dropout keep-mask (bool, ``shape``) for an input whose dimension 0 are the rows ``row_ids``: an element is kept
+    when its 32-bit number is at least ``rate * 2**32`` of its row, i.e. with probability ``1 - rate``
+    (to within 2**-32)."""
+    rows = shape[0]
+    row_numel = 1
+    for size in shape[1:]:
+        row_numel *= size
+    thresholds = (rates.double() * TWO_32).ceil().long().unsqueeze(1)
+    return (keyed_bits(seed, row_ids, row_numel) >= thresholds).view(rows, *shape[1:])
+
+
+__all__ = ["DROPOUT_MASKS", "call_seed", "keyed_bits", "keyed_keep_mask", "keyed_uniform", "mix32", "mix32_int"]
