@@ -48,7 +48,18 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "diffcse_official_code": ("diffcse", ["--fidelity", "official_code", "--condition_before_projector", "true"]),
     "diffcse_insert": ("diffcse", ["--rtd_edit", "insert", "--masking_ratio", "0.2"]),
     "diffcse_plus_simcse_pp": ("diffcse", ["--off_dropout", "true", "--dcl_weight", "0.1", "--lambda_weight", "0.05"]),
+    # Issue 15 (recorded when added): row-seeded masks, and the cached step (--cache_chunk_size 3 in a batch of 8,
+    # which turns row-seeded masks on), which must log what the uncached row-seeded step logs (the test below).
+    "simcse_row_seeded": ("unsup", ["--method", "simcse", "--dropout_masks", "row_seeded"]),
+    "simcse_cached": ("unsup", ["--method", "simcse", "--cache_chunk_size", "3"]),
+    "s_simcse_row_seeded": ("unsup", ["--method", "s_simcse", "--dropout_masks", "row_seeded"]),
+    "s_simcse_cached": ("unsup", ["--method", "s_simcse", "--cache_chunk_size", "3"]),
+    "diffcse_row_seeded": ("diffcse", ["--dropout_masks", "row_seeded"]),
+    "diffcse_cached": ("diffcse", ["--cache_chunk_size", "3"]),
 }
+#: cached case -> the uncached case whose steps it must reproduce (to float rounding: the chunks sum in another order)
+CACHED_TWINS = {"simcse_cached": "simcse_row_seeded", "s_simcse_cached": "s_simcse_row_seeded",
+                "diffcse_cached": "diffcse_row_seeded"}
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +113,15 @@ def test_first_three_steps_are_unchanged(case, inputs, tmp_path, monkeypatch, to
     for key in ("loss", "grad_norm"):
         assert measured[key] == pytest.approx(lock[case][key], rel=REL_TOLERANCE, abs=0), (case, key)
     assert all(v > 0 for v in measured["grad_norm"]), "a step without gradient locks nothing"
+
+
+@pytest.mark.parametrize("cached_case", list(CACHED_TWINS))
+def test_cached_runs_log_the_uncached_runs_steps(cached_case):
+    """Through the command line, 3 optimizer steps: ``--cache_chunk_size 3`` logs the losses and gradient norms of
+    the uncached run with ``--dropout_masks row_seeded`` (recorded values, each checked against the code above)."""
+    lock = json.loads(LOCK_FILE.read_text())
+    cached, uncached = lock[cached_case], lock[CACHED_TWINS[cached_case]]
+    for key in ("loss", "grad_norm"):
+        assert cached[key] == pytest.approx(uncached[key], rel=1e-5, abs=0), (cached_case, key)
+    assert cached["loss"] != pytest.approx(lock[cached_case.replace("_cached", "")]["loss"], rel=1e-3), \
+        "row-seeded masks must differ from the stream masks' run (else the comparison proves nothing)"

@@ -315,20 +315,23 @@ WORKER = Path(__file__).parent / "workers" / "cached_ddp_step.py"
 DDP_CASES = ["simcse", "sup_simcse", "esimcse", "simcse_pp", "diffcse"]
 
 
-def test_two_processes_cached_equal_one_process_uncached(paths, tmp_path):
+@pytest.mark.parametrize("encoder, masks", [("quiet", "stream"), ("encoder", "row_seeded")])
+def test_two_processes_cached_equal_one_process_uncached(paths, tmp_path, encoder, masks):
     """2 gloo processes x 4 sentences, cached with chunk 3 (4 = 3 + 1), = 1 process x 8 uncached, per method, and
-    = the same 2 processes uncached under DistributedDataParallel (dropout off: 1 and 2 processes cannot draw the
-    same masks; the single-process tests above cover dropout)."""
+    = the same 2 processes uncached under DistributedDataParallel. Stream masks: dropout off (1 and 2 processes
+    cannot draw the same stream masks). Row-seeded masks: dropout ON, each row keyed by its index in the global
+    batch (rank-major, as the all-gather concatenates), so 2 processes draw 1 process's masks."""
+    cases = {c: (CASES[c][0], {**CASES[c][1], "dropout_masks": masks}) for c in DDP_CASES}
     batches = {}
     for case in DDP_CASES:
-        model = build(paths, case, encoder="quiet")
+        model = build(paths, case, encoder=encoder)
         batches[case] = make_batch(model, case, paths)
     torch.save(batches, tmp_path / "batches.pt")
     run_torchrun([str(WORKER)], env={"CACHED_PATHS": json.dumps({k: str(v) for k, v in paths.items()}),
-                                     "CACHED_CASES": json.dumps({c: CASES[c] for c in DDP_CASES}),
+                                     "CACHED_CASES": json.dumps(cases), "CACHED_ENCODER": encoder,
                                      "CACHED_BATCHES": str(tmp_path / "batches.pt"), "CACHED_OUT": str(tmp_path)})
     for case in DDP_CASES:
-        model = build(paths, case, encoder="quiet")
+        model = build(paths, case, encoder=encoder, dropout_masks=masks)
         batch = batches[case]
         warm_queue(model, batch)
         want = uncached(model, batch)

@@ -24,7 +24,7 @@ def build(paths: dict, method: str, config: dict):
     torch.manual_seed(0)  # the single-process reference's initialisation
     if method == "diffcse":
         config = {**config, "generator_name": paths["generator"]}
-    model = build_model(method, paths["quiet"], **config).double()
+    model = build_model(method, paths[os.environ.get("CACHED_ENCODER", "quiet")], **config).double()
     model.train()
     return model
 

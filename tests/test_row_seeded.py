@@ -1,0 +1,167 @@
+"""Row-seeded dropout (``--dropout_masks row_seeded``, models/row_seeded.py): the keyed generator against a written-out
+lowbias32, masks that do not depend on the other rows of the pass, the right keep probability and scaling, S-SimCSE's
+rates by the inverse CDF, and the refusals that keep it from silently falling back to stream masks.
+
+The step-level proof (a cached step with any chunk size = ``model(**batch)``, every method) is in
+tests/test_cached_step.py; two processes = one process with dropout on is in tests/test_ddp.py's worker run.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+
+import pytest
+import torch
+
+from models.dropout import RowDropout, RowDropoutController
+from models.row_seeded import call_seed, keyed_bits, keyed_keep_mask, keyed_uniform, mix32, mix32_int
+from models.s_simcse import rates_from_uniform
+from tests.tiny import save_tiny_backbone, token_batch
+from trainers.cached_step import with_cached_dropout
+from trainers.methods import build_model
+
+
+def lowbias32(x: int) -> int:
+    """Chris Wellons' lowbias32 as published (hash-prospector), on Python's unbounded ints."""
+    x &= 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    x ^= x >> 16
+    return x
+
+
+# ------------------------------------------------------------------------------------------------ the generator
+def test_mix32_is_lowbias32_on_every_32_bit_range():
+    values = [0, 1, 2, 3, 255, 65535, 65536, 0x7FFFFFFF, 0x80000000, 0xDEADBEEF, 0xFFFFFFFE, 0xFFFFFFFF]
+    values += torch.randint(0, 2**32, (500,), generator=torch.Generator().manual_seed(0)).tolist()
+    assert mix32(torch.tensor(values)).tolist() == [lowbias32(v) for v in values]
+    assert [mix32_int(v) for v in values] == [lowbias32(v) for v in values]
+
+
+def test_keyed_bits_follow_their_written_out_key():
+    seed, row_ids, numel = 12345, torch.tensor([0, 7, 1000]), 5
+    bits = keyed_bits(seed, row_ids, numel)
+    for r, row in enumerate(row_ids.tolist()):
+        row_key = lowbias32((row * 0x9E3779B9 + seed) & 0xFFFFFFFF)
+        assert bits[r].tolist() == [lowbias32((row_key + j) & 0xFFFFFFFF) for j in range(numel)]
+
+
+def test_a_rows_mask_does_not_depend_on_the_other_rows():
+    """The property a cached step needs: rows 5..12 drawn alone (a chunk) = rows 5..12 of the full draw."""
+    shape = torch.Size([16, 3, 4, 4])
+    rates = torch.full((16,), 0.3)
+    full = keyed_keep_mask(99, torch.arange(16), shape, rates)
+    chunk = keyed_keep_mask(99, torch.arange(5, 13), torch.Size([8, 3, 4, 4]), rates[5:13])
+    assert torch.equal(chunk, full[5:13])
+    assert not torch.equal(keyed_keep_mask(100, torch.arange(16), shape, rates), full)  # another call / step
+    assert not torch.equal(full[0], full[1])  # rows differ
+
+
+def test_keep_probability_and_uniformity():
+    rates = torch.tensor([0.0, 0.1, 0.5, 0.9])
+    mask = keyed_keep_mask(3, torch.arange(4), torch.Size([4, 200_000]), rates)
+    kept = mask.float().mean(1)
+    assert kept[0] == 1.0  # rate 0: every element kept (SimCSE++'s dropout-off rows)
+    torch.testing.assert_close(kept[1:], 1 - rates[1:], atol=0.005, rtol=0)  # 200k draws: 4 sigma < 0.005
+    u = keyed_uniform(5, torch.arange(100_000))
+    assert 0 < u.min() and u.max() < 1 and abs(u.mean().item() - 0.5) < 0.005
+    counts = torch.histc(u.float(), bins=10, min=0, max=1)
+    assert (counts - 10_000).abs().max() < 500  # chi-square-sized deviations only
+
+
+def test_call_seeds_separate_streams_and_calls():
+    seeds = {call_seed(2**40 + 17, stream, call) for stream in range(6) for call in range(40)}
+    assert len(seeds) == 240
+    assert call_seed(1, 0, 0) != call_seed(1 + 2**32, 0, 0)  # the seed's high bits count
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "normal"])
+def test_rates_from_uniform_is_the_inverse_cdf(distribution):
+    u = torch.tensor([0.001, 0.1, 0.3, 0.5, 0.7, 0.9, 0.999], dtype=torch.float64)
+    low, high = 0.05, 0.15
+    got = rates_from_uniform(distribution, low, high, u)
+    if distribution == "uniform":
+        want = [low + (high - low) * x for x in u.tolist()]
+    else:
+        normal = statistics.NormalDist((low + high) / 2, (high - low) / 4)
+        want = [min(max(normal.inv_cdf(x), low), high) for x in u.tolist()]
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float32), rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------------------ the module
+def test_row_seeded_dropout_applies_its_masks_and_scales():
+    controller = RowDropoutController(masks="row_seeded")
+    dropout = RowDropout(0.25, controller).train()
+    x = torch.randn(6, 50, 40)
+    with controller.seeded_step(7), controller.plan(torch.zeros(6, dtype=torch.long), num_groups=1,
+                                                    row_ids=torch.arange(10, 16)):
+        y = dropout(x)
+        second = dropout(x)  # the next dropout call of the pass: another mask
+    mask = keyed_keep_mask(call_seed(7, 0, 0), torch.arange(10, 16), x.shape, torch.full((6,), 0.25))
+    torch.testing.assert_close(y, x * mask / 0.75)
+    assert not torch.equal(second, y)
+    assert torch.equal(dropout.eval()(x), x)
+
+
+def test_row_seeded_dropout_refuses_to_fall_back_to_stream_masks():
+    controller = RowDropoutController(masks="row_seeded")
+    dropout = RowDropout(0.1, controller).train()
+    x = torch.ones(2, 3)
+    with pytest.raises(RuntimeError, match="without a per-row plan"):
+        dropout(x)
+    with pytest.raises(RuntimeError, match="outside a training step"):
+        with controller.plan(torch.zeros(2, dtype=torch.long), num_groups=1, row_ids=torch.arange(2)):
+            dropout(x)
+    with pytest.raises(ValueError, match="global indices"):
+        with controller.plan(torch.zeros(2, dtype=torch.long), num_groups=1):
+            pass
+
+
+def test_s_simcse_rates_are_keyed_by_sentence_or_view():
+    """w/ sd: a row's rate depends on its global index; w/o sd: one rate per view, the same in every chunk."""
+    for sentence_wise in (True, False):
+        controller = RowDropoutController("uniform", 0.0, 0.5, sentence_wise=sentence_wise, masks="row_seeded")
+        views = torch.arange(2).repeat(6)
+        with controller.seeded_step(3):
+            with controller.plan(views, num_groups=2, row_ids=torch.arange(12)):
+                full = controller.rates(12, 0.1, torch.device("cpu"), call=4)
+            with controller.plan(views[4:], num_groups=2, row_ids=torch.arange(4, 12)):
+                chunk = controller.rates(8, 0.1, torch.device("cpu"), call=4)
+        assert torch.equal(chunk, full[4:])
+        assert (full.unique().numel() == 12) if sentence_wise else (full.unique().numel() == 2)
+
+
+# ------------------------------------------------------------------------------------------------ the model
+def test_stream_is_the_default_and_row_seeded_swaps_every_dropout(tmp_path):
+    backbone = save_tiny_backbone(tmp_path / "bert", seed=0)
+    plain = build_model("simcse", str(backbone))
+    assert plain.config.dropout_masks == "stream" and plain.dropout_controller is None
+    keyed = build_model("simcse", str(backbone), dropout_masks="row_seeded")
+    assert keyed.dropout_controller.row_seeded
+    assert not any(type(m) is torch.nn.Dropout for m in keyed.encoder.modules())
+    diffcse_like = [c.stream for c in keyed.dropout_controllers()]
+    assert diffcse_like == [0]
+    keyed.train()
+    ids, mask = token_batch(4, 2, seed=1)
+    with pytest.raises(RuntimeError, match="outside a training step"):
+        keyed.encode_views(ids, mask)  # a pass outside model(**batch) / a cached step has no step seed
+    torch.manual_seed(0)
+    with keyed.dropout_step():
+        seed = keyed.dropout_controller.step_seed
+        with keyed.dropout_step():  # re-entrant: the inner block keeps the step's seed
+            assert keyed.dropout_controller.step_seed == seed
+    assert keyed.dropout_controller.step_seed is None
+
+
+def test_cache_chunk_size_turns_row_seeded_masks_on_unless_told_otherwise(caplog):
+    assert with_cached_dropout({"temperature": 0.05}, None) == {"temperature": 0.05}
+    with caplog.at_level(logging.INFO):
+        assert with_cached_dropout({}, 16) == {"dropout_masks": "row_seeded"}
+    assert "row-seeded" in caplog.text
+    assert with_cached_dropout({"dropout_masks": "row_seeded"}, 16) == {"dropout_masks": "row_seeded"}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert with_cached_dropout({"dropout_masks": "stream"}, 16) == {"dropout_masks": "stream"}
+    assert "each chunk draws its own dropout masks" in caplog.text
