@@ -18,6 +18,7 @@ hidden sizes come from the config, and ``token_type_ids`` are passed only when t
 """
 from __future__ import annotations
 
+import random
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator
@@ -123,15 +124,16 @@ class ContrastiveModel(PreTrainedModel):
 
     @contextmanager
     def dropout_step(self) -> Iterator[None]:
-        """One training step's dropout draws: with ``--dropout_masks row_seeded``, one seed from the global CPU
-        generator (checkpointed by the Trainer; a host-side draw, no device sync) keys every mask and sampled rate
-        of every pass inside the block, so a cached step's chunks and replays (``trainers/cached_step.py``) draw the
-        uncached step's masks. Re-entrant (an inner block keeps the step's seed); a no-op with stream masks."""
+        """One training step's dropout draws: with ``--dropout_masks row_seeded``, one seed from Python's global
+        ``random`` (seeded by ``set_seed`` and checkpointed by the Trainer, so a resumed run draws the same seeds; a
+        host-side draw, no tensor and no device sync) keys every mask and sampled rate of every pass inside the
+        block, so a cached step's chunks and replays (``trainers/cached_step.py``) draw the uncached step's masks.
+        Re-entrant (an inner block keeps the step's seed); a no-op with stream masks."""
         controllers = [c for c in self.dropout_controllers() if c.row_seeded]
         if not controllers or controllers[0].step_seed is not None:
             yield
             return
-        seed = int(torch.randint(0, 2**62, (1,), dtype=torch.long).item())
+        seed = random.getrandbits(62)
         with ExitStack() as stack:
             for controller in controllers:
                 stack.enter_context(controller.seeded_step(seed))

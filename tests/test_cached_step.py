@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,7 @@ def grads(model) -> dict[str, torch.Tensor]:
 
 def uncached(model, batch, seed: int = 7):
     torch.manual_seed(seed)
+    random.seed(seed)  # row-seeded masks: the step's seed
     out = model(**batch)
     out.loss.backward()
     return out.loss.detach(), out.metrics, grads(model)
@@ -121,6 +123,7 @@ def uncached_at_chunk_masks(model, batch, chunk: int, seed: int = 7):
 
 def cached(model, batch, chunk: int, seed: int = 7):
     torch.manual_seed(seed)
+    random.seed(seed)
     loss, metrics = cached_forward_backward(model, batch, chunk)
     return loss, metrics, grads(model)
 
@@ -286,13 +289,36 @@ def test_trainer_steps_cached_equal_uncached(paths, tmp_path, settings):
     assert all(torch.isfinite(torch.tensor(entry)).all() for entry in logs["three_chunks"])
 
 
+@pytest.mark.parametrize("settings", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}],
+                         ids=["plain", "accumulation", "bf16_autocast"])
+def test_trainer_steps_cached_equal_uncached_with_row_seeded_masks(paths, tmp_path, settings):
+    """Through CLTrainer, 3 optimizer steps, dropout on: ``--cache_chunk_size 3`` (3 chunks of a batch of 8) logs the
+    losses and gradient norms of the uncached run with row-seeded masks, also under gradient accumulation and bf16
+    autocast (bf16: to bf16's rounding, the chunks' matmuls have other shapes)."""
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=64)
+    logs = {}
+    for name, chunk in (("uncached", None), ("three_chunks", 3)):
+        torch.manual_seed(0)
+        model = build_model("simcse", str(paths["encoder"]), dropout_masks="row_seeded")
+        trainer = tiny_trainer(model, paths["encoder"], tmp_path / name, corpus, max_steps=3, seed=3,
+                               cache_chunk_size=chunk, **settings)
+        trainer.train()
+        logs[name] = [(e["loss"], e["grad_norm"]) for e in trainer.state.log_history if "loss" in e]
+    assert len(logs["uncached"]) == 3
+    tolerance = 2e-2 if settings.get("bf16") else 1e-5
+    for got, want in zip(logs["three_chunks"], logs["uncached"]):
+        assert got == pytest.approx(want, rel=tolerance)
+
+
+@pytest.mark.parametrize("masks", ["stream", "row_seeded"])
 @pytest.mark.parametrize("case", ["simcse", "esimcse_plus_simcse_pp", "s_simcse", "diffcse"])
-def test_a_cached_step_has_no_host_sync(paths, case):
-    """Like tests/test_no_host_sync.py for the uncached step: chunking, the RNG replay and DiffCSE's chunked RTD
-    never make a GPU wait for the host (two steps: the second with a non-empty ESimCSE queue)."""
+def test_a_cached_step_has_no_host_sync(paths, case, masks):
+    """Like tests/test_no_host_sync.py for the uncached step: chunking, the RNG replay, row-seeded masks (the step's
+    seed is a host-side draw) and DiffCSE's chunked RTD never make a GPU wait for the host (two steps: the second
+    with a non-empty ESimCSE queue)."""
     from tests.test_no_host_sync import HostSyncRecorder
 
-    model = build(paths, case)
+    model = build(paths, case, dropout_masks=masks)
     batch = make_batch(model, case, paths)
     for step in range(2):
         recorder = HostSyncRecorder()

@@ -7,6 +7,7 @@ step's.
 import copy
 import json
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -51,8 +52,10 @@ def main() -> None:
 
         local = slice_rows(batch, rank * 4, rank * 4 + 4, batch["input_ids"].size(0))
         torch.manual_seed(7)
+        random.seed(7)
         loss, _ = cached_forward_backward(model, local, 3, average_gradients_over=world)
         torch.manual_seed(7)
+        random.seed(7)
         ddp = DistributedDataParallel(twin)
         ddp_loss = ddp(**local).loss
         ddp_loss.backward()
