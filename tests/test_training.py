@@ -70,11 +70,14 @@ def test_dev_scores_in_training_equal_the_checkpoint_loaded_later(tmp_path, back
     assert reloaded["STSBenchmark"] == pytest.approx(metrics["best_stsb_spearman"], abs=1e-3)
 
 
-def test_resume_gives_the_same_final_weights(tmp_path, backbone):
+@pytest.mark.parametrize("extra", [[], ["--cache_chunk_size", "3"]], ids=["plain", "cached_row_seeded"])
+def test_resume_gives_the_same_final_weights(tmp_path, backbone, extra):
+    """Also for a cached run with row-seeded masks: their step seeds come from Python's ``random``, whose state the
+    checkpoint restores."""
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
     common = ["--model_name_or_path", str(backbone), "--train_file", str(corpus), "--max_steps", "6",
               "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "10",
-              "--load_best_model_at_end", "false"]
+              "--load_best_model_at_end", "false", *extra]
     train(common + ["--output_dir", str(tmp_path / "full")])
     train(common + ["--output_dir", str(tmp_path / "resumed"),
                     "--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-3")])
