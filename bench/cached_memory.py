@@ -10,6 +10,10 @@ peak RSS (``ru_maxrss``) and its growth over the RSS after the model, batch and 
 ``trainers.cached_step.cached_forward_backward``) + AdamW + ``zero_grad``, random weights of the config's shape,
 random token ids (length ``--seq_len``, all views the same sentence; sup_simcse: 3 views).
 
+Dropout masks (``--dropout_masks``, models/row_seeded.py): each row names its masks; by default the uncached step
+with the default ``stream`` masks, and with ``row_seeded`` masks (what ``--cache_chunk_size`` uses, so the cached
+step equals it), and the cached step with ``row_seeded`` masks. ``--masks_modes`` picks other (chunk, masks) pairs.
+
 FLOPs: counted in a timed step by a dispatch mode (``torch.utils.flop_counter``'s per-op formulas: matmuls and
 attention, forward and backward; the cached step's extra forward included), so "GFLOP/s" = executed FLOPs / step
 time. Ceiling: the same dispatch mode records the shape of every GEMM (mm, addmm, bmm, baddbmm; SDPA as its two
@@ -122,7 +126,7 @@ def one(args) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     config = bert_config(args.config)
-    model = build_method_model(args.method, config).to(device)
+    model = build_method_model(args.method, config, dropout_masks=args.masks).to(device)
     model.train()
     batch = {k: v.to(device) for k, v in make_batch(args.method, args.batch, args.seq_len, config.vocab_size).items()}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -155,7 +159,7 @@ def one(args) -> dict:
     step_seconds = sorted(times)[len(times) // 2]
     gemm_flops, ceiling = gemm_ceiling(counter.gemms, args.ceiling_rows, device)
     gflops = counter.flops / step_seconds / 1e9
-    return {"config": args.config, "method": args.method, "batch": args.batch, "chunk": args.chunk,
+    return {"config": args.config, "method": args.method, "batch": args.batch, "chunk": args.chunk, "masks": args.masks,
             "seq_len": args.seq_len, "threads": torch.get_num_threads(), "step_seconds": step_seconds,
             "step_times": times, "peak_rss_mib": peak, "baseline_rss_mib": baseline, "step_mib": peak - baseline,
             "flops": counter.flops, "gemm_flops": gemm_flops, "gflops": gflops, "ceiling_gflops": ceiling,
@@ -175,7 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ceiling_rows", type=int, default=8192)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (memory = max_memory_allocated; fp32)")
     parser.add_argument("--output_json", default=None)
+    parser.add_argument("--modes", nargs="+", default=["uncached:stream", "uncached:row_seeded", "cached:row_seeded"],
+                        help="MODE:MASKS pairs (MODE uncached or cached, MASKS stream or row_seeded)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--masks", default="stream", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -187,9 +194,12 @@ def main(argv: list[str] | None = None) -> None:
     for config in args.configs:
         for method in args.methods:
             for batch in args.batches:
-                for chunk in (0, args.chunk):
+                for mode in args.modes:
+                    cached, masks = mode.split(":")
+                    chunk = args.chunk if cached == "cached" else 0
                     command = [sys.executable, "-m", "bench.cached_memory", "--one", "--config", config, "--method",
-                               method, "--batch", str(batch), "--chunk", str(chunk), "--seq_len", str(args.seq_len),
+                               method, "--batch", str(batch), "--chunk", str(chunk), "--masks", masks,
+                               "--seq_len", str(args.seq_len),
                                "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
                                str(args.threads), "--ceiling_rows", str(args.ceiling_rows), "--device", args.device]
                     done = subprocess.run(command, capture_output=True, text=True,
@@ -207,28 +217,27 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def format_row(row: dict) -> str:
-    mode = f"cached {row['chunk']}" if row["chunk"] else "uncached"
+    mode = (f"cached {row['chunk']}" if row["chunk"] else "uncached") + f" {row.get('masks', 'stream')}"
     return (f"{row['config']:7s} {row['method']:10s} B={row['batch']:5d} {mode:10s} step {row['step_seconds']:8.2f} s "
             f"peak RSS {row['peak_rss_mib']:7.0f} MiB (step +{row['step_mib']:6.0f}) {row['gflops']:6.1f} GFLOP/s "
             f"= {row['percent_of_ceiling']:4.1f}% of {row['ceiling_gflops']:.1f}")
 
 
 def markdown(rows: list[dict]) -> str:
-    """Cached next to uncached per (config, method, batch): memory, time, their ratios, GFLOP/s vs the ceiling."""
-    lines = ["| config | method | batch | uncached peak RSS MiB (step +) | cached peak RSS MiB (step +) | uncached s/step "
-             "| cached s/step | time ratio | uncached GFLOP/s (% ceiling) | cached GFLOP/s (% ceiling) | ceiling "
-             "GFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    keyed = {(r["config"], r["method"], r["batch"], bool(r["chunk"])): r for r in rows}
-    for (config, method, batch, cached), row in keyed.items():
-        if cached or (config, method, batch, True) not in keyed:
-            continue
-        c = keyed[(config, method, batch, True)]
+    """One line per (config, method, batch, mode, masks): memory, time, the time ratio to the uncached stream-mask
+    step of the same batch, GFLOP/s vs the ceiling."""
+    lines = ["| config | method | batch | step | masks | peak RSS MiB (step +) | s/step | time vs uncached stream "
+             "| GFLOP/s (% ceiling) | ceiling GFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    baseline = {(r["config"], r["method"], r["batch"]): r for r in rows
+                if not r["chunk"] and r.get("masks", "stream") == "stream"}
+    for row in rows:
+        base = baseline.get((row["config"], row["method"], row["batch"]))
+        ratio = f"{row['step_seconds'] / base['step_seconds']:.2f}" if base else "-"
+        mode = f"cached {row['chunk']}" if row["chunk"] else "uncached"
         lines.append(
-            f"| {config} | {method} | {batch} | {row['peak_rss_mib']:.0f} (+{row['step_mib']:.0f}) | "
-            f"{c['peak_rss_mib']:.0f} (+{c['step_mib']:.0f}) | {row['step_seconds']:.3f} | {c['step_seconds']:.3f} | "
-            f"{c['step_seconds'] / row['step_seconds']:.2f} | {row['gflops']:.1f} ({row['percent_of_ceiling']:.0f}%) | "
-            f"{c['gflops']:.1f} ({c['percent_of_ceiling']:.0f}%) | {row['ceiling_gflops']:.1f} / "
-            f"{c['ceiling_gflops']:.1f} |")
+            f"| {row['config']} | {row['method']} | {row['batch']} | {mode} | {row.get('masks', 'stream')} | "
+            f"{row['peak_rss_mib']:.0f} (+{row['step_mib']:.0f}) | {row['step_seconds']:.3f} | {ratio} | "
+            f"{row['gflops']:.1f} ({row['percent_of_ceiling']:.0f}%) | {row['ceiling_gflops']:.1f} |")
     return "\n".join(lines)
 
 

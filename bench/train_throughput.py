@@ -320,16 +320,17 @@ def encoder_flops(backbone: torch.nn.Module, tokens: int, seq_len: int) -> float
     return 6.0 * non_embedding * tokens + 12.0 * config.num_hidden_layers * config.hidden_size * seq_len * tokens
 
 
-def build_method_model(method: str, backbone_config):
+def build_method_model(method: str, backbone_config, **settings):
     """The method's model around a random backbone (and a random generator for DiffCSE), assembled by the scripts'
-    own builder (``trainers.methods.assemble_model``: the method's defaults, auxiliary networks synced)."""
+    own builder (``trainers.methods.assemble_model``: the method's defaults, auxiliary networks synced); ``settings``
+    override them (e.g. ``dropout_masks``)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
     from trainers.methods import assemble_model
 
     encoder = AutoModel.from_config(backbone_config, attn_implementation="sdpa")
     generator = (AutoModelForMaskedLM.from_config(generator_config(backbone_config)) if method == "diffcse" else None)
-    return assemble_model(method, encoder, generator=generator)
+    return assemble_model(method, encoder, generator=generator, **settings)
 
 
 def collate_batches(collate: Callable[[list[dict[str, str]]], Any], columns: Sequence[str], count: int,
