@@ -98,15 +98,16 @@ class ContrastiveModel(PreTrainedModel):
 
     def _set_gradient_checkpointing(self, enable: bool = True, **kwargs: Any) -> None:
         """``--gradient_checkpointing`` (the Trainer's ``gradient_checkpointing_enable``): the backbone recomputes
-        each layer's forward during backward. Refused when the backbone's dropout follows a per-row plan (S-SimCSE's
-        sampled rates, SimCSE++'s dropout-off rows, row-seeded masks): the recomputation runs after the plan's block
-        has ended, so it would draw other masks and the gradients would silently be those of another network."""
-        if enable and self.dropout_controller is not None:
+        each layer's forward during backward. With row-seeded masks the recomputation re-makes the pass's keyed masks
+        (``RowDropoutController._active_plan``). Refused when stream dropout follows a per-row plan (S-SimCSE's
+        sampled rates, SimCSE++'s dropout-off rows): the recomputation runs after the plan's block has ended, so it
+        would draw plain-rate masks and the gradients would silently be those of another network."""
+        if enable and self.dropout_controller is not None and not self.dropout_controller.row_seeded:
             raise ValueError(
-                "--gradient_checkpointing cannot be combined with per-row dropout (S-SimCSE's --dropout_dist, "
-                "SimCSE++'s --off_dropout, --dropout_masks row_seeded): the recomputed layers would not see the "
-                "per-row plan. Use --cache_chunk_size N to bound the backbone's memory instead "
-                "(docs/cached_training.md).")
+                "--gradient_checkpointing cannot be combined with per-row dropout from the generator stream "
+                "(S-SimCSE's --dropout_dist, SimCSE++'s --off_dropout): the recomputed layers would not see the "
+                "per-row plan. Add --dropout_masks row_seeded (masks the recomputation re-makes exactly), or use "
+                "--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
         super()._set_gradient_checkpointing(enable=enable, **kwargs)
 
     # ------------------------------------------------------------------ auxiliary networks

@@ -19,8 +19,8 @@ Where the randomness comes from (``--dropout_masks``, ``models.config``):
 
 - ``stream`` (default, what the papers' code does): the global torch generator (which the Trainer checkpoints, so
   resumed runs draw the same rates and masks); ``install_row_dropout`` is then only used when rates differ per row.
-- ``row_seeded``: every mask and sampled rate is a function of (the step's seed, the dropout call, the row's global
-  index, the element) (``models.row_seeded``), so a row gets the same mask whatever else is in the pass: a cached
+- ``row_seeded``: every mask and sampled rate is a function of (the step's seed, the dropout module, the row's
+  global index, the element) (``models.row_seeded``), so a row gets the same mask whatever else is in the pass: a cached
   step's chunks (``trainers/cached_step.py``) draw exactly the uncached step's masks. The step's seed comes from the
   global CPU generator once per step (:meth:`models.base.ContrastiveModel.dropout_step`); plans carry the rows'
   global indices.
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
@@ -48,6 +49,19 @@ ROW_DROPOUT_ATTENTION = "cse_row_dropout"
 _MASKS, _RATES, _PASS_RATES = range(3)
 
 
+
+@dataclass
+class _Plan:
+    """The per-row plan of one backbone pass (see :meth:`RowDropoutController.plan`)."""
+
+    groups: torch.Tensor
+    num_groups: int
+    off: torch.Tensor | None
+    row_ids: torch.Tensor | None
+    step_seed: int | None
+    pass_rates: torch.Tensor | None = None
+
+
 class RowDropoutController:
     """Decides the dropout rate of every row of the current backbone pass. Shared by all :class:`RowDropout`
     modules of one backbone.
@@ -58,8 +72,8 @@ class RowDropoutController:
         sentence_wise: one draw per row (S-SimCSE "w/ sd") instead of one per forward pass / view ("w/o sd").
         per_op: draw again at every dropout operation (the paper: "for each of the dropout operations in each
             of the forward process"); ``False`` draws once per pass and reuses it in every layer.
-        masks: ``stream`` (the global generator) or ``row_seeded`` (keyed by step, call, row and element; see the
-            module docstring).
+        masks: ``stream`` (the global generator) or ``row_seeded`` (keyed by step, dropout module, row and element;
+            see the module docstring).
         stream: keeps the keyed draws of two networks of one model apart (DiffCSE's encoder 0, discriminator 1).
     """
 
@@ -74,12 +88,9 @@ class RowDropoutController:
         self.row_seeded, self.stream = masks == "row_seeded", stream
         #: The current training step's seed (row_seeded masks), set by ContrastiveModel.dropout_step.
         self.step_seed: int | None = None
-        self._groups: torch.Tensor | None = None
-        self._num_groups = 0
-        self._off: torch.Tensor | None = None
-        self._row_ids: torch.Tensor | None = None
-        self._calls = 0
-        self._pass_rates: torch.Tensor | None = None
+        self._plan: _Plan | None = None
+        #: row_seeded: the last pass's plan, for gradient checkpointing's recomputation during backward.
+        self._last_plan: _Plan | None = None
         #: The rates of the last dropout call of a planned pass, [rows] (for inspection and tests).
         self.last_rates: torch.Tensor | None = None
 
@@ -88,24 +99,24 @@ class RowDropoutController:
         """``count`` rates from the distribution (S-SimCSE's sampler, :func:`models.s_simcse.sample_dropout_rates`)."""
         return sample_dropout_rates(self.distribution, self.low, self.high, count, device)
 
-    def _draw(self, device: torch.device, kind: int, call: int) -> torch.Tensor:
+    def _draw(self, plan: _Plan, device: torch.device, kind: int, call: int) -> torch.Tensor:
         """Rates for the planned rows: one per row (``sentence_wise``) or one per group, broadcast to its rows."""
-        groups = self._groups.to(device)
+        groups = plan.groups.to(device)
         if self.row_seeded:
-            keys = self._row_ids.to(device) if self.sentence_wise else torch.arange(self._num_groups, device=device)
+            keys = plan.row_ids.to(device) if self.sentence_wise else torch.arange(plan.num_groups, device=device)
             rates = rates_from_uniform(self.distribution, self.low, self.high,
-                                       keyed_uniform(self._seed(kind, call), keys))
+                                       keyed_uniform(self._seed(plan, kind, call), keys))
         else:
-            rates = self.sample(groups.numel() if self.sentence_wise else self._num_groups, device)
+            rates = self.sample(groups.numel() if self.sentence_wise else plan.num_groups, device)
         return rates if self.sentence_wise else rates[groups]
 
-    def _seed(self, kind: int, call: int) -> int:
-        if self.step_seed is None:
+    def _seed(self, plan: _Plan, kind: int, call: int) -> int:
+        if plan.step_seed is None:
             raise RuntimeError(
                 "row-seeded dropout (--dropout_masks row_seeded) ran outside a training step: wrap the pass in "
                 "`with model.dropout_step():` (ContrastiveModel.forward and the cached step do), so that every "
                 "chunk of the step uses the step's seed")
-        return call_seed(self.step_seed, 3 * self.stream + kind, call)
+        return call_seed(plan.step_seed, 3 * self.stream + kind, call)
 
     @contextmanager
     def seeded_step(self, seed: int) -> Iterator[None]:
@@ -134,57 +145,66 @@ class RowDropoutController:
         """
         if self.row_seeded and row_ids is None:
             raise ValueError("row-seeded dropout needs the rows' global indices (plan(..., row_ids=...))")
-        self._groups = groups
-        self._num_groups = int(groups.max()) + 1 if num_groups is None else num_groups
-        self._off = off
-        self._row_ids = row_ids
-        self._calls = 0
-        self._pass_rates = None
+        self._plan = _Plan(groups, int(groups.max()) + 1 if num_groups is None else num_groups, off, row_ids,
+                           self.step_seed)
         try:
             yield
         finally:
-            self._groups = self._off = self._row_ids = self._pass_rates = None
+            if self.row_seeded:  # keyed masks can be re-made after the block: for a recomputation in backward
+                self._last_plan = self._plan
+            self._plan = None
+
+    def _active_plan(self) -> _Plan | None:
+        """The plan of the running pass; with row-seeded masks, during backward (gradient checkpointing recomputing
+        a layer, after the pass's block has ended), the last pass's plan. Each step's graph holds one planned pass
+        of this backbone at a time (the uncached step makes one; a cached step backpropagates each replayed chunk
+        before encoding the next), so that is the pass being recomputed; its keyed masks come out the same."""
+        if self._plan is None and self.row_seeded and torch._C._current_autograd_node() is not None:
+            return self._last_plan
+        return self._plan
 
     def rates(self, rows: int, default: float, device: torch.device, call: int = 0) -> torch.Tensor | None:
-        """The per-row rates for dropout call number ``call`` of the pass, or ``None`` for plain dropout at
-        ``default`` (no plan, or a stream plan that changes nothing)."""
-        if self._groups is None:
+        """The per-row rates at dropout module number ``call`` (row-seeded keys; stream rates ignore it), or
+        ``None`` for plain dropout at ``default`` (no plan, or a stream plan that changes nothing)."""
+        plan = self._active_plan()
+        if plan is None:
             return None
-        if rows != self._groups.numel():
-            raise RuntimeError(f"row dropout planned for {self._groups.numel()} rows but a dropout call has {rows}: "
+        if rows != plan.groups.numel():
+            raise RuntimeError(f"row dropout planned for {plan.groups.numel()} rows but a dropout call has {rows}: "
                                "its input's first dimension is not the batch")
         if self.distribution == "none":
-            if self._off is None and not self.row_seeded:
+            if plan.off is None and not self.row_seeded:
                 return None
             rates = torch.full((rows,), float(default), device=device)
         elif self.per_op:
-            rates = self._draw(device, _RATES, call)
+            rates = self._draw(plan, device, _RATES, call)
         else:  # one draw per pass, at its first dropout call
-            if self._pass_rates is None:
-                self._pass_rates = self._draw(device, _PASS_RATES, 0)
-            rates = self._pass_rates.to(device)
-        if self._off is not None:
-            rates = rates.masked_fill(self._off.to(device), 0.0)
+            if plan.pass_rates is None:
+                plan.pass_rates = self._draw(plan, device, _PASS_RATES, 0)
+            rates = plan.pass_rates.to(device)
+        if plan.off is not None:
+            rates = rates.masked_fill(plan.off.to(device), 0.0)
         self.last_rates = rates.detach()
         return rates
 
-    def dropout(self, x: torch.Tensor, p: float) -> torch.Tensor:
-        """What a :class:`RowDropout` of default rate ``p`` returns in training mode: plain dropout without a plan
-        (stream masks), else each row at its planned rate with stream or keyed masks."""
-        if self._groups is None:
+    def dropout(self, x: torch.Tensor, p: float, index: int = 0) -> torch.Tensor:
+        """What :class:`RowDropout` number ``index`` of the backbone (default rate ``p``) returns in training mode:
+        plain dropout without a plan (stream masks), else each row at its planned rate with stream masks or masks
+        keyed by (step, ``index``, row, element)."""
+        plan = self._active_plan()
+        if plan is None:
             if self.row_seeded:
                 raise RuntimeError(
                     "row-seeded dropout (--dropout_masks row_seeded) ran without a per-row plan: the pass did not "
                     "go through ContrastiveModel.encode_views (or DiffCSE's discriminate), which give each row its "
                     "global index")
             return F.dropout(x, p, training=True)
-        call, self._calls = self._calls, self._calls + 1
-        rates = self.rates(x.size(0), p, x.device, call)
+        rates = self.rates(x.size(0), p, x.device, index)
         if rates is None:
             return F.dropout(x, p, training=True)
         keep = (1.0 - rates).to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
         if self.row_seeded:
-            mask = keyed_keep_mask(self._seed(_MASKS, call), self._row_ids.to(x.device), x.shape, rates)
+            mask = keyed_keep_mask(self._seed(plan, _MASKS, index), plan.row_ids.to(x.device), x.shape, rates)
         else:
             mask = torch.rand_like(x) < keep
         return x * mask / keep
@@ -198,13 +218,15 @@ class RowDropout(nn.Module):
     (transformers reads ``module.dropout.p``).
     """
 
-    def __init__(self, p: float, controller: RowDropoutController) -> None:
+    def __init__(self, p: float, controller: RowDropoutController, index: int = 0) -> None:
         super().__init__()
         self.p = float(p)
         self.controller = controller
+        #: Its position among the backbone's dropout modules (what keys its row-seeded masks).
+        self.index = index
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.controller.dropout(x, self.p) if self.training else x
+        return self.controller.dropout(x, self.p, self.index) if self.training else x
 
     def extra_repr(self) -> str:
         return f"p={self.p}, per-row rates"
@@ -260,10 +282,12 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
     """Replace every ``nn.Dropout`` in ``encoder`` by a :class:`RowDropout` of the same ``p`` driven by
     ``controller`` and route attention through :func:`row_dropout_attention`. Returns how many were replaced."""
     targets = [(name, module) for name, module in encoder.named_modules() if isinstance(module, nn.Dropout)]
+    swapped: list[str] = []
     for name, module in targets:
         parent_name, _, child = name.rpartition(".")
         parent = encoder.get_submodule(parent_name) if parent_name else encoder
-        setattr(parent, child, RowDropout(module.p, controller))
+        setattr(parent, child, RowDropout(module.p, controller, index=len(swapped)))
+        swapped.append(name)
     config = getattr(encoder, "config", None)
     if config is not None and getattr(config, "_attn_implementation", None) != ROW_DROPOUT_ATTENTION:
         if hasattr(encoder, "set_attn_implementation"):

@@ -7,12 +7,12 @@ over 16 sentences draws other masks for them than a pass over all 64. A cached s
 uncached step. Here each random number is a pure function of its key instead (a counter-based generator, as
 Philox; Salmon et al., SC 2011): the key of an element of a dropout input is
 
-    (the step's seed, the dropout call's index in the pass, the row's index in the global batch, the element's
-    index inside the row)
+    (the step's seed, the dropout module's index in the backbone, the row's index in the global batch, the
+    element's index inside the row)
 
 so the row of sentence ``i`` gets the same mask whether it is encoded alone, in a chunk, in the full batch, on
-another process (its global index includes the process's offset) or on another device (integer arithmetic, exact on
-CPU and GPU). ``--dropout_masks row_seeded`` (``models.config``) switches the backbone's dropout to these masks;
+another process (its global index includes the process's offset), on another device (integer arithmetic, exact on
+CPU and GPU), or again when gradient checkpointing recomputes a layer during backward. ``--dropout_masks row_seeded`` (``models.config``) switches the backbone's dropout to these masks;
 :class:`models.dropout.RowDropoutController` applies them.
 
 The mixing function is Chris Wellons' ``lowbias32`` (hash-prospector; a bijection of 32-bit integers with low
@@ -52,8 +52,8 @@ def mix32_int(x: int) -> int:
 
 
 def call_seed(step_seed: int, stream: int, call: int) -> int:
-    """The 32-bit seed of one draw: the step's seed, a stream (which network / which kind of draw), the call's
-    index within the pass. Host-side integers only."""
+    """The 32-bit seed of one draw: the step's seed, a stream (which network / which kind of draw), the dropout
+    module's index. Host-side integers only."""
     return mix32_int(mix32_int(mix32_int(step_seed) ^ (step_seed >> 32) ^ (stream * _GOLDEN)) + call * _GOLDEN)
 
 

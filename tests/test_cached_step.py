@@ -16,6 +16,7 @@ two processes running cached steps equal one process running the uncached step o
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -263,6 +264,44 @@ def test_the_trainers_gradient_checkpointing_flag_composes(paths, tmp_path):
     for method in ("s_simcse", "simcse_pp"):
         with pytest.raises(ValueError, match="cannot be combined with per-row dropout"):
             build_model(method, str(paths["encoder"])).gradient_checkpointing_enable()
+
+
+@pytest.mark.parametrize("case", ["simcse", "s_simcse", "simcse_pp", "diffcse"])
+def test_gradient_checkpointing_recomputes_row_seeded_masks(paths, case):
+    """With row-seeded masks the recomputation in backward re-makes the pass's keyed masks (and S-SimCSE's rates,
+    SimCSE++'s off rows): checkpointed = plain, uncached and cached with 3 chunks, dropout on (the encoder's and
+    DiffCSE's discriminator's layers all checkpointed)."""
+    model, twin, batch = twins(paths, case, dropout_masks="row_seeded")
+    want = uncached(model, batch)
+    model.zero_grad()
+    twin.gradient_checkpointing_enable()
+    assert twin.encoder.encoder.layer[0].gradient_checkpointing
+    assert_same_step(uncached(twin, batch), want)
+    twin.zero_grad()
+    assert_same_step(cached(twin, batch, 3), want)
+
+
+def test_a_recomputation_without_the_plan_is_caught(paths, monkeypatch):
+    """The comparison above can fail: a recomputation that does not find the pass's plan (here: re-keyed as other
+    rows) changes the gradients."""
+    from models.dropout import RowDropoutController
+
+    model, twin, batch = twins(paths, "simcse", dropout_masks="row_seeded")
+    want = uncached(model, batch)
+    twin.gradient_checkpointing_enable()
+    original = RowDropoutController._active_plan
+
+    def shifted(self):
+        plan = original(self)
+        if plan is not None and self._plan is None:  # the recomputation in backward
+            plan = dataclasses.replace(plan, row_ids=plan.row_ids + 1)
+        return plan
+
+    monkeypatch.setattr(RowDropoutController, "_active_plan", shifted)
+    got = uncached(twin, batch)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-12)
+    with pytest.raises(AssertionError):
+        assert_same_step(got, want)
 
 
 @pytest.mark.parametrize("settings", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}],

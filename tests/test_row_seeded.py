@@ -93,15 +93,16 @@ def test_rates_from_uniform_is_the_inverse_cdf(distribution):
 # ------------------------------------------------------------------------------------------------ the module
 def test_row_seeded_dropout_applies_its_masks_and_scales():
     controller = RowDropoutController(masks="row_seeded")
-    dropout = RowDropout(0.25, controller).train()
+    dropout, other_module = RowDropout(0.25, controller, index=3).train(), RowDropout(0.25, controller, index=4)
     x = torch.randn(6, 50, 40)
     with controller.seeded_step(7), controller.plan(torch.zeros(6, dtype=torch.long), num_groups=1,
                                                     row_ids=torch.arange(10, 16)):
         y = dropout(x)
-        second = dropout(x)  # the next dropout call of the pass: another mask
-    mask = keyed_keep_mask(call_seed(7, 0, 0), torch.arange(10, 16), x.shape, torch.full((6,), 0.25))
+        again = dropout(x)  # keyed by the module: the same module re-makes its mask (gradient checkpointing)
+        other = other_module.train()(x)  # another module of the pass: another mask
+    mask = keyed_keep_mask(call_seed(7, 0, 3), torch.arange(10, 16), x.shape, torch.full((6,), 0.25))
     torch.testing.assert_close(y, x * mask / 0.75)
-    assert not torch.equal(second, y)
+    assert torch.equal(again, y) and not torch.equal(other, y)
     assert torch.equal(dropout.eval()(x), x)
 
 
