@@ -176,8 +176,8 @@ class CLTrainingArguments(TrainingArguments):
                                         "<output_dir>/export)."})
     cache_chunk_size: int | None = field(default=None, metadata={
         "help": "Cached step (GradCache, docs/cached_training.md): the backbone encodes at most N sentences at a "
-                "time, the loss still sees the whole batch, and the gradients equal the uncached step's (the replay "
-                "re-draws the same dropout). Off by default."})
+                "time and the loss still sees the whole batch. Turns on --dropout_masks row_seeded unless given, so "
+                "the loss and gradients are the uncached step's with those masks, for any N. Off by default."})
 
     def __post_init__(self) -> None:
         refuse_single_process_launch()
