@@ -1,17 +1,20 @@
 """Cached steps (trainers/cached_step.py, GradCache): for every method, with dropout ON, the cached step's loss and
 every parameter gradient equal the uncached step's on the same batch (float64 models, 1e-6 relative).
 
-"The same batch" includes the same random draws. Three comparisons pin that down:
+"The same batch" includes the same random draws:
 
-- one chunk (``cache_chunk_size >= batch``): the cached step draws in the uncached step's order, so it must equal
-  ``model(**batch).loss.backward()`` itself, dropout on, for every method;
-- several chunks (dividing the batch or not), dropout on: each chunk draws its own masks, so the reference is the
-  uncached step at those masks: every chunk encoded WITH a graph (the same draws, in the same order), all
-  activations held, the model's own ``compute_loss`` on the full set, one backward;
-- several chunks with dropout off: the draws no longer matter, so it must equal ``model(**batch)`` again.
+- row-seeded masks (``--dropout_masks row_seeded``, what ``--cache_chunk_size`` turns on; models/row_seeded.py): each
+  mask is keyed by (step, dropout module, row, element), so for ANY chunking the cached step must equal
+  ``model(**batch).loss.backward()`` itself, for every method; also through CLTrainer (accumulation, bf16),
+  with gradient checkpointing, and across 2 processes;
+- stream masks, one chunk (``cache_chunk_size >= batch``): the cached step draws in the uncached step's order, so it
+  must equal ``model(**batch)`` itself;
+- stream masks, several chunks: each chunk draws its own masks, so the reference is the uncached step at those
+  masks (every chunk encoded WITH a graph, all activations held, the model's own ``compute_loss`` on the full set,
+  one backward); with dropout off it must equal ``model(**batch)`` again.
 
-A replay that draws fresh masks fails the second comparison (``test_fresh_dropout_in_the_replay_is_caught``), and
-two processes running cached steps equal one process running the uncached step on the global batch.
+Each comparison is shown to fail when the replay draws fresh masks (``test_fresh_*``), and two processes running
+cached steps equal one process running the uncached step on the global batch.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ CASES = {
     "s_simcse": ("s_simcse", {}),
     "s_simcse_per_pass": ("s_simcse", {"sentence_wise_dropout": False, "dropout_sample_per_op": False}),
     "simcse_noise_neg_minus": ("simcse", {"noise_study": "neg_minus", "noise_samples": 3}),
+    "simcse_noise_pos_plus": ("simcse", {"noise_study": "pos_plus"}),  # Gaussian noise drawn in the loss, once
     "simcse_barlow": ("simcse", {"barlow_weight": 0.1, "barlow_pad": 4}),
     "diffcse": ("diffcse", {}),
     "diffcse_official_code": ("diffcse", {"rtd_all_views": True, "condition_before_projector": True,
