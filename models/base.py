@@ -249,10 +249,12 @@ class ContrastiveModel(PreTrainedModel):
         a :meth:`per_sentence_objective` overrides this to leave that part out. The base: all of it."""
         return self.compute_loss(embeddings, batch)
 
-    def per_sentence_objective(self, batch: dict[str, Any]) -> "PerSentenceObjective | None":
+    def per_sentence_objective(self, batch: dict[str, Any],
+                               chunk_size: int | None = None) -> "PerSentenceObjective | None":
         """Hook: the part of the loss that is a sum over this process's sentences given their embeddings (DiffCSE's
         RTD), which a cached step computes chunk by chunk; ``None`` (the base) when there is none. Called once per
-        step, after :meth:`batch_loss`: the step's data-dependent randomness (DiffCSE's generator edit) happens here."""
+        step, after :meth:`batch_loss`: the step's data-dependent randomness (DiffCSE's generator edit) happens here;
+        ``chunk_size``: the cached step's sentences per pass, for no-grad passes that can run chunk by chunk."""
         return None
 
     def forward(

@@ -44,6 +44,7 @@ from .base import ContrastiveModel, PerSentenceObjective, drop_unused_pooler
 from .config import ContrastiveConfig
 from .distributed import world_size
 from .dropout import RowDropoutController, install_row_dropout
+from .row_seeded import inverse_cdf_sample
 from .losses import upcast
 from .masks import prepare_attention_mask
 from .views import ViewEmbeddings
@@ -159,10 +160,13 @@ class DiffCSEModel(ContrastiveModel):
         self.generator = generator if generator is not None else generator_from_config(config.generator_config)
         self.generator.requires_grad_(False)
         # Row-seeded masks reach the discriminator too: a cached step runs it chunk by chunk (never replayed).
-        self.discriminator_dropout = None
+        # The generator's too (its dropout with generator_dropout, and its sampling): a cached step edits chunk by chunk.
+        self.discriminator_row_dropout = self.generator_row_dropout = None
         if config.dropout_masks == "row_seeded":
-            self.discriminator_dropout = RowDropoutController(masks="row_seeded", stream=1)
-            install_row_dropout(self.discriminator, self.discriminator_dropout)
+            self.discriminator_row_dropout = RowDropoutController(masks="row_seeded", stream=1)
+            install_row_dropout(self.discriminator, self.discriminator_row_dropout)
+            self.generator_row_dropout = RowDropoutController(masks="row_seeded", stream=2)
+            install_row_dropout(self.generator, self.generator_row_dropout)
         self.post_init()  # registers the new submodules' tied weights; initialises rtd_head (loaded modules are kept)
         self.train(self.training)  # the generator's mode follows generator_dropout
 
@@ -171,7 +175,7 @@ class DiffCSEModel(ContrastiveModel):
         self.discriminator.load_state_dict(self.encoder.state_dict())
 
     def dropout_controllers(self) -> list[RowDropoutController]:
-        extra = [self.discriminator_dropout] if self.discriminator_dropout is not None else []
+        extra = [c for c in (self.discriminator_row_dropout, self.generator_row_dropout) if c is not None]
         return super().dropout_controllers() + extra
 
     def train(self, mode: bool = True) -> "DiffCSEModel":
@@ -188,39 +192,59 @@ class DiffCSEModel(ContrastiveModel):
 
     # ------------------------------------------------------------------ the RTD task
     @torch.no_grad()
-    def edit(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def edit(self, batch: dict[str, Any], chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The generator fills the collator's positions -> (edited ids x'', RTD labels), both [N, L'].
 
         A label is 1 where x'' differs from the original (a generated token equal to the original counts as kept),
-        or the collator's own label (insertion / deletion)."""
+        or the collator's own label (insertion / deletion). ``chunk_size``: sentences per generator pass (a cached
+        step's), used with row-seeded masks only: their keyed sampling and generator dropout make a chunk's
+        predictions the full pass's, so the [N, L', vocab] logits never exist for more than a chunk. Stream masks:
+        one pass, whose draws chunks would change."""
         inputs, mask = batch["rtd_input_ids"], batch["rtd_attention_mask"]
         fill = batch["rtd_fill"].bool()
         if self.config.generator_all_positions:  # the code: generator output everywhere but position 0 and padding
             fill = mask.bool().clone()
             fill[:, 0] = False
-        generator_mask = prepare_attention_mask(self.generator, mask)
-        logits = self.generator(input_ids=inputs, attention_mask=generator_mask).logits.float()
-        if self.config.sample_generator:
-            probabilities = logits.softmax(-1)
-            predicted = torch.multinomial(probabilities.flatten(0, -2), 1).view(logits.shape[:-1])
-        else:
-            predicted = logits.argmax(-1)
+        rows = inputs.size(0)
+        step = rows if chunk_size is None or self.generator_row_dropout is None else chunk_size * self.rtd_views
+        first_row = self.first_sentence(rows // self.rtd_views) * self.rtd_views
+        predicted = torch.cat([self.generate(inputs[start:start + step], mask[start:start + step], first_row + start)
+                               for start in range(0, rows, step)])
         # Generated tokens at the fill positions, the input elsewhere; no boolean indexing, so no host-device sync.
         edited = torch.where(fill, predicted, inputs)
         given = batch["rtd_labels"]
         labels = torch.where(given >= 0, given, (edited != batch["rtd_original_ids"]).long())
         return edited, labels * mask
 
+    def generate(self, inputs: torch.Tensor, mask: torch.Tensor, first_row: int = 0) -> torch.Tensor:
+        """The generator's token at every position of ``inputs`` [n, L']: sampled from its distribution (the paper)
+        or its argmax (the code). Sampling: ``torch.multinomial`` with stream masks; by the inverse CDF of row-seeded
+        uniforms (keyed by the rows' global indices, from ``first_row``) with row-seeded masks."""
+        generator_mask = prepare_attention_mask(self.generator, mask)
+        if self.generator_row_dropout is None:
+            logits = self.generator(input_ids=inputs, attention_mask=generator_mask).logits.float()
+            if not self.config.sample_generator:
+                return logits.argmax(-1)
+            return torch.multinomial(logits.softmax(-1).flatten(0, -2), 1).view(logits.shape[:-1])
+        rows = inputs.size(0)
+        groups = torch.zeros(rows, dtype=torch.long, device=inputs.device)
+        row_ids = torch.arange(rows, device=inputs.device) + first_row
+        with self.generator_row_dropout.plan(groups, num_groups=1, row_ids=row_ids):
+            logits = self.generator(input_ids=inputs, attention_mask=generator_mask).logits.float()
+            if not self.config.sample_generator:
+                return logits.argmax(-1)
+            return inverse_cdf_sample(logits.softmax(-1), self.generator_row_dropout.row_uniforms(inputs.size(1)))
+
     def discriminate(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      token_type_ids: torch.Tensor | None = None, *, first_row: int = 0) -> torch.Tensor:
         """Conditional discriminator: x'' with h at position 0 -> per-token logits [N, L', 2]. ``first_row``: the
         global index of the first edited row (keys its row-seeded dropout masks)."""
-        if self.discriminator_dropout is None:
+        if self.discriminator_row_dropout is None:
             return self._discriminate(h, input_ids, attention_mask, token_type_ids)
         rows = input_ids.size(0)
         groups = torch.zeros(rows, dtype=torch.long, device=input_ids.device)
         row_ids = torch.arange(rows, device=input_ids.device) + first_row
-        with self.discriminator_dropout.plan(groups, num_groups=1, row_ids=row_ids):
+        with self.discriminator_row_dropout.plan(groups, num_groups=1, row_ids=row_ids):
             return self._discriminate(h, input_ids, attention_mask, token_type_ids)
 
     def _discriminate(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -267,9 +291,10 @@ class DiffCSEModel(ContrastiveModel):
             contrastive = contrastive * 0.0  # keeps the graph (and DDP's gradient buckets) intact
         return contrastive, metrics
 
-    def per_sentence_objective(self, batch: dict[str, Any]) -> "RTDObjective":
-        """lambda * ``L_RTD``, per sentence given its h; the generator edit (x'', labels) is drawn here, once."""
-        edited, labels = self.edit(batch)
+    def per_sentence_objective(self, batch: dict[str, Any], chunk_size: int | None = None) -> "RTDObjective":
+        """lambda * ``L_RTD``, per sentence given its h; the generator edit (x'', labels) is drawn here, once
+        (chunk by chunk with row-seeded masks, see :meth:`edit`)."""
+        edited, labels = self.edit(batch, chunk_size)
         return RTDObjective(self, edited, labels, batch)
 
 

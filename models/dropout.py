@@ -39,14 +39,15 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from .config import check_settings
-from .row_seeded import call_seed, keyed_keep_mask, keyed_uniform
+from .row_seeded import call_seed, keyed_keep_mask, keyed_uniform, keyed_uniforms
 from .s_simcse import rates_from_uniform, sample_dropout_rates
 
 logger = logging.getLogger(__name__)
 
 ROW_DROPOUT_ATTENTION = "cse_row_dropout"
-#: Kinds of keyed draws of one controller (with ``row_seeded`` masks): masks, per-call rates, per-pass rates.
-_MASKS, _RATES, _PASS_RATES = range(3)
+#: Kinds of keyed draws of one controller (with ``row_seeded`` masks): masks, per-module rates, per-pass rates, and
+#: uniforms a network's caller draws for its rows (DiffCSE's generator sampling).
+_MASKS, _RATES, _PASS_RATES, _UNIFORMS = range(4)
 
 
 
@@ -116,7 +117,7 @@ class RowDropoutController:
                 "row-seeded dropout (--dropout_masks row_seeded) ran outside a training step: wrap the pass in "
                 "`with model.dropout_step():` (ContrastiveModel.forward and the cached step do), so that every "
                 "chunk of the step uses the step's seed")
-        return call_seed(plan.step_seed, 3 * self.stream + kind, call)
+        return call_seed(plan.step_seed, 4 * self.stream + kind, call)
 
     @contextmanager
     def seeded_step(self, seed: int) -> Iterator[None]:
@@ -153,6 +154,15 @@ class RowDropoutController:
             if self.row_seeded:  # keyed masks can be re-made after the block: for a recomputation in backward
                 self._last_plan = self._plan
             self._plan = None
+
+    def row_uniforms(self, row_numel: int) -> torch.Tensor:
+        """Row-seeded uniforms in (0, 1), float64 [rows, row_numel], for the planned rows (keyed by the step, this
+        controller's stream and the rows' global indices, like its masks): randomness a caller draws per row
+        (DiffCSE's generator sampling) that a chunk of the rows reproduces exactly."""
+        plan = self._plan
+        if plan is None or not self.row_seeded:
+            raise RuntimeError("row_uniforms needs a row-seeded controller inside a plan")
+        return keyed_uniforms(self._seed(plan, _UNIFORMS, 0), plan.row_ids, row_numel)
 
     def _active_plan(self) -> _Plan | None:
         """The plan of the running pass; with row-seeded masks, during backward (gradient checkpointing recomputing

@@ -65,9 +65,22 @@ def keyed_bits(seed: int, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor
     return mix32((row_keys.unsqueeze(1) + elements) & MASK32)
 
 
+def keyed_uniforms(seed: int, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
+    """float64 numbers in (0, 1) [rows, row_numel] (``(bits + 0.5) / 2**32``), keyed like :func:`keyed_bits`."""
+    return (keyed_bits(seed, row_ids, row_numel).double() + 0.5) / TWO_32
+
+
 def keyed_uniform(seed: int, keys: torch.Tensor) -> torch.Tensor:
-    """One float64 in (0, 1) per key [n] (``(bits + 0.5) / 2**32``): e.g. S-SimCSE's sampled rates per row or view."""
-    return (keyed_bits(seed, keys, 1).squeeze(1).double() + 0.5) / TWO_32
+    """One float64 in (0, 1) per key [n]: e.g. S-SimCSE's sampled rates per row or view."""
+    return keyed_uniforms(seed, keys, 1).squeeze(1)
+
+
+def inverse_cdf_sample(probabilities: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One category per row of ``probabilities`` [..., K] (rows summing to 1) from ``uniforms`` [...] in (0, 1): the
+    smallest k with ``cdf[k] >= u`` (so category k with probability ``p_k``), as an int64 tensor [...]."""
+    cdf = probabilities.cumsum(-1)
+    picked = torch.searchsorted(cdf, uniforms.to(cdf.dtype).unsqueeze(-1)).squeeze(-1)
+    return picked.clamp_(max=probabilities.size(-1) - 1)  # u above a cdf that rounds to just below 1
 
 
 def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: torch.Tensor) -> torch.Tensor:
@@ -82,4 +95,5 @@ def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: 
     return (keyed_bits(seed, row_ids, row_numel) >= thresholds).view(rows, *shape[1:])
 
 
-__all__ = ["DROPOUT_MASKS", "call_seed", "keyed_bits", "keyed_keep_mask", "keyed_uniform", "mix32", "mix32_int"]
+__all__ = ["DROPOUT_MASKS", "call_seed", "inverse_cdf_sample", "keyed_bits", "keyed_keep_mask", "keyed_uniform",
+           "keyed_uniforms", "mix32", "mix32_int"]

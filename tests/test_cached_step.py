@@ -52,6 +52,8 @@ CASES = {
     "diffcse_official_code": ("diffcse", {"rtd_all_views": True, "condition_before_projector": True,
                                           "rtd_include_padding": True}),
     "diffcse_plus_simcse_pp": ("diffcse", {"off_dropout": True, "dcl_weight": 0.1, "lambda_weight": 0.05}),
+    "diffcse_code_generator": ("diffcse", {"sample_generator": False, "generator_dropout": True,
+                                           "generator_all_positions": True, "mask_style": "bert"}),
 }
 ROWS = [{"text": " ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(4 + i % 5))} for i in range(BATCH)]
 
@@ -197,6 +199,22 @@ def test_row_seeded_chunked_step_is_the_uncached_step(paths, case, chunk):
     assert torch.equal(after_cached, after_uncached)
     if getattr(model, "queue", None) is not None:
         torch.testing.assert_close(twin.queue.embeddings, model.queue.embeddings)
+
+
+@pytest.mark.parametrize("case", ["diffcse", "diffcse_code_generator"])
+def test_row_seeded_generator_edits_chunk_by_chunk(paths, case):
+    """DiffCSE's generator edit with row-seeded masks: sampled (inverse CDF of keyed uniforms) or argmax with the
+    generator's dropout on, chunks of 3 sentences give the full pass's x'' and labels; it is an edit (tokens
+    change) and another step edits differently."""
+    model = build(paths, case, dropout_masks="row_seeded")
+    batch = make_batch(model, case, paths)
+    with model.dropout_step():
+        whole = model.edit(batch)
+        chunked = model.edit(batch, chunk_size=3)
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+    assert whole[1].sum() > 0
+    with model.dropout_step():
+        assert not torch.equal(model.edit(batch)[0], whole[0])
 
 
 def test_row_seeded_masks_are_on_and_fresh_per_step(paths):

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from models.dropout import RowDropout, RowDropoutController
-from models.row_seeded import call_seed, keyed_bits, keyed_keep_mask, keyed_uniform, mix32, mix32_int
+from models.row_seeded import (call_seed, inverse_cdf_sample, keyed_bits, keyed_keep_mask, keyed_uniform,
+                                mix32, mix32_int)
 from models.s_simcse import rates_from_uniform
 from tests.tiny import save_tiny_backbone, token_batch
 from trainers.cached_step import with_cached_dropout
@@ -88,6 +89,16 @@ def test_rates_from_uniform_is_the_inverse_cdf(distribution):
         normal = statistics.NormalDist((low + high) / 2, (high - low) / 4)
         want = [min(max(normal.inv_cdf(x), low), high) for x in u.tolist()]
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float32), rtol=1e-6, atol=1e-7)
+
+
+def test_inverse_cdf_sampling_picks_the_written_out_category():
+    probabilities = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.0, 0.5, 0.0, 0.5]])
+    for u, want in [(0.05, (0, 1)), (0.1, (0, 1)), (0.11, (1, 1)), (0.31, (2, 1)), (0.61, (3, 3)), (0.99, (3, 3))]:
+        got = inverse_cdf_sample(probabilities, torch.tensor([u, u], dtype=torch.float64))
+        assert tuple(got.tolist()) == want, u  # smallest k with cdf[k] >= u; a zero-probability k is never picked
+    many = inverse_cdf_sample(probabilities[:1].expand(100_000, 4), keyed_uniform(9, torch.arange(100_000)))
+    frequencies = torch.bincount(many, minlength=4).double() / 100_000
+    torch.testing.assert_close(frequencies, probabilities[0].double(), atol=0.007, rtol=0)  # 4 sigma of 0.4: 0.006
 
 
 # ------------------------------------------------------------------------------------------------ the module

@@ -142,7 +142,7 @@ def _cached_step(model, batch: dict[str, Any], chunk_size: int, loss_scale: floa
     with autocast():
         embeddings = model.project_views(cache, num_views)
         loss, metrics = model.batch_loss(embeddings, batch)
-        objective = model.per_sentence_objective(batch)
+        objective = model.per_sentence_objective(batch, chunk_size)
     total = loss.detach()
     if objective is not None:
         sums: dict[str, torch.Tensor] = {}
