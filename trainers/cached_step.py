@@ -11,7 +11,8 @@ holds them for more than N sentences:
    projector (DiffCSE's BatchNorm sees all rows, as uncached) and ``model.batch_loss`` (the gather across
    processes, ESimCSE's queue negatives and its once-per-step enqueue, SimCSE++'s off-dropout negatives and DCL,
    hard negatives) run on it exactly as in the uncached step. A method with a per-sentence part
-   (``model.per_sentence_objective``: DiffCSE's RTD) draws its step randomness (the generator edit) once, then
+   (``model.per_sentence_objective``: DiffCSE's RTD) draws its step randomness (the generator edit, chunk by
+   chunk with row-seeded masks) once, then
    computes that part chunk by chunk from the full set's embeddings (the discriminator holds at most N sentences'
    activations); everything is backpropagated down to the leaf, whose gradient is the cache.
 3. **Replay**: each chunk is encoded again WITH a graph after restoring its captured RNG state, so it draws the
@@ -19,10 +20,14 @@ holds them for more than N sentences:
    backpropagated with their cached gradient. The RNG state after step 2 is restored at the end, so the next step
    draws what it would have drawn uncached.
 
-With a single chunk the random draws happen in the uncached step's order, so the step IS the uncached step (the
-same loss and gradients, tests/test_cached_step.py). With several chunks each chunk draws its own masks (a
-[n, ...] draw instead of a slice of the [B, ...] draw): the same distribution, and the gradient is exactly the
-uncached gradient of the loss at those masks.
+Dropout masks: a cached run uses row-seeded masks unless told otherwise (:func:`with_cached_dropout`;
+``models/row_seeded.py``): every mask and sampled rate is keyed by (the step's seed, drawn once in
+``model.dropout_step()``; the dropout module; the row's global index; the element), so each chunk draws exactly its
+rows' full-batch masks and the cached step IS the uncached step with those masks, for any chunk size
+(tests/test_cached_step.py). With ``--dropout_masks stream`` and a single chunk the random draws happen in the
+uncached step's order, so the step is the uncached step too; with several chunks each chunk then draws its own
+masks (a [n, ...] draw instead of a slice of the [B, ...] draw): the same distribution, and the gradient is exactly
+the uncached gradient of the loss at those masks.
 
 Under DDP the replay runs on the wrapped module (so DDP's hooks stay idle) and the gradients are averaged over
 processes at the end, as DDP would; the loss's all-gather gives every process the global batch of embeddings, and
