@@ -12,9 +12,9 @@ holds them for more than N sentences:
    processes, ESimCSE's queue negatives and its once-per-step enqueue, SimCSE++'s off-dropout negatives and DCL,
    hard negatives) run on it exactly as in the uncached step. A method with a per-sentence part
    (``model.per_sentence_objective``: DiffCSE's RTD) draws its step randomness (the generator edit, chunk by
-   chunk with row-seeded masks) once, then
-   computes that part chunk by chunk from the full set's embeddings (the discriminator holds at most N sentences'
-   activations); everything is backpropagated down to the leaf, whose gradient is the cache.
+   chunk with row-seeded masks) once, then computes that part chunk by chunk from the full set's embeddings (the
+   discriminator holds at most N sentences' activations); everything is backpropagated down to the leaf, whose
+   gradient is the cache.
 3. **Replay**: each chunk is encoded again WITH a graph after restoring its captured RNG state, so it draws the
    same dropout masks (and S-SimCSE's sampled rates, SimCSE++'s per-row plan) as in pass 1, and its rows are
    backpropagated with their cached gradient. The RNG state after step 2 is restored at the end, so the next step
