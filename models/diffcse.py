@@ -159,8 +159,8 @@ class DiffCSEModel(ContrastiveModel):
         self.rtd_head = nn.Linear(config.hidden_size, 2)
         self.generator = generator if generator is not None else generator_from_config(config.generator_config)
         self.generator.requires_grad_(False)
-        # Row-seeded masks reach the discriminator too: a cached step runs it chunk by chunk (never replayed).
-        # The generator's too (its dropout with generator_dropout, and its sampling): a cached step edits chunk by chunk.
+        # Row-seeded masks reach the discriminator and the generator (its dropout with generator_dropout, and its
+        # sampling) too: a cached step runs both chunk by chunk and never replays them.
         self.discriminator_row_dropout = self.generator_row_dropout = None
         if config.dropout_masks == "row_seeded":
             self.discriminator_row_dropout = RowDropoutController(masks="row_seeded", stream=1)
@@ -226,10 +226,7 @@ class DiffCSEModel(ContrastiveModel):
             if not self.config.sample_generator:
                 return logits.argmax(-1)
             return torch.multinomial(logits.softmax(-1).flatten(0, -2), 1).view(logits.shape[:-1])
-        rows = inputs.size(0)
-        groups = torch.zeros(rows, dtype=torch.long, device=inputs.device)
-        row_ids = torch.arange(rows, device=inputs.device) + first_row
-        with self.generator_row_dropout.plan(groups, num_groups=1, row_ids=row_ids):
+        with self.generator_row_dropout.plan_rows(inputs.size(0), first_row, inputs.device):
             logits = self.generator(input_ids=inputs, attention_mask=generator_mask).logits.float()
             if not self.config.sample_generator:
                 return logits.argmax(-1)
@@ -241,10 +238,7 @@ class DiffCSEModel(ContrastiveModel):
         global index of the first edited row (keys its row-seeded dropout masks)."""
         if self.discriminator_row_dropout is None:
             return self._discriminate(h, input_ids, attention_mask, token_type_ids)
-        rows = input_ids.size(0)
-        groups = torch.zeros(rows, dtype=torch.long, device=input_ids.device)
-        row_ids = torch.arange(rows, device=input_ids.device) + first_row
-        with self.discriminator_row_dropout.plan(groups, num_groups=1, row_ids=row_ids):
+        with self.discriminator_row_dropout.plan_rows(input_ids.size(0), first_row, input_ids.device):
             return self._discriminate(h, input_ids, attention_mask, token_type_ids)
 
     def _discriminate(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,

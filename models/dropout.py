@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -154,6 +154,13 @@ class RowDropoutController:
             if self.row_seeded:  # keyed masks can be re-made after the block: for a recomputation in backward
                 self._last_plan = self._plan
             self._plan = None
+
+    def plan_rows(self, rows: int, first_row: int, device: torch.device) -> ContextManager[None]:
+        """:meth:`plan` for ``rows`` rows of one pass at the modules' own rate, whose global indices start at
+        ``first_row`` (a network that sees one row per sentence or edited sentence: DiffCSE's discriminator and
+        generator)."""
+        return self.plan(torch.zeros(rows, dtype=torch.long, device=device), num_groups=1,
+                         row_ids=torch.arange(rows, device=device) + first_row)
 
     def row_uniforms(self, row_numel: int) -> torch.Tensor:
         """Row-seeded uniforms in (0, 1), float64 [rows, row_numel], for the planned rows (keyed by the step, this
