@@ -6,7 +6,8 @@
 # scores the best checkpoint's export on the 7 STS test sets. Run it under the CPU lock on a shared machine:
 #   flock /tmp/cse_cpu.lock bash scripts/standin.sh simcse 43
 # Outputs: outputs/standin/<run>/ and outputs/standin/<run>{.log,_test.log,_test.json}, <run> = METHOD for seed 42,
-# METHOD_seedSEED otherwise, or $STANDIN_RUN when set (a variant with extra flags, e.g. STANDIN_RUN=simcse_cached16). DiffCSE has its own script (scripts/standin_diffcse.sh: it needs a stand-in generator).
+# METHOD_seedSEED otherwise, or $STANDIN_RUN when set (a variant with extra flags, e.g. STANDIN_RUN=simcse_cached16).
+# DiffCSE has its own script (scripts/standin_diffcse.sh: it needs a stand-in generator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 method=${1:?usage: bash scripts/standin.sh METHOD [SEED] [extra flags]}
