@@ -459,8 +459,9 @@ def test_benchmark_counts_one_extra_forward_and_renders():
     ("run_unsup", ["--method", "s_simcse"]),
     ("run_diffcse", []),
 ])
-def test_the_flag_trains_every_script(paths, tmp_path, script, flags):
-    """``--cache_chunk_size 3`` (batch 8: chunks 3 + 3 + 2) through the training scripts, to the export."""
+def test_the_flag_trains_every_script(paths, tmp_path, script, flags, capsys):
+    """``--cache_chunk_size 3`` (batch 8: chunks 3 + 3 + 2) through the training scripts, to the export; it turns
+    row-seeded masks on, which the run summary and the model card say."""
     import run_diffcse
     import run_unsup
     from tests.tiny import FAST_TRAINING_ARGS
@@ -475,3 +476,6 @@ def test_the_flag_trains_every_script(paths, tmp_path, script, flags):
     assert json.loads((out / "run_arguments.json").read_text())["CLTrainingArguments" if script == "run_unsup"
                                                                  else "DiffCSETrainingArguments"]["cache_chunk_size"] == 3
     assert (out / "export" / "hf" / "model.safetensors").is_file()
+    assert ("step: cached, 3 sentences per backbone pass (--cache_chunk_size); row_seeded dropout masks"
+            in capsys.readouterr().out)
+    assert '"dropout_masks": "row_seeded"' in (out / "export" / "hf" / "README.md").read_text()

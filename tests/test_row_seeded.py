@@ -177,3 +177,12 @@ def test_cache_chunk_size_turns_row_seeded_masks_on_unless_told_otherwise(caplog
     with caplog.at_level(logging.WARNING):
         assert with_cached_dropout({"dropout_masks": "stream"}, 16) == {"dropout_masks": "stream"}
     assert "each chunk draws its own dropout masks" in caplog.text
+
+
+def test_the_run_summary_names_a_cached_step_and_its_masks():
+    from trainers.summary import describe_step
+
+    assert describe_step("stream", None) is None  # the plain step adds no line
+    assert describe_step("row_seeded", 16) == ("cached, 16 sentences per backbone pass (--cache_chunk_size); "
+                                               "row_seeded dropout masks (--dropout_masks; docs/cached_training.md)")
+    assert describe_step("stream", 16).startswith("cached, 16 sentences")

@@ -25,7 +25,7 @@ from models.export import export_model
 from .cl_trainer import CLTrainer
 from .errors import UsageError
 from .methods import build_collator
-from .summary import RunSummary, format_summary
+from .summary import RunSummary, describe_step, format_summary
 
 logger = logging.getLogger("cse_repro")
 
@@ -125,7 +125,9 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             corpus=corpus, train_rows=len(train_dataset), steps=trainer.state.global_step,
             evaluation_seconds=trainer.evaluation_seconds,
             wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
-            tensorboard_dir=tensorboard_dir(training_args), warnings=warnings)), flush=True)
+            tensorboard_dir=tensorboard_dir(training_args), warnings=warnings,
+            step=describe_step(model.config.dropout_masks, getattr(training_args, "cache_chunk_size", None)))),
+            flush=True)
     return metrics
 
 

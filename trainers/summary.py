@@ -28,6 +28,8 @@ class RunSummary:
     selected_best: bool = True
     tensorboard_dir: str | None = None
     warnings: list[str] = field(default_factory=list)
+    #: How the steps ran when it is not the plain step: a cached step and / or row-seeded dropout masks.
+    step: str | None = None
 
 
 def duration(seconds: float) -> str:
@@ -83,6 +85,8 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"training: {duration(runtime)}" + (f" for {steps} steps" if steps else "")
                      + (f" ({duration(summary.evaluation_seconds)} of it evaluating)" if summary.evaluation_seconds
                         else "") + throughput(m, summary.evaluation_seconds))
+    if summary.step:
+        lines.append(f"step: {summary.step}")
     if summary.export:
         hf, st = summary.export.get("hf"), summary.export.get("sentence-transformers")
         lines.append(f"export: {hf} (AutoModel)" + (f" and {st} (SentenceTransformer)" if st else ""))
@@ -93,4 +97,14 @@ def format_summary(summary: RunSummary) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RunSummary", "duration", "format_summary", "throughput"]
+def describe_step(dropout_masks: str, cache_chunk_size: int | None) -> str | None:
+    """The summary's ``step:`` line, or ``None`` for the plain step (uncached, stream masks)."""
+    parts = []
+    if cache_chunk_size:
+        parts.append(f"cached, {cache_chunk_size} sentences per backbone pass (--cache_chunk_size)")
+    if dropout_masks != "stream":
+        parts.append(f"{dropout_masks} dropout masks (--dropout_masks; docs/cached_training.md)")
+    return "; ".join(parts) or None
+
+
+__all__ = ["RunSummary", "describe_step", "duration", "format_summary", "throughput"]
