@@ -207,7 +207,7 @@ class DiffCSEModel(ContrastiveModel):
             fill[:, 0] = False
         rows = inputs.size(0)
         step = rows if chunk_size is None or self.generator_row_dropout is None else chunk_size * self.rtd_views
-        first_row = self.first_sentence(rows // self.rtd_views) * self.rtd_views
+        first_row = self.first_rtd_row(rows)
         predicted = torch.cat([self.generate(inputs[start:start + step], mask[start:start + step], first_row + start)
                                for start in range(0, rows, step)])
         # Generated tokens at the fill positions, the input elsewhere; no boolean indexing, so no host-device sync.
@@ -215,6 +215,11 @@ class DiffCSEModel(ContrastiveModel):
         given = batch["rtd_labels"]
         labels = torch.where(given >= 0, given, (edited != batch["rtd_original_ids"]).long())
         return edited, labels * mask
+
+    def first_rtd_row(self, rows: int) -> int:
+        """Global index of this process's first edited row, of ``rows`` (``rtd_views`` per sentence): what keys the
+        generator's and the discriminator's row-seeded masks."""
+        return self.first_sentence(rows // self.rtd_views) * self.rtd_views
 
     def generate(self, inputs: torch.Tensor, mask: torch.Tensor, first_row: int = 0) -> torch.Tensor:
         """The generator's token at every position of ``inputs`` [n, L']: sampled from its distribution (the paper)
@@ -304,7 +309,7 @@ class RTDObjective(PerSentenceObjective):
         self.all_rows = edited.size(0)
         self.tokens = mask.new_tensor(mask.numel()) if model.config.rtd_include_padding else mask.sum()
         self.token_types = batch.get("token_type_ids") is not None
-        self.first_sentence = model.first_sentence(self.all_rows // model.rtd_views)
+        self.first_row = model.first_rtd_row(self.all_rows)
 
     def loss(self, embeddings: ViewEmbeddings, rows: dict[str, torch.Tensor], start: int,
              end: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -314,7 +319,7 @@ class RTDObjective(PerSentenceObjective):
         edited, labels, mask = rows["edited"], rows["labels"], rows["mask"]
         token_types = torch.zeros_like(edited) if self.token_types else None
         logits = self.model.discriminate(h, edited, mask, token_types,
-                                         first_row=(self.first_sentence + start) * self.model.rtd_views)
+                                         first_row=self.first_row + start * self.model.rtd_views)
         whole = edited.size(0) == self.all_rows
         rtd = rtd_loss(logits, labels, mask, include_padding=config.rtd_include_padding,
                        normaliser=None if whole else self.tokens)

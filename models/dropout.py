@@ -21,8 +21,8 @@ Where the randomness comes from (``--dropout_masks``, ``models.config``):
   resumed runs draw the same rates and masks); ``install_row_dropout`` is then only used when rates differ per row.
 - ``row_seeded``: every mask and sampled rate is a function of (the step's seed, the dropout module, the row's
   global index, the element) (``models.row_seeded``), so a row gets the same mask whatever else is in the pass: a cached
-  step's chunks (``trainers/cached_step.py``) draw exactly the uncached step's masks. The step's seed comes from the
-  global CPU generator once per step (:meth:`models.base.ContrastiveModel.dropout_step`); plans carry the rows'
+  step's chunks (``trainers/cached_step.py``) draw exactly the uncached step's masks. The step's seed comes from
+  Python's ``random`` once per step (:meth:`models.base.ContrastiveModel.dropout_step`); plans carry the rows'
   global indices.
 """
 from __future__ import annotations
@@ -48,7 +48,6 @@ ROW_DROPOUT_ATTENTION = "cse_row_dropout"
 #: Kinds of keyed draws of one controller (with ``row_seeded`` masks): masks, per-module rates, per-pass rates, and
 #: uniforms a network's caller draws for its rows (DiffCSE's generator sampling).
 _MASKS, _RATES, _PASS_RATES, _UNIFORMS = range(4)
-
 
 
 @dataclass
@@ -299,12 +298,10 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
     """Replace every ``nn.Dropout`` in ``encoder`` by a :class:`RowDropout` of the same ``p`` driven by
     ``controller`` and route attention through :func:`row_dropout_attention`. Returns how many were replaced."""
     targets = [(name, module) for name, module in encoder.named_modules() if isinstance(module, nn.Dropout)]
-    swapped: list[str] = []
-    for name, module in targets:
+    for index, (name, module) in enumerate(targets):
         parent_name, _, child = name.rpartition(".")
         parent = encoder.get_submodule(parent_name) if parent_name else encoder
-        setattr(parent, child, RowDropout(module.p, controller, index=len(swapped)))
-        swapped.append(name)
+        setattr(parent, child, RowDropout(module.p, controller, index=index))
     config = getattr(encoder, "config", None)
     if config is not None and getattr(config, "_attn_implementation", None) != ROW_DROPOUT_ATTENTION:
         if hasattr(encoder, "set_attn_implementation"):

@@ -1,5 +1,5 @@
-"""Counter-based random numbers keyed by (step, dropout call, row, element): dropout masks that do not depend on how
-the batch is split.
+"""Counter-based random numbers keyed by (step, dropout module, row, element): dropout masks that do not depend on
+how the batch is split.
 
 torch's generators produce a stream: a ``[n, ...]`` draw is not a slice of the ``[B, ...]`` draw, so a backbone pass
 over 16 sentences draws other masks for them than a pass over all 64. A cached step (``trainers/cached_step.py``,
@@ -12,7 +12,8 @@ Philox; Salmon et al., SC 2011): the key of an element of a dropout input is
 
 so the row of sentence ``i`` gets the same mask whether it is encoded alone, in a chunk, in the full batch, on
 another process (its global index includes the process's offset), on another device (integer arithmetic, exact on
-CPU and GPU), or again when gradient checkpointing recomputes a layer during backward. ``--dropout_masks row_seeded`` (``models.config``) switches the backbone's dropout to these masks;
+CPU and GPU), or again when gradient checkpointing recomputes a layer during backward. ``--dropout_masks
+row_seeded`` (``models.config``) switches the backbone's dropout to these masks;
 :class:`models.dropout.RowDropoutController` applies them.
 
 The mixing function is Chris Wellons' ``lowbias32`` (hash-prospector; a bijection of 32-bit integers with low
@@ -21,11 +22,13 @@ on every backend): the second multiplier is used as its negative twin ``c - 2**3
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 MASK32 = 0xFFFFFFFF
-_MULTIPLIER_1 = 0x7FEB352D
-_MULTIPLIER_2 = 0x846CA68B - (1 << 32)  # same low 32 bits as 0x846CA68B; |value| < 2**31
+_MULTIPLIER_1, _MULTIPLIER_2 = 0x7FEB352D, 0x846CA68B  # lowbias32's multipliers
+_MULTIPLIER_2_INT64 = _MULTIPLIER_2 - (1 << 32)  # same low 32 bits as _MULTIPLIER_2; |value| < 2**31
 _GOLDEN = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive keys before mixing
 TWO_32 = float(1 << 32)
 #: ``--dropout_masks``: torch's generator stream (the papers' code) or masks keyed by row (this module).
@@ -37,7 +40,7 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     x = x ^ (x >> 16)
     x = (x * _MULTIPLIER_1) & MASK32
     x = x ^ (x >> 15)
-    x = (x * _MULTIPLIER_2) & MASK32
+    x = (x * _MULTIPLIER_2_INT64) & MASK32
     return x ^ (x >> 16)
 
 
@@ -45,9 +48,9 @@ def mix32_int(x: int) -> int:
     """:func:`mix32` of one Python int (host side: seeds of calls, no device work)."""
     x &= MASK32
     x ^= x >> 16
-    x = (x * 0x7FEB352D) & MASK32
+    x = (x * _MULTIPLIER_1) & MASK32
     x ^= x >> 15
-    x = (x * 0x846CA68B) & MASK32
+    x = (x * _MULTIPLIER_2) & MASK32
     return x ^ (x >> 16)
 
 
@@ -87,12 +90,8 @@ def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: 
     """Dropout keep-mask (bool, ``shape``) for an input whose dimension 0 are the rows ``row_ids``: an element is kept
     when its 32-bit number is at least ``rate * 2**32`` of its row, i.e. with probability ``1 - rate``
     (to within 2**-32)."""
-    rows = shape[0]
-    row_numel = 1
-    for size in shape[1:]:
-        row_numel *= size
     thresholds = (rates.double() * TWO_32).ceil().long().unsqueeze(1)
-    return (keyed_bits(seed, row_ids, row_numel) >= thresholds).view(rows, *shape[1:])
+    return (keyed_bits(seed, row_ids, math.prod(shape[1:])) >= thresholds).view(shape)
 
 
 __all__ = ["DROPOUT_MASKS", "call_seed", "inverse_cdf_sample", "keyed_bits", "keyed_keep_mask", "keyed_uniform",
