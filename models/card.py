@@ -6,6 +6,8 @@ import json
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
+from .poolers import test_time_pooler
+
 if TYPE_CHECKING:
     from .base import ContrastiveModel
 
@@ -14,10 +16,8 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
                kind: str) -> str:
     """Markdown card: the Hub's YAML metadata, the pooling to use, the scores (labelled with their split), the
     method's hyperparameters, a training summary, and every training argument in a collapsed section."""
-    from .export import test_time_pooler
-
     config = model.config
-    pooler = test_time_pooler(model)
+    pooler = test_time_pooler(config)
     usage = {
         "plain": (f"Load with `AutoModel.from_pretrained(path)` and pool with **`{pooler}`**: "
                   + ("`outputs.pooler_output` ([CLS] + the trained MLP)." if pooler == "cls" else

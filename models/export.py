@@ -22,19 +22,12 @@ from transformers import AutoModel, PreTrainedTokenizerBase
 from .base import ContrastiveModel, has_linear_tanh_pooler
 from .card import model_card
 from .heads import MLPProjector
+from .poolers import test_time_pooler
 
 logger = logging.getLogger(__name__)
 
 # Our pooler -> sentence-transformers Pooling mode (avg_first_last / avg_top2 have no ST equivalent).
 ST_POOLING = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
-
-
-def test_time_pooler(model: ContrastiveModel) -> str:
-    """The ``--pooler`` value that reproduces the model's test-time embedding from the plain export."""
-    config = model.config
-    if config.pooler_type == "cls":
-        return "cls" if config.projects_at_test else "cls_before_pooler"
-    return config.pooler_type
 
 
 def export_plain(model: ContrastiveModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
@@ -60,7 +53,7 @@ def export_sentence_transformers(
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
 
-    pooler = test_time_pooler(model)
+    pooler = test_time_pooler(model.config)
     if pooler not in ST_POOLING:
         logger.warning("no sentence-transformers export: pooler %r has no sentence-transformers Pooling mode", pooler)
         return None
@@ -96,5 +89,5 @@ def export_model(
             (st_dir / "README.md").write_text(
                 model_card(model, scores=scores, training=training, kind="sentence-transformers"))
     model.train(was_training)
-    logger.info("exported %s (pooler %s) and %s", plain, test_time_pooler(model), st_dir)
+    logger.info("exported %s (pooler %s) and %s", plain, test_time_pooler(model.config), st_dir)
     return {"hf": plain, "sentence-transformers": st_dir}

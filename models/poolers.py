@@ -26,6 +26,14 @@ def needs_hidden_states(pooler_type: str) -> bool:
     return pooler_type in ("avg_first_last", "avg_top2")
 
 
+def test_time_pooler(config) -> str:
+    """The ``--pooler`` value that reproduces a ``ContrastiveConfig``'s test-time embedding from the plain export
+    (``cls``: [CLS] + the MLP in BERT's pooler slot; ``cls_before_pooler``: [CLS] alone)."""
+    if config.pooler_type == "cls":
+        return "cls" if config.projects_at_test else "cls_before_pooler"
+    return config.pooler_type
+
+
 def _masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)

@@ -22,7 +22,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from data.augment import LengthExtender, MaskedLMFiller
 from data.collators import ContrastiveCollator
 from data.diffcse_collator import DiffCSECollator
-from eval.loading import load_auto_model
+from eval.backbone import load_auto_model
 from models.base import ContrastiveModel
 from models.config import DIFFCSE, UNSUP, ContrastiveConfig, check_settings
 from models.diffcse import DiffCSEModel, check_generator_vocabulary
