@@ -19,7 +19,6 @@ from transformers import set_seed
 
 from data.corpus import UNSUP_HINT, load_next_sentence_corpus
 from trainers.arguments import DataArguments, ModelArguments, parse_args
-from trainers.cached_step import with_cached_dropout
 from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model, resolve_settings
@@ -33,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         description=__doc__)
     setup_logging(training_args)
     with reraise_as(UsageError, ValueError):
-        settings = with_cached_dropout(diffcse_args.explicit_settings(), training_args.cache_chunk_size)
+        settings = diffcse_args.explicit_settings()
         generator_name = resolve_settings("diffcse", settings)["generator_name"]
     preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
                                          "--generator_name": generator_name},
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         tokenizer = load_tokenizer(model_args)
         model = build_model("diffcse", model_args.model_name_or_path,
                             attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
-                            tokenizer=tokenizer, **settings)
+                            tokenizer=tokenizer, cache_chunk_size=training_args.cache_chunk_size, **settings)
     train_dataset = None
     if model.config.rtd_source == "next":  # Table 3: pairs of consecutive sentences from an ordered corpus
         train_dataset = load_next_sentence_corpus(data_args.train_file)

@@ -16,7 +16,6 @@ from transformers import set_seed
 
 from data.corpus import SUP_HINT, UNSUP_HINT
 from trainers.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments, parse_args
-from trainers.cached_step import with_cached_dropout
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model
 from trainers.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
@@ -27,7 +26,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, method_args, training_args = parse_args(
         (ModelArguments, DataArguments, MethodArguments, CLTrainingArguments), argv, description=__doc__)
     setup_logging(training_args)
-    settings = with_cached_dropout(method_args.explicit_settings(), training_args.cache_chunk_size)
+    settings = method_args.explicit_settings()
     preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
                                          "--insert_mlm_name_or_path": settings.get("insert_mlm_name_or_path")},
               corpus_hint=SUP_HINT if method_args.method == "sup_simcse" else UNSUP_HINT,
@@ -38,7 +37,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             UserError, OSError, prefix=f"could not load --model_name_or_path {model_args.model_name_or_path}: "):
         model = build_model(method_args.method, model_args.model_name_or_path,
                             attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
-                            **settings)
+                            cache_chunk_size=training_args.cache_chunk_size, **settings)
         tokenizer = load_tokenizer(model_args)
     return train_and_export(model, tokenizer, training_args, data_args,
                             describe_arguments(model_args, data_args, method_args, training_args))

@@ -120,6 +120,7 @@ def rss_mib() -> float:
 def one(args) -> dict:
     """One configuration in this process."""
     from trainers.cached_step import cached_forward_backward
+    from trainers.keyed_dropout import keyed_step
 
     torch.manual_seed(0)
     if args.threads:
@@ -136,7 +137,8 @@ def one(args) -> dict:
         if args.chunk:
             cached_forward_backward(model, batch, args.chunk)
         else:
-            model(**batch).loss.backward()
+            with keyed_step(model, batch["input_ids"].size(0)):  # row-seeded masks: the step's seed
+                model(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

@@ -346,6 +346,7 @@ def collate_batches(collate: Callable[[list[dict[str, str]]], Any], columns: Seq
 def repo_runner(method: str, settings: BenchSettings, backbone_config, tokenizer, device: torch.device) -> StepRunner:
     """The repository's training step for ``method``."""
     from models.views import ViewLayout
+    from trainers.keyed_dropout import keyed_step
     from trainers.methods import build_collator
 
     torch.manual_seed(settings.seed)
@@ -358,9 +359,10 @@ def repo_runner(method: str, settings: BenchSettings, backbone_config, tokenizer
 
     def step(batch: dict[str, Any]) -> None:
         batch = to_device(batch, device)
-        with autocast(settings, device):
-            loss = model(**batch).loss
-        loss.backward()
+        with keyed_step(model, batch["input_ids"].size(0)):  # row-seeded masks: the step's seed
+            with autocast(settings, device):
+                loss = model(**batch).loss
+            loss.backward()
         update()
 
     def embed(batch: dict[str, torch.Tensor]) -> torch.Tensor:

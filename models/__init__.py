@@ -9,7 +9,9 @@ from .base import ContrastiveModel, ContrastiveOutput
 from .config import ContrastiveConfig
 from .diffcse import DiffCSEModel
 from .esimcse import ESimCSEModel
-from .simcse import SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel, SupervisedSimCSEModel
+from .s_simcse import SSimCSEModel
+from .simcse import SimCSEModel, SupervisedSimCSEModel
+from .simcse_pp import SimCSEPlusPlusModel
 from .views import ViewEmbeddings
 
 # Let AutoConfig / AutoModel open this repo's checkpoints too (no remote code: the classes are registered here).

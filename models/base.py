@@ -9,19 +9,20 @@ A method is a subclass that overrides one or two of these small hooks, never the
 - :meth:`ContrastiveModel.sync_auxiliary_networks` — called once after the pretrained weights are loaded
   (ESimCSE's momentum encoder, DiffCSE's discriminator are copies of the loaded encoder).
 - :meth:`ContrastiveModel.on_optimizer_step` — called by the trainer after every optimizer step (EMA updates).
-- :meth:`ContrastiveModel.batch_loss` / :meth:`ContrastiveModel.per_sentence_objective` — the split of
-  ``compute_loss`` a cached step uses (``trainers/cached_step.py``): the part that needs the whole batch, and a part
-  that is a sum over sentences (DiffCSE's RTD). ``embed_views`` = ``project_views(encode_views(...))`` likewise.
+- :meth:`ContrastiveModel.sentence_inputs` / :meth:`ContrastiveModel.sentence_loss` — a part of the loss that is
+  a sum over sentences (DiffCSE's RTD), beside :meth:`ContrastiveModel.contrastive_loss`, which needs the whole batch.
+
+``embed_views`` = ``project_views(encode_views(...))``: encoding some sentences, and the projector on all of them.
+With ``contrastive_loss`` and the per-sentence part, these are all a training step needs to run the pieces in
+another order (``trainers/cached_step.py``); the model never hears of chunks, seeds or processes.
 
 The backbone is any ``AutoModel`` (BERT, RoBERTa, DistilBERT, MiniLM, ...): nothing here reads the model name,
 hidden sizes come from the config, and ``token_type_ids`` are passed only when the tokenizer produced them.
 """
 from __future__ import annotations
 
-import random
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -29,12 +30,12 @@ from transformers import AutoModel, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .config import ContrastiveConfig
-from .distributed import gather_with_grad, rank
-from .dropout import RowDropoutController, controller_for, install_row_dropout, needs_row_dropout
+from .distributed import gather_with_grad
+from .dropout import controller_for, install_row_dropout, needs_row_dropout
 from .heads import build_projector
+from .losses import contrastive_objective
 from .masks import prepare_attention_mask
 from .poolers import needs_hidden_states, pool
-from .simcse_pp import contrastive_objective
 from .views import ViewEmbeddings, ViewLayout
 
 
@@ -117,34 +118,6 @@ class ContrastiveModel(PreTrainedModel):
     def on_optimizer_step(self) -> None:
         """Hook: called by the trainer once per optimizer step (after ``optimizer.step()``). The base does nothing."""
 
-    # ------------------------------------------------------------------ row-seeded dropout (models/row_seeded.py)
-    def dropout_controllers(self) -> list[RowDropoutController]:
-        """The per-row dropout controllers of this model's trained networks (the encoder's; DiffCSE adds its
-        discriminator's)."""
-        return [self.dropout_controller] if self.dropout_controller is not None else []
-
-    @contextmanager
-    def dropout_step(self) -> Iterator[None]:
-        """One training step's dropout draws: with ``--dropout_masks row_seeded``, one seed from Python's global
-        ``random`` (seeded by ``set_seed`` and checkpointed by the Trainer, so a resumed run draws the same seeds; a
-        host-side draw, no tensor and no device sync) keys every mask and sampled rate of every pass inside the
-        block, so a cached step's chunks and replays (``trainers/cached_step.py``) draw the uncached step's masks.
-        Re-entrant (an inner block keeps the step's seed); a no-op with stream masks."""
-        controllers = [c for c in self.dropout_controllers() if c.row_seeded]
-        if not controllers or controllers[0].step_seed is not None:
-            yield
-            return
-        seed = random.getrandbits(62)
-        with ExitStack() as stack:
-            for controller in controllers:
-                stack.enter_context(controller.seeded_step(seed))
-            yield
-
-    def first_sentence(self, local_batch_size: int) -> int:
-        """Index in the global batch (processes in rank order, as the all-gather concatenates them) of this
-        process's first sentence: what keys row-seeded masks, so N processes draw one process's masks."""
-        return rank() * local_batch_size
-
     # ------------------------------------------------------------------ encoding
     def encode(
         self,
@@ -200,21 +173,17 @@ class ContrastiveModel(PreTrainedModel):
         Config-driven extra rows ride in the same pass (:class:`models.views.ViewLayout`): SimCSE++'s dropout-off
         copy of view 0 and the noise study's K dropout samples; they come back as named fields.
         """
-        pooled_rows = self.encode_views(input_ids, attention_mask, token_type_ids,
-                                        first_sentence=self.first_sentence(input_ids.size(0)))
-        return self.project_views(pooled_rows, input_ids.size(1))
+        return self.project_views(self.encode_views(input_ids, attention_mask, token_type_ids), input_ids.size(1))
 
     def encode_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     token_type_ids: torch.Tensor | None = None, *, first_sentence: int = 0) -> torch.Tensor:
+                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The backbone half of :meth:`embed_views`: [B, V, L] -> pooled rows [B, num_rows, h] (every row of the
-        :class:`models.views.ViewLayout`, before the projector). Rows of different sentences never interact, so a
-        cached step (``trainers.cached_step``) runs it chunk by chunk; ``first_sentence`` is the global index of
-        the first sentence (what keys its row-seeded dropout masks)."""
+        :class:`models.views.ViewLayout`, before the projector). Rows of different sentences never interact."""
         layout = ViewLayout.from_config(self.config, input_ids.size(1))
         input_ids, attention_mask, token_type_ids = map(layout.expand, (input_ids, attention_mask, token_type_ids))
         batch_size, num_rows, length = input_ids.shape
         flat = lambda t: None if t is None else t.reshape(batch_size * num_rows, length)  # noqa: E731
-        with layout.dropout_plan(self.dropout_controller, batch_size, input_ids.device, first_sentence):
+        with layout.dropout_plan(self.dropout_controller, batch_size, input_ids.device):
             pooled = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
         return pooled.view(batch_size, num_rows, -1)
 
@@ -237,25 +206,34 @@ class ContrastiveModel(PreTrainedModel):
 
     def compute_loss(self, embeddings: ViewEmbeddings,
                      batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The training loss of the step: the base's is :meth:`contrastive_loss`. A method with a per-sentence part
+        (:meth:`sentence_loss`) adds it here (DiffCSE: ``L = L_contrastive + lambda * L_RTD``)."""
+        return self.contrastive_loss(embeddings, batch)
+
+    def contrastive_loss(self, embeddings: ViewEmbeddings,
+                         batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """SimCSE's InfoNCE over the global batch: view 0 anchors, view 1 positives, optional view 2 hard
         negatives (supervised SimCSE); plus :meth:`extra_negatives` and the config-driven SimCSE++ parts
-        (:func:`models.simcse_pp.contrastive_objective`: off-dropout negatives, DCL, ablations) on any method."""
+        (:func:`models.losses.contrastive_objective`: off-dropout negatives, DCL, ablations) on any method."""
         return contrastive_objective(self.config, embeddings.map(self.gather), self.extra_negatives())
 
-    # ------------------------------------------------------------------ cached steps (trainers/cached_step.py)
-    def batch_loss(self, embeddings: ViewEmbeddings,
-                   batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The part of :meth:`compute_loss` that needs every embedding of the (global) batch at once; a method with
-        a :meth:`per_sentence_objective` overrides this to leave that part out. The base: all of it."""
-        return self.compute_loss(embeddings, batch)
-
-    def per_sentence_objective(self, batch: dict[str, Any],
-                               chunk_size: int | None = None) -> "PerSentenceObjective | None":
-        """Hook: the part of the loss that is a sum over this process's sentences given their embeddings (DiffCSE's
-        RTD), which a cached step computes chunk by chunk; ``None`` (the base) when there is none. Called once per
-        step, after :meth:`batch_loss`: the step's data-dependent randomness (DiffCSE's generator edit) happens here;
-        ``chunk_size``: the cached step's sentences per pass, for no-grad passes that can run chunk by chunk."""
+    # ------------------------------------------------------------------ a per-sentence part of the loss
+    def sentence_inputs(self, batch: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+        """Hook: the inputs of a loss part that is a sum over sentences given their embeddings, drawn once per step
+        (DiffCSE: the generator's edit x'' and its labels), tensors [B * r, ...] sentence-major (r rows per
+        sentence); ``None`` (the base): no such part."""
         return None
+
+    def sentence_loss(self, embeddings: ViewEmbeddings, inputs: dict[str, torch.Tensor],
+                      batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Hook: the per-sentence part for the sentences of ``embeddings`` and ``inputs`` (all of ``batch``'s, or
+        some of them), as their share of the part over ``batch``, so that the shares of any split of the batch sum
+        to the whole; returns ``(loss, statistics)``, statistics additive over sentences."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-sentence loss")
+
+    def sentence_metrics(self, statistics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Hook: the logged metrics of the per-sentence part from its (summed) statistics."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-sentence loss")
 
     def forward(
         self,
@@ -271,27 +249,7 @@ class ContrastiveModel(PreTrainedModel):
                 f"{tuple(input_ids.shape)}; use .embed() for [batch, length] inputs")
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
                  **method_inputs}
-        with self.dropout_step():
-            embeddings = self.embed_views(input_ids, attention_mask, token_type_ids)
-            loss, metrics = self.compute_loss(embeddings, batch)
+        embeddings = self.embed_views(input_ids, attention_mask, token_type_ids)
+        loss, metrics = self.compute_loss(embeddings, batch)
         return ContrastiveOutput(loss=loss, embeddings=embeddings, metrics=metrics)
 
-
-class PerSentenceObjective:
-    """What :meth:`ContrastiveModel.per_sentence_objective` returns (an interface; DiffCSE implements it).
-
-    ``rows``: the per-sentence inputs, tensors [B * r, ...] ordered sentence-major (r rows per sentence).
-    ``loss(embeddings, rows, start, end)``: the loss of sentences ``start:end`` given their embeddings (a slice of
-    the step's :class:`ViewEmbeddings`) and rows, weighted so that the losses of the chunks of a batch sum to the
-    full-batch loss; returns ``(loss, sums)`` with ``sums`` additive statistics. ``metrics(sums)``: the logged
-    metrics from the summed statistics of all chunks.
-    """
-
-    rows: dict[str, torch.Tensor]
-
-    def loss(self, embeddings: ViewEmbeddings, rows: dict[str, torch.Tensor], start: int,
-             end: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        raise NotImplementedError
-
-    def metrics(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        raise NotImplementedError

@@ -23,10 +23,13 @@ from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
 from .poolers import POOLER_TYPES
-from .row_seeded import DROPOUT_MASKS
-from .s_simcse import DROPOUT_DISTRIBUTIONS
 
 PROJECTOR_TYPES = ("mlp", "batchnorm", "none")
+#: ``--dropout_masks``: torch's generator stream (the papers' code) or masks keyed by row (``models/row_seeded.py``,
+#: installed by the training step: ``trainers/keyed_dropout.py``).
+DROPOUT_MASKS = ("stream", "row_seeded")
+#: ``--dropout_dist``: S-SimCSE's rate distributions (``models.dropout.sample_dropout_rates``); ``none``: fixed rate.
+DROPOUT_DISTRIBUTIONS = ("none", "uniform", "normal")
 
 UNSUP, DIFFCSE = "run_unsup", "run_diffcse"
 BOTH = (UNSUP, DIFFCSE)

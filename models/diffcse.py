@@ -40,11 +40,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
 
-from .base import ContrastiveModel, PerSentenceObjective, drop_unused_pooler
+from .base import ContrastiveModel, drop_unused_pooler
 from .config import ContrastiveConfig
 from .distributed import world_size
 from .dropout import RowDropoutController, install_row_dropout
-from .row_seeded import inverse_cdf_sample
 from .losses import upcast
 from .masks import prepare_attention_mask
 from .views import ViewEmbeddings
@@ -120,9 +119,8 @@ def rtd_loss(
         include_padding: ``False`` (default): T = the real (non-padding) tokens. ``True``: T = every position, padded
             ones counting as "not replaced" (label 0), which is what the original code's
             ``CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1))`` over the padded batch does.
-        normaliser: the token count |T| of the whole batch when these rows are a chunk of it (a cached step,
-            ``trainers/cached_step.py``): the chunk's summed loss / |T|, so that the chunks' losses add up to the
-            batch's. ``None``: the mean over these rows.
+        normaliser: the token count |T| of the batch when these rows are some of its sentences: their summed loss /
+            |T|, so that the parts of a batch add up to its loss. ``None``: the mean over these rows.
     """
     logits = upcast(logits).reshape(-1, logits.size(-1))
     real = attention_mask.reshape(-1).bool()
@@ -160,7 +158,7 @@ class DiffCSEModel(ContrastiveModel):
         self.generator = generator if generator is not None else generator_from_config(config.generator_config)
         self.generator.requires_grad_(False)
         # Row-seeded masks reach the discriminator and the generator (its dropout with generator_dropout, and its
-        # sampling) too: a cached step runs both chunk by chunk and never replays them.
+        # sampling) too: each row keyed by its own index, whatever else is in the pass.
         self.discriminator_row_dropout = self.generator_row_dropout = None
         if config.dropout_masks == "row_seeded":
             self.discriminator_row_dropout = RowDropoutController(masks="row_seeded", stream=1)
@@ -174,10 +172,6 @@ class DiffCSEModel(ContrastiveModel):
         """The discriminator starts as an exact copy of the loaded encoder (same pretrained weights)."""
         self.discriminator.load_state_dict(self.encoder.state_dict())
 
-    def dropout_controllers(self) -> list[RowDropoutController]:
-        extra = [c for c in (self.discriminator_row_dropout, self.generator_row_dropout) if c is not None]
-        return super().dropout_controllers() + extra
-
     def train(self, mode: bool = True) -> "DiffCSEModel":
         """``model.train()`` switches the frozen generator's dropout on only with ``generator_dropout`` (the
         released code's behaviour); its weights stay frozen either way."""
@@ -190,64 +184,58 @@ class DiffCSEModel(ContrastiveModel):
         """Leading views that get an edited copy: 1 (the paper: one x'' per sentence) or 2 (the code)."""
         return 2 if self.config.rtd_all_views else 1
 
-    # ------------------------------------------------------------------ the RTD task
+    # ------------------------------------------------------------------ the objective (Sec. 3)
+    def compute_loss(self, embeddings: ViewEmbeddings,
+                     batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``L = L_contrastive + lambda * L_RTD``: the base's objective (with whatever generic parts the config turns
+        on), then the generator's edit x'' and the discriminator's replaced-token detection conditioned on this
+        process's h (after the projector, or before it with ``condition_before_projector``)."""
+        contrastive, metrics = self.contrastive_loss(embeddings, batch)
+        edited, labels = self.edit(batch)
+        rtd, counts = self.rtd(embeddings, edited, labels, batch)
+        return contrastive + self.config.lambda_weight * rtd, {**metrics, "rtd_loss": rtd.detach(),
+                                                               **rtd_ratios(counts)}
+
+    def contrastive_loss(self, embeddings: ViewEmbeddings,
+                         batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``L_contrastive``; times 0 for Table 3's "w/o contrastive loss" (``use_contrastive_loss=False``)."""
+        contrastive, metrics = super().contrastive_loss(embeddings, batch)
+        if not self.config.use_contrastive_loss:
+            contrastive = contrastive * 0.0  # keeps the graph (and DDP's gradient buckets) intact
+        return contrastive, metrics
+
     @torch.no_grad()
-    def edit(self, batch: dict[str, Any], chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def edit(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """The generator fills the collator's positions -> (edited ids x'', RTD labels), both [N, L'].
 
         A label is 1 where x'' differs from the original (a generated token equal to the original counts as kept),
-        or the collator's own label (insertion / deletion). ``chunk_size``: sentences per generator pass (a cached
-        step's), used with row-seeded masks only: their keyed sampling and generator dropout make a chunk's
-        predictions the full pass's, so the [N, L', vocab] logits never exist for more than a chunk. Stream masks:
-        one pass, whose draws chunks would change."""
+        or the collator's own label (insertion / deletion)."""
         inputs, mask = batch["rtd_input_ids"], batch["rtd_attention_mask"]
         fill = batch["rtd_fill"].bool()
         if self.config.generator_all_positions:  # the code: generator output everywhere but position 0 and padding
             fill = mask.bool().clone()
             fill[:, 0] = False
-        rows = inputs.size(0)
-        step = rows if chunk_size is None or self.generator_row_dropout is None else chunk_size * self.rtd_views
-        first_row = self.first_rtd_row(rows)
-        predicted = torch.cat([self.generate(inputs[start:start + step], mask[start:start + step], first_row + start)
-                               for start in range(0, rows, step)])
         # Generated tokens at the fill positions, the input elsewhere; no boolean indexing, so no host-device sync.
-        edited = torch.where(fill, predicted, inputs)
+        edited = torch.where(fill, self.generate(inputs, mask), inputs)
         given = batch["rtd_labels"]
         labels = torch.where(given >= 0, given, (edited != batch["rtd_original_ids"]).long())
         return edited, labels * mask
 
-    def first_rtd_row(self, rows: int) -> int:
-        """Global index of this process's first edited row, of ``rows`` (``rtd_views`` per sentence): what keys the
-        generator's and the discriminator's row-seeded masks."""
-        return self.first_sentence(rows // self.rtd_views) * self.rtd_views
-
-    def generate(self, inputs: torch.Tensor, mask: torch.Tensor, first_row: int = 0) -> torch.Tensor:
+    def generate(self, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The generator's token at every position of ``inputs`` [n, L']: sampled from its distribution (the paper)
-        or its argmax (the code). Sampling: ``torch.multinomial`` with stream masks; by the inverse CDF of row-seeded
-        uniforms (keyed by the rows' global indices, from ``first_row``) with row-seeded masks."""
-        generator_mask = prepare_attention_mask(self.generator, mask)
-        if self.generator_row_dropout is None:
-            logits = self.generator(input_ids=inputs, attention_mask=generator_mask).logits.float()
-            if not self.config.sample_generator:
-                return logits.argmax(-1)
-            return torch.multinomial(logits.softmax(-1).flatten(0, -2), 1).view(logits.shape[:-1])
-        with self.generator_row_dropout.plan_rows(inputs.size(0), first_row, inputs.device):
-            logits = self.generator(input_ids=inputs, attention_mask=generator_mask).logits.float()
-            if not self.config.sample_generator:
-                return logits.argmax(-1)
-            return inverse_cdf_sample(logits.softmax(-1), self.generator_row_dropout.row_uniforms(inputs.size(1)))
+        or its argmax (the code). Sampling: ``torch.multinomial``, or with row-seeded masks the inverse CDF of keyed
+        uniforms (the generator's controller draws them, so a part of the rows samples what the full pass does)."""
+        logits = self.generator(input_ids=inputs, attention_mask=prepare_attention_mask(self.generator, mask)).logits
+        logits = logits.float()
+        if not self.config.sample_generator:
+            return logits.argmax(-1)
+        if self.generator_row_dropout is not None:
+            return self.generator_row_dropout.categorical(logits.softmax(-1))
+        return torch.multinomial(logits.softmax(-1).flatten(0, -2), 1).view(logits.shape[:-1])
 
     def discriminate(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     token_type_ids: torch.Tensor | None = None, *, first_row: int = 0) -> torch.Tensor:
-        """Conditional discriminator: x'' with h at position 0 -> per-token logits [N, L', 2]. ``first_row``: the
-        global index of the first edited row (keys its row-seeded dropout masks)."""
-        if self.discriminator_row_dropout is None:
-            return self._discriminate(h, input_ids, attention_mask, token_type_ids)
-        with self.discriminator_row_dropout.plan_rows(input_ids.size(0), first_row, input_ids.device):
-            return self._discriminate(h, input_ids, attention_mask, token_type_ids)
-
-    def _discriminate(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      token_type_ids: torch.Tensor | None) -> torch.Tensor:
+                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Conditional discriminator: x'' with h at position 0 -> per-token logits [N, L', 2]."""
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         attention_mask = prepare_attention_mask(self.discriminator, attention_mask)
         if self.config.rtd_condition_site == "inputs_embeds":
@@ -271,62 +259,37 @@ class DiffCSEModel(ContrastiveModel):
                 handle.remove()
         return self.rtd_head(hidden)
 
-    def compute_loss(self, embeddings: ViewEmbeddings,
-                     batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``L_contrast`` (the base, with whatever generic parts the config turns on) + lambda * ``L_RTD``; the
-        discriminator is conditioned on this process's h (after the projector, or before it with
-        ``condition_before_projector``)."""
-        contrastive, metrics = self.batch_loss(embeddings, batch)
-        rtd = self.per_sentence_objective(batch)
-        loss, sums = rtd.loss(embeddings, rtd.rows, 0, embeddings.views.size(0))
-        return contrastive + loss, {**metrics, **rtd.metrics(sums)}
+    def rtd(self, embeddings: ViewEmbeddings, edited: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any],
+            mask: torch.Tensor | None = None, normaliser: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``L_RTD`` of the sentences of ``embeddings`` (``rtd_views`` edited rows each: ``edited``, ``labels``,
+        ``mask``, by default the batch's ``rtd_attention_mask``), and the token counts :func:`rtd_counts`."""
+        mask = batch["rtd_attention_mask"] if mask is None else mask
+        source = embeddings.pooled if self.config.condition_before_projector else embeddings.views
+        h = source[:, : self.rtd_views].reshape(-1, source.size(-1))
+        token_types = torch.zeros_like(edited) if batch.get("token_type_ids") is not None else None
+        logits = self.discriminate(h, edited, mask, token_types)
+        loss = rtd_loss(logits, labels, mask, include_padding=self.config.rtd_include_padding, normaliser=normaliser)
+        return loss, rtd_counts(logits, labels, mask)
 
-    # ------------------------------------------------------------------ the split a cached step uses
-    def batch_loss(self, embeddings: ViewEmbeddings,
-                   batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``L_contrast`` alone (the part that needs the whole batch)."""
-        contrastive, metrics = super().compute_loss(embeddings, batch)
-        if not self.config.use_contrastive_loss:
-            contrastive = contrastive * 0.0  # keeps the graph (and DDP's gradient buckets) intact
-        return contrastive, metrics
+    # ------------------------------------------------------------------ L_RTD as a per-sentence part
+    def sentence_inputs(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The generator's edit of ``batch``'s sentences (``rtd_views`` rows each)."""
+        edited, labels = self.edit(batch)
+        return {"edited": edited, "labels": labels, "mask": batch["rtd_attention_mask"]}
 
-    def per_sentence_objective(self, batch: dict[str, Any], chunk_size: int | None = None) -> "RTDObjective":
-        """lambda * ``L_RTD``, per sentence given its h; the generator edit (x'', labels) is drawn here, once
-        (chunk by chunk with row-seeded masks, see :meth:`edit`)."""
-        edited, labels = self.edit(batch, chunk_size)
-        return RTDObjective(self, edited, labels, batch)
-
-
-class RTDObjective(PerSentenceObjective):
-    """lambda * ``L_RTD`` of the step's edited sentences (rows sentence-major, ``rtd_views`` per sentence), for all
-    of them or for a chunk of sentences (a cached step): a chunk's loss is its summed token loss / the batch's token
-    count, so the chunks add up to the batch's mean."""
-
-    def __init__(self, model: DiffCSEModel, edited: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any]) -> None:
-        self.model = model
+    def sentence_loss(self, embeddings: ViewEmbeddings, inputs: dict[str, torch.Tensor],
+                      batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``lambda * L_RTD`` of some of ``batch``'s sentences as their share of the batch's: their summed token
+        loss / the batch's token count (the mean, for all of them)."""
         mask = batch["rtd_attention_mask"]
-        self.rows = {"edited": edited, "labels": labels, "mask": mask}
-        self.all_rows = edited.size(0)
-        self.tokens = mask.new_tensor(mask.numel()) if model.config.rtd_include_padding else mask.sum()
-        self.token_types = batch.get("token_type_ids") is not None
-        self.first_row = model.first_rtd_row(self.all_rows)
+        normaliser = None
+        if inputs["edited"].size(0) != mask.size(0):
+            normaliser = mask.new_tensor(mask.numel()) if self.config.rtd_include_padding else mask.sum()
+        rtd, counts = self.rtd(embeddings, inputs["edited"], inputs["labels"], batch, inputs["mask"], normaliser)
+        return self.config.lambda_weight * rtd, {"rtd_loss": rtd.detach(), "rtd_counts": counts}
 
-    def loss(self, embeddings: ViewEmbeddings, rows: dict[str, torch.Tensor], start: int,
-             end: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        config = self.model.config
-        source = embeddings.pooled if config.condition_before_projector else embeddings.views
-        h = source[:, : self.model.rtd_views].reshape(-1, source.size(-1))
-        edited, labels, mask = rows["edited"], rows["labels"], rows["mask"]
-        token_types = torch.zeros_like(edited) if self.token_types else None
-        logits = self.model.discriminate(h, edited, mask, token_types,
-                                         first_row=self.first_row + start * self.model.rtd_views)
-        whole = edited.size(0) == self.all_rows
-        rtd = rtd_loss(logits, labels, mask, include_padding=config.rtd_include_padding,
-                       normaliser=None if whole else self.tokens)
-        return config.lambda_weight * rtd, {"rtd_loss": rtd.detach(), "rtd_counts": rtd_counts(logits, labels, mask)}
-
-    def metrics(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {"rtd_loss": sums["rtd_loss"], **rtd_ratios(sums["rtd_counts"])}
+    def sentence_metrics(self, statistics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"rtd_loss": statistics["rtd_loss"], **rtd_ratios(statistics["rtd_counts"])}
 
 
 @torch.no_grad()
@@ -338,7 +301,7 @@ def rtd_statistics(logits: torch.Tensor, labels: torch.Tensor, attention_mask: t
 
 @torch.no_grad()
 def rtd_counts(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """[replaced and detected, replaced, kept and detected, kept, real] token counts (additive over chunks)."""
+    """[replaced and detected, replaced, kept and detected, kept, real] token counts (additive over sentences)."""
     predicted, real = logits.argmax(-1), attention_mask.bool()
     replaced, kept = (labels == 1) & real, (labels == 0) & real
     return torch.stack([((predicted == 1) & replaced).sum(), replaced.sum(), ((predicted == 0) & kept).sum(),

@@ -19,18 +19,21 @@ Where the randomness comes from (``--dropout_masks``, ``models.config``):
 
 - ``stream`` (default, what the papers' code does): the global torch generator (which the Trainer checkpoints, so
   resumed runs draw the same rates and masks); ``install_row_dropout`` is then only used when rates differ per row.
-- ``row_seeded``: every mask and sampled rate is a function of (the step's seed, the dropout module, the row's
-  global index, the element) (``models.row_seeded``), so a row gets the same mask whatever else is in the pass: a cached
-  step's chunks (``trainers/cached_step.py``) draw exactly the uncached step's masks. The step's seed comes from
-  Python's ``random`` once per step (:meth:`models.base.ContrastiveModel.dropout_step`); plans carry the rows'
-  global indices.
+- ``row_seeded``: every mask, sampled rate and sampled token is keyed by (the step, the network, the dropout module,
+  the row's index in the global batch, the element), so a row gets the same mask whatever else is in the pass. The
+  model only marks its controllers ``row_seeded``; the keyed draws (:class:`KeyedDraws`: the step's seed and where
+  the pass's sentences sit in the global batch) are installed and driven by the training step
+  (``trainers/keyed_dropout.py``), which owns that randomness.
+
+S-SimCSE's rate distributions (Zhang & Lan, Sec. 3.1-3.2; ``--dropout_dist``) are :func:`sample_dropout_rates` and
+:func:`rates_from_uniform` (the same distributions from given uniforms, by the inverse CDF).
 """
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ContextManager, Iterator
+from typing import Iterator, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -39,15 +42,62 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from .config import check_settings
-from .row_seeded import call_seed, keyed_keep_mask, keyed_uniform, keyed_uniforms
-from .s_simcse import rates_from_uniform, sample_dropout_rates
 
 logger = logging.getLogger(__name__)
 
 ROW_DROPOUT_ATTENTION = "cse_row_dropout"
 #: Kinds of keyed draws of one controller (with ``row_seeded`` masks): masks, per-module rates, per-pass rates, and
 #: uniforms a network's caller draws for its rows (DiffCSE's generator sampling).
-_MASKS, _RATES, _PASS_RATES, _UNIFORMS = range(4)
+MASKS, RATES, PASS_RATES, UNIFORMS = range(4)
+
+
+# ------------------------------------------------------------------------------------------------ S-SimCSE's rates
+def sample_dropout_rates(distribution: str, low: float, high: float, count: int,
+                         device: torch.device | str) -> torch.Tensor:
+    """S-SimCSE: ``count`` dropout rates from ``distribution`` (global torch generator of ``device``, which the
+    Trainer checkpoints, so a resumed run draws the same rates).
+
+    ``uniform``: U[low, high]. ``normal``: mean (low + high) / 2, standard deviation (high - low) / 4, clipped to
+    [low, high].
+    """
+    if distribution == "uniform":
+        return low + (high - low) * torch.rand(count, device=device)
+    if distribution == "normal":
+        mean, std = (low + high) / 2, (high - low) / 4
+        return (mean + std * torch.randn(count, device=device)).clamp(low, high)
+    raise ValueError(f"dropout distribution {distribution!r} has no rates to sample; choose uniform or normal")
+
+
+def rates_from_uniform(distribution: str, low: float, high: float, uniform: torch.Tensor) -> torch.Tensor:
+    """The same distributions as :func:`sample_dropout_rates`, from given uniforms in (0, 1) by the inverse CDF
+    (``--dropout_masks row_seeded``: the uniforms are keyed by sentence). float32 rates."""
+    if distribution == "uniform":
+        rates = low + (high - low) * uniform
+    elif distribution == "normal":
+        mean, std = (low + high) / 2, (high - low) / 4
+        rates = (mean + std * torch.special.ndtri(uniform)).clamp(low, high)
+    else:
+        raise ValueError(f"dropout distribution {distribution!r} has no rates to sample; choose uniform or normal")
+    return rates.float()
+
+
+# ------------------------------------------------------------------------------------------------ keyed draws
+class KeyedDraws(Protocol):
+    """What a training step installs in ``row_seeded`` controllers (``trainers.keyed_dropout.StepDraws``): random
+    numbers keyed by (the step, ``stream`` = 4 x network + kind, ``call``, the row's global index, the element)."""
+
+    def row_ids(self, rows: int, device: torch.device) -> torch.Tensor:
+        """The global indices of a pass's ``rows`` rows (sentence-major)."""
+
+    def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
+        """float64 numbers in (0, 1), [len(keys), per_key]."""
+
+    def keep_mask(self, stream: int, call: int, row_ids: torch.Tensor, shape: torch.Size,
+                  rates: torch.Tensor) -> torch.Tensor:
+        """A dropout keep-mask of ``shape`` whose rows are ``row_ids``, kept with probability ``1 - rates``."""
+
+    def categorical(self, probabilities: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        """One category per row of ``probabilities`` [..., K] from ``uniforms`` [...] (the inverse CDF)."""
 
 
 @dataclass
@@ -57,8 +107,6 @@ class _Plan:
     groups: torch.Tensor
     num_groups: int
     off: torch.Tensor | None
-    row_ids: torch.Tensor | None
-    step_seed: int | None
     pass_rates: torch.Tensor | None = None
 
 
@@ -72,8 +120,8 @@ class RowDropoutController:
         sentence_wise: one draw per row (S-SimCSE "w/ sd") instead of one per forward pass / view ("w/o sd").
         per_op: draw again at every dropout operation (the paper: "for each of the dropout operations in each
             of the forward process"); ``False`` draws once per pass and reuses it in every layer.
-        masks: ``stream`` (the global generator) or ``row_seeded`` (keyed by step, dropout module, row and element;
-            see the module docstring).
+        masks: ``stream`` (the global generator) or ``row_seeded`` (keyed draws a training step installs with
+            :meth:`use_draws`; see the module docstring).
         stream: keeps the keyed draws of two networks of one model apart (DiffCSE's encoder 0, discriminator 1).
     """
 
@@ -86,51 +134,59 @@ class RowDropoutController:
         self.distribution, self.low, self.high = distribution, low, high
         self.sentence_wise, self.per_op = sentence_wise, per_op
         self.row_seeded, self.stream = masks == "row_seeded", stream
-        #: The current training step's seed (row_seeded masks), set by ContrastiveModel.dropout_step.
-        self.step_seed: int | None = None
+        #: row_seeded: the keyed draws of the running training step (installed by the step, :meth:`use_draws`).
+        self.draws: KeyedDraws | None = None
         self._plan: _Plan | None = None
         #: row_seeded: the last pass's plan, for gradient checkpointing's recomputation during backward.
         self._last_plan: _Plan | None = None
         #: The rates of the last dropout call of a planned pass, [rows] (for inspection and tests).
         self.last_rates: torch.Tensor | None = None
 
+    def use_draws(self, draws: KeyedDraws) -> None:
+        """Install the keyed draws of ``row_seeded`` masks (``trainers.keyed_dropout`` does, for every controller)."""
+        if not self.row_seeded:
+            raise ValueError("keyed draws are for --dropout_masks row_seeded controllers")
+        self.draws = draws
+
+    def _keyed(self) -> KeyedDraws:
+        if self.draws is None:
+            raise RuntimeError(
+                "row-seeded dropout (--dropout_masks row_seeded) has no keyed draws: build the model with "
+                "trainers.methods (which installs them) and run the pass inside a training step "
+                "(trainers.keyed_dropout.keyed_step; the Trainer's step and the cached step do)")
+        return self.draws
+
     # -------------------------------------------------------------------------------------------- sampling
     def sample(self, count: int, device: torch.device | str) -> torch.Tensor:
-        """``count`` rates from the distribution (S-SimCSE's sampler, :func:`models.s_simcse.sample_dropout_rates`)."""
+        """``count`` rates from the distribution (S-SimCSE's sampler, :func:`sample_dropout_rates`)."""
         return sample_dropout_rates(self.distribution, self.low, self.high, count, device)
 
     def _draw(self, plan: _Plan, device: torch.device, kind: int, call: int) -> torch.Tensor:
         """Rates for the planned rows: one per row (``sentence_wise``) or one per group, broadcast to its rows."""
         groups = plan.groups.to(device)
         if self.row_seeded:
-            keys = plan.row_ids.to(device) if self.sentence_wise else torch.arange(plan.num_groups, device=device)
-            rates = rates_from_uniform(self.distribution, self.low, self.high,
-                                       keyed_uniform(self._seed(plan, kind, call), keys))
+            draws = self._keyed()
+            keys = (draws.row_ids(groups.numel(), device) if self.sentence_wise
+                    else torch.arange(plan.num_groups, device=device))
+            uniform = draws.uniforms(4 * self.stream + kind, call, keys, 1).squeeze(1)
+            rates = rates_from_uniform(self.distribution, self.low, self.high, uniform)
         else:
             rates = self.sample(groups.numel() if self.sentence_wise else plan.num_groups, device)
         return rates if self.sentence_wise else rates[groups]
 
-    def _seed(self, plan: _Plan, kind: int, call: int) -> int:
-        if plan.step_seed is None:
-            raise RuntimeError(
-                "row-seeded dropout (--dropout_masks row_seeded) ran outside a training step: wrap the pass in "
-                "`with model.dropout_step():` (ContrastiveModel.forward and the cached step do), so that every "
-                "chunk of the step uses the step's seed")
-        return call_seed(plan.step_seed, 4 * self.stream + kind, call)
-
-    @contextmanager
-    def seeded_step(self, seed: int) -> Iterator[None]:
-        """Within the block, row-seeded draws use ``seed`` (one training step)."""
-        self.step_seed = seed
-        try:
-            yield
-        finally:
-            self.step_seed = None
+    def categorical(self, probabilities: torch.Tensor) -> torch.Tensor:
+        """One category per position of ``probabilities`` [rows, L, K] of a pass of this controller's network,
+        from keyed uniforms (one per row and position; DiffCSE's generator sampling with row-seeded masks), so a
+        part of the rows draws what the full pass draws."""
+        draws = self._keyed()
+        row_ids = draws.row_ids(probabilities.size(0), probabilities.device)
+        return draws.categorical(probabilities, draws.uniforms(4 * self.stream + UNIFORMS, 0, row_ids,
+                                                               probabilities.size(1)))
 
     # -------------------------------------------------------------------------------------------- planning
     @contextmanager
     def plan(self, groups: torch.Tensor, off: torch.Tensor | None = None,
-             num_groups: int | None = None, row_ids: torch.Tensor | None = None) -> Iterator[None]:
+             num_groups: int | None = None) -> Iterator[None]:
         """Within the block, the backbone's rows follow this plan.
 
         Args:
@@ -140,13 +196,8 @@ class RowDropoutController:
                 off.
             num_groups: how many distinct values ``groups`` holds (``max + 1``); give it, as training does, so that
                 the plan never reads the tensors' values on the host (a host-device sync).
-            row_ids: [rows] long, each row's index in the step's global batch (needed by ``row_seeded`` masks: a
-                chunk of the batch passes its own rows' indices).
         """
-        if self.row_seeded and row_ids is None:
-            raise ValueError("row-seeded dropout needs the rows' global indices (plan(..., row_ids=...))")
-        self._plan = _Plan(groups, int(groups.max()) + 1 if num_groups is None else num_groups, off, row_ids,
-                           self.step_seed)
+        self._plan = _Plan(groups, int(groups.max()) + 1 if num_groups is None else num_groups, off)
         try:
             yield
         finally:
@@ -154,35 +205,21 @@ class RowDropoutController:
                 self._last_plan = self._plan
             self._plan = None
 
-    def plan_rows(self, rows: int, first_row: int, device: torch.device) -> ContextManager[None]:
-        """:meth:`plan` for ``rows`` rows of one pass at the modules' own rate, whose global indices start at
-        ``first_row`` (a network that sees one row per sentence or edited sentence: DiffCSE's discriminator and
-        generator)."""
-        return self.plan(torch.zeros(rows, dtype=torch.long, device=device), num_groups=1,
-                         row_ids=torch.arange(rows, device=device) + first_row)
-
-    def row_uniforms(self, row_numel: int) -> torch.Tensor:
-        """Row-seeded uniforms in (0, 1), float64 [rows, row_numel], for the planned rows (keyed by the step, this
-        controller's stream and the rows' global indices, like its masks): randomness a caller draws per row
-        (DiffCSE's generator sampling) that a chunk of the rows reproduces exactly."""
-        plan = self._plan
-        if plan is None or not self.row_seeded:
-            raise RuntimeError("row_uniforms needs a row-seeded controller inside a plan")
-        return keyed_uniforms(self._seed(plan, _UNIFORMS, 0), plan.row_ids, row_numel)
-
-    def _active_plan(self) -> _Plan | None:
-        """The plan of the running pass; with row-seeded masks, during backward (gradient checkpointing recomputing
-        a layer, after the pass's block has ended), the last pass's plan. Each step's graph holds one planned pass
-        of this backbone at a time (the uncached step makes one; a cached step backpropagates each replayed chunk
-        before encoding the next), so that is the pass being recomputed; its keyed masks come out the same."""
-        if self._plan is None and self.row_seeded and torch._C._current_autograd_node() is not None:
+    def _active_plan(self, rows: int, device: torch.device) -> _Plan | None:
+        """The plan of the running pass. With row-seeded masks, outside a plan block: the last pass's plan (gradient
+        checkpointing recomputing a layer during backward: each step's graph holds one planned pass of this backbone
+        at a time, so that is the pass being recomputed, and its keyed masks come out the same), or, for a network
+        that is never planned (DiffCSE's discriminator and generator), every row at the modules' own rate."""
+        if self._plan is not None or not self.row_seeded:
+            return self._plan
+        if self._last_plan is not None:
             return self._last_plan
-        return self._plan
+        return _Plan(torch.zeros(rows, dtype=torch.long, device=device), 1, None)
 
     def rates(self, rows: int, default: float, device: torch.device, call: int = 0) -> torch.Tensor | None:
         """The per-row rates at dropout module number ``call`` (row-seeded keys; stream rates ignore it), or
         ``None`` for plain dropout at ``default`` (no plan, or a stream plan that changes nothing)."""
-        plan = self._active_plan()
+        plan = self._active_plan(rows, device)
         if plan is None:
             return None
         if rows != plan.groups.numel():
@@ -193,10 +230,10 @@ class RowDropoutController:
                 return None
             rates = torch.full((rows,), float(default), device=device)
         elif self.per_op:
-            rates = self._draw(plan, device, _RATES, call)
+            rates = self._draw(plan, device, RATES, call)
         else:  # one draw per pass, at its first dropout call
             if plan.pass_rates is None:
-                plan.pass_rates = self._draw(plan, device, _PASS_RATES, 0)
+                plan.pass_rates = self._draw(plan, device, PASS_RATES, 0)
             rates = plan.pass_rates.to(device)
         if plan.off is not None:
             rates = rates.masked_fill(plan.off.to(device), 0.0)
@@ -207,20 +244,13 @@ class RowDropoutController:
         """What :class:`RowDropout` number ``index`` of the backbone (default rate ``p``) returns in training mode:
         plain dropout without a plan (stream masks), else each row at its planned rate with stream masks or masks
         keyed by (step, ``index``, row, element)."""
-        plan = self._active_plan()
-        if plan is None:
-            if self.row_seeded:
-                raise RuntimeError(
-                    "row-seeded dropout (--dropout_masks row_seeded) ran without a per-row plan: the pass did not "
-                    "go through ContrastiveModel.encode_views (or DiffCSE's discriminate), which give each row its "
-                    "global index")
-            return F.dropout(x, p, training=True)
         rates = self.rates(x.size(0), p, x.device, index)
         if rates is None:
             return F.dropout(x, p, training=True)
         keep = (1.0 - rates).to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
         if self.row_seeded:
-            mask = keyed_keep_mask(self._seed(plan, _MASKS, index), plan.row_ids.to(x.device), x.shape, rates)
+            draws = self._keyed()
+            mask = draws.keep_mask(4 * self.stream + MASKS, index, draws.row_ids(x.size(0), x.device), x.shape, rates)
         else:
             mask = torch.rand_like(x) < keep
         return x * mask / keep
@@ -312,5 +342,6 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
     return len(targets)
 
 
-__all__ = ["ROW_DROPOUT_ATTENTION", "RowDropout", "RowDropoutController", "controller_for",
-           "install_row_dropout", "needs_row_dropout", "row_dropout_attention"]
+__all__ = ["KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION", "RowDropout", "RowDropoutController",
+           "UNIFORMS", "controller_for", "install_row_dropout", "needs_row_dropout", "rates_from_uniform",
+           "row_dropout_attention", "sample_dropout_rates"]

@@ -186,10 +186,10 @@ class ESimCSEModel(ContrastiveModel):
             return None
         return self.queue.entries()
 
-    def compute_loss(self, embeddings: ViewEmbeddings,
-                     batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def contrastive_loss(self, embeddings: ViewEmbeddings,
+                         batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Eq. 6 over the queue as it stood, then enqueue the momentum embeddings of this batch's sentences."""
-        loss, metrics = super().compute_loss(embeddings, batch)
+        loss, metrics = super().contrastive_loss(embeddings, batch)
         if self.queue is not None and self.training:
             metrics["queue_fill"] = self.queue.count.detach().float()
             token_type_ids = batch.get("token_type_ids")

@@ -97,21 +97,14 @@ class ViewLayout:
         off = views == self.num_views if self.off_dropout else None
         return views, off
 
-    def row_ids(self, batch_size: int, first_sentence: int, device: torch.device) -> torch.Tensor:
-        """The flattened rows' indices in the step's global batch (sentence-major, ``num_rows`` per sentence), for
-        sentences ``first_sentence .. first_sentence + batch_size - 1``."""
-        return torch.arange(batch_size * self.num_rows, device=device) + first_sentence * self.num_rows
-
     def dropout_plan(self, controller: RowDropoutController | None, batch_size: int,
-                     device: torch.device, first_sentence: int = 0) -> ContextManager:
-        """The per-row dropout plan for one pass over sentences ``first_sentence ..`` of the global batch (a no-op
-        without a controller)."""
+                     device: torch.device) -> ContextManager:
+        """The per-row dropout plan for one pass over ``batch_size`` sentences (a no-op without a controller)."""
         if controller is None:
             if self.off_dropout:
                 raise RuntimeError("off_dropout needs the per-row dropout modules (models.dropout.install_row_dropout)")
             return nullcontext()
-        return controller.plan(*self.row_plan(batch_size, device), num_groups=self.num_rows,
-                               row_ids=self.row_ids(batch_size, first_sentence, device))
+        return controller.plan(*self.row_plan(batch_size, device), num_groups=self.num_rows)
 
     def fold(self, projected: torch.Tensor, pooled: torch.Tensor) -> ViewEmbeddings:
         """[B, num_rows, d] projected and [B, num_rows, h] pooled rows -> :class:`ViewEmbeddings` (the K samples of

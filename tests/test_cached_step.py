@@ -34,6 +34,7 @@ from models.diffcse import DiffCSEModel
 from tests.launch import run_torchrun
 from tests.tiny import WORDS, save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer, token_batch, tiny_trainer
 from trainers.cached_step import cached_forward_backward
+from trainers.keyed_dropout import keyed_step, pass_sentences, step_draws
 
 BATCH = 8
 #: case -> (method, config overrides): every method at its defaults, plus the compositions with their own rows.
@@ -100,7 +101,7 @@ def make_batch(model, case: str, paths) -> dict:
 def warm_queue(model, batch) -> None:
     """ESimCSE: enqueue one batch first, so the compared step contrasts with a non-empty queue."""
     if getattr(model, "queue", None) is not None:
-        with torch.no_grad():
+        with torch.no_grad(), keyed_step(model, BATCH):
             torch.manual_seed(11)
             model(**batch)
 
@@ -112,8 +113,9 @@ def grads(model) -> dict[str, torch.Tensor]:
 def uncached(model, batch, seed: int = 7):
     torch.manual_seed(seed)
     random.seed(seed)  # row-seeded masks: the step's seed
-    out = model(**batch)
-    out.loss.backward()
+    with keyed_step(model, BATCH):
+        out = model(**batch)
+        out.loss.backward()
     return out.loss.detach(), out.metrics, grads(model)
 
 
@@ -208,12 +210,16 @@ def test_row_seeded_generator_edits_chunk_by_chunk(paths, case):
     change) and another step edits differently."""
     model = build(paths, case, dropout_masks="row_seeded")
     batch = make_batch(model, case, paths)
-    with model.dropout_step():
+    with keyed_step(model, BATCH) as draws:
         whole = model.edit(batch)
-        chunked = model.edit(batch, chunk_size=3)
+        parts = []
+        for start, end in cached_step.chunk_bounds(BATCH, 3):
+            with pass_sentences(draws, start, end):
+                parts.append(model.edit(cached_step.slice_rows(batch, start, end, BATCH)))
+    chunked = [torch.cat(part) for part in zip(*parts)]
     assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
     assert whole[1].sum() > 0
-    with model.dropout_step():
+    with keyed_step(model, BATCH):
         assert not torch.equal(model.edit(batch)[0], whole[0])
 
 
@@ -239,7 +245,7 @@ def test_fresh_row_seeded_masks_in_the_replay_are_caught(paths, monkeypatch):
 
     def fresh_in_the_replay(*args, **kwargs):
         if torch.is_grad_enabled():  # the replay
-            twin.dropout_controller.step_seed += 1
+            step_draws(twin).seed += 1
         return encode_views(*args, **kwargs)
 
     monkeypatch.setattr(twin, "encode_views", fresh_in_the_replay)
@@ -304,8 +310,8 @@ def test_gradient_checkpointing_recomputes_row_seeded_masks(paths, case):
 
 
 def test_a_recomputation_without_the_plan_is_caught(paths, monkeypatch):
-    """The comparison above can fail: a recomputation that does not find the pass's plan (here: re-keyed as other
-    rows) changes the gradients."""
+    """The comparison above can fail: a recomputation that does not find the pass's plan (here: another plan, with
+    the first row's dropout off) changes the gradients."""
     from models.dropout import RowDropoutController
 
     model, twin, batch = twins(paths, "simcse", dropout_masks="row_seeded")
@@ -313,10 +319,10 @@ def test_a_recomputation_without_the_plan_is_caught(paths, monkeypatch):
     twin.gradient_checkpointing_enable()
     original = RowDropoutController._active_plan
 
-    def shifted(self):
-        plan = original(self)
+    def shifted(self, rows, device):
+        plan = original(self, rows, device)
         if plan is not None and self._plan is None:  # the recomputation in backward
-            plan = dataclasses.replace(plan, row_ids=plan.row_ids + 1)
+            plan = dataclasses.replace(plan, off=torch.arange(rows, device=device) == 0)
         return plan
 
     monkeypatch.setattr(RowDropoutController, "_active_plan", shifted)

@@ -13,13 +13,12 @@ import statistics
 import pytest
 import torch
 
-from models.dropout import RowDropout, RowDropoutController
+from models.dropout import RowDropout, RowDropoutController, rates_from_uniform
 from models.row_seeded import (call_seed, inverse_cdf_sample, keyed_bits, keyed_keep_mask, keyed_uniform,
                                 mix32, mix32_int)
-from models.s_simcse import rates_from_uniform
 from tests.tiny import save_tiny_backbone, token_batch
-from trainers.cached_step import with_cached_dropout
-from trainers.methods import build_model
+from trainers.keyed_dropout import StepDraws, keyed_controllers, keyed_step, pass_sentences, step_draws
+from trainers.methods import build_model, resolve_settings
 
 
 def lowbias32(x: int) -> int:
@@ -102,18 +101,27 @@ def test_inverse_cdf_sampling_picks_the_written_out_category():
 
 
 # ------------------------------------------------------------------------------------------------ the module
+def keyed(controller: RowDropoutController, seed: int, first: int, count: int) -> StepDraws:
+    """Install draws in ``controller`` as a step of ``seed`` whose pass holds sentences ``first .. first + count``."""
+    draws = StepDraws()
+    draws.seed, draws.first, draws.count = seed, first, count
+    controller.use_draws(draws)
+    return draws
+
+
 def test_row_seeded_dropout_applies_its_masks_and_scales():
     controller = RowDropoutController(masks="row_seeded")
     dropout, other_module = RowDropout(0.25, controller, index=3).train(), RowDropout(0.25, controller, index=4)
     x = torch.randn(6, 50, 40)
-    with controller.seeded_step(7), controller.plan(torch.zeros(6, dtype=torch.long), num_groups=1,
-                                                    row_ids=torch.arange(10, 16)):
+    keyed(controller, 7, first=10, count=6)
+    with controller.plan(torch.zeros(6, dtype=torch.long), num_groups=1):
         y = dropout(x)
         again = dropout(x)  # keyed by the module: the same module re-makes its mask (gradient checkpointing)
         other = other_module.train()(x)  # another module of the pass: another mask
     mask = keyed_keep_mask(call_seed(7, 0, 3), torch.arange(10, 16), x.shape, torch.full((6,), 0.25))
     torch.testing.assert_close(y, x * mask / 0.75)
     assert torch.equal(again, y) and not torch.equal(other, y)
+    assert torch.equal(dropout(x), y)  # after the block (a recomputation in backward): the pass's plan and keys
     assert torch.equal(dropout.eval()(x), x)
 
 
@@ -121,14 +129,13 @@ def test_row_seeded_dropout_refuses_to_fall_back_to_stream_masks():
     controller = RowDropoutController(masks="row_seeded")
     dropout = RowDropout(0.1, controller).train()
     x = torch.ones(2, 3)
-    with pytest.raises(RuntimeError, match="without a per-row plan"):
+    with pytest.raises(RuntimeError, match="has no keyed draws"):
         dropout(x)
+    controller.use_draws(StepDraws())
     with pytest.raises(RuntimeError, match="outside a training step"):
-        with controller.plan(torch.zeros(2, dtype=torch.long), num_groups=1, row_ids=torch.arange(2)):
-            dropout(x)
-    with pytest.raises(ValueError, match="global indices"):
-        with controller.plan(torch.zeros(2, dtype=torch.long), num_groups=1):
-            pass
+        dropout(x)
+    with pytest.raises(ValueError, match="row_seeded controllers"):
+        RowDropoutController().use_draws(StepDraws())
 
 
 def test_s_simcse_rates_are_keyed_by_sentence_or_view():
@@ -136,53 +143,64 @@ def test_s_simcse_rates_are_keyed_by_sentence_or_view():
     for sentence_wise in (True, False):
         controller = RowDropoutController("uniform", 0.0, 0.5, sentence_wise=sentence_wise, masks="row_seeded")
         views = torch.arange(2).repeat(6)
-        with controller.seeded_step(3):
-            with controller.plan(views, num_groups=2, row_ids=torch.arange(12)):
-                full = controller.rates(12, 0.1, torch.device("cpu"), call=4)
-            with controller.plan(views[4:], num_groups=2, row_ids=torch.arange(4, 12)):
-                chunk = controller.rates(8, 0.1, torch.device("cpu"), call=4)
+        draws = keyed(controller, 3, first=0, count=6)
+        with controller.plan(views, num_groups=2):
+            full = controller.rates(12, 0.1, torch.device("cpu"), call=4)
+        with pass_sentences(draws, 2, 6), controller.plan(views[4:], num_groups=2):
+            chunk = controller.rates(8, 0.1, torch.device("cpu"), call=4)
         assert torch.equal(chunk, full[4:])
         assert (full.unique().numel() == 12) if sentence_wise else (full.unique().numel() == 2)
 
 
 # ------------------------------------------------------------------------------------------------ the model
 def test_stream_is_the_default_and_row_seeded_swaps_every_dropout(tmp_path):
+    """The model marks its controllers row-seeded; the builder installs the step's draws; the step draws one seed
+    (from Python's random) for every pass inside it, re-entrantly, and places the process's sentences."""
     backbone = save_tiny_backbone(tmp_path / "bert", seed=0)
     plain = build_model("simcse", str(backbone))
     assert plain.config.dropout_masks == "stream" and plain.dropout_controller is None
-    keyed = build_model("simcse", str(backbone), dropout_masks="row_seeded")
-    assert keyed.dropout_controller.row_seeded
-    assert not any(type(m) is torch.nn.Dropout for m in keyed.encoder.modules())
-    diffcse_like = [c.stream for c in keyed.dropout_controllers()]
-    assert diffcse_like == [0]
-    keyed.train()
+    assert step_draws(plain) is None
+    keyed_model = build_model("simcse", str(backbone), dropout_masks="row_seeded")
+    assert keyed_model.dropout_controller.row_seeded
+    assert not any(type(m) is torch.nn.Dropout for m in keyed_model.encoder.modules())
+    assert [c.stream for c in keyed_controllers(keyed_model)] == [0]
+    keyed_model.train()
     ids, mask = token_batch(4, 2, seed=1)
     with pytest.raises(RuntimeError, match="outside a training step"):
-        keyed.encode_views(ids, mask)  # a pass outside model(**batch) / a cached step has no step seed
-    torch.manual_seed(0)
-    with keyed.dropout_step():
-        seed = keyed.dropout_controller.step_seed
-        with keyed.dropout_step():  # re-entrant: the inner block keeps the step's seed
-            assert keyed.dropout_controller.step_seed == seed
-    assert keyed.dropout_controller.step_seed is None
+        keyed_model.encode_views(ids, mask)  # a pass outside a training step has no step seed
+    draws = step_draws(keyed_model)
+    with keyed_step(keyed_model, 4):
+        seed = draws.seed
+        assert seed is not None and (draws.first, draws.count) == (0, 4)
+        with keyed_step(keyed_model, 4):  # re-entrant: the inner block keeps the step's seed
+            assert draws.seed == seed
+        keyed_model.encode_views(ids, mask)
+    assert draws.seed is None
 
 
 def test_cache_chunk_size_turns_row_seeded_masks_on_unless_told_otherwise(caplog):
-    assert with_cached_dropout({"temperature": 0.05}, None) == {"temperature": 0.05}
+    """One place resolves every setting, the cached step's mask default included."""
+    assert resolve_settings("simcse", {"temperature": 0.05}) == {"temperature": 0.05, "method": "simcse"}
     with caplog.at_level(logging.INFO):
-        assert with_cached_dropout({}, 16) == {"dropout_masks": "row_seeded"}
+        assert resolve_settings("simcse", {}, cache_chunk_size=16)["dropout_masks"] == "row_seeded"
     assert "row-seeded" in caplog.text
-    assert with_cached_dropout({"dropout_masks": "row_seeded"}, 16) == {"dropout_masks": "row_seeded"}
+    assert resolve_settings("s_simcse", {"dropout_masks": "row_seeded"}, cache_chunk_size=16)["dropout_masks"] == \
+        "row_seeded"
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert with_cached_dropout({"dropout_masks": "stream"}, 16) == {"dropout_masks": "stream"}
+        assert resolve_settings("simcse", {"dropout_masks": "stream"}, cache_chunk_size=16)["dropout_masks"] == \
+            "stream"
     assert "each chunk draws its own dropout masks" in caplog.text
 
 
 def test_the_run_summary_names_a_cached_step_and_its_masks():
     from trainers.summary import describe_step
 
-    assert describe_step("stream", None) is None  # the plain step adds no line
-    assert describe_step("row_seeded", 16) == ("cached, 16 sentences per backbone pass (--cache_chunk_size); "
-                                               "row_seeded dropout masks (--dropout_masks; docs/cached_training.md)")
-    assert describe_step("stream", 16).startswith("cached, 16 sentences")
+    from types import SimpleNamespace as Namespace
+
+    config = lambda masks: Namespace(dropout_masks=masks)  # noqa: E731
+    assert describe_step(config("stream"), Namespace(cache_chunk_size=None)) is None  # the plain step adds no line
+    assert describe_step(config("row_seeded"), Namespace(cache_chunk_size=16)) == (
+        "cached, 16 sentences per backbone pass (--cache_chunk_size); "
+        "row_seeded dropout masks (--dropout_masks; docs/cached_training.md)")
+    assert describe_step(config("stream"), Namespace(cache_chunk_size=16)).startswith("cached, 16 sentences")

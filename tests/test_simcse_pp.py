@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import run_unsup
-from models.simcse_pp import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_dropout_info_nce
+from models.losses import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_dropout_info_nce
 from models.views import ViewLayout
 from tests.launch import run_ddp_cases
 from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch

@@ -8,22 +8,24 @@ holds them for more than N sentences:
    (:meth:`models.base.ContrastiveModel.encode_views`: pooled rows [n, rows, h]); the global RNG state (CPU and
    every CUDA device) is captured at the start of each chunk.
 2. **Loss on the full set**: the pooled rows of all chunks, concatenated, become a leaf that requires grad; the
-   projector (DiffCSE's BatchNorm sees all rows, as uncached) and ``model.batch_loss`` (the gather across
+   projector (DiffCSE's BatchNorm sees all rows, as uncached) and ``model.contrastive_loss`` (the gather across
    processes, ESimCSE's queue negatives and its once-per-step enqueue, SimCSE++'s off-dropout negatives and DCL,
    hard negatives) run on it exactly as in the uncached step. A method with a per-sentence part
-   (``model.per_sentence_objective``: DiffCSE's RTD) draws its step randomness (the generator edit, chunk by
-   chunk with row-seeded masks) once, then computes that part chunk by chunk from the full set's embeddings (the
-   discriminator holds at most N sentences' activations); everything is backpropagated down to the leaf, whose
+   (``model.sentence_inputs`` / ``model.sentence_loss``: DiffCSE's RTD) draws its inputs once (the generator edit,
+   chunk by chunk with row-seeded masks), then that part is computed chunk by chunk from the full set's embeddings
+   (the discriminator holds at most N sentences' activations); everything is backpropagated down to the leaf, whose
    gradient is the cache.
 3. **Replay**: each chunk is encoded again WITH a graph after restoring its captured RNG state, so it draws the
    same dropout masks (and S-SimCSE's sampled rates, SimCSE++'s per-row plan) as in pass 1, and its rows are
    backpropagated with their cached gradient. The RNG state after step 2 is restored at the end, so the next step
    draws what it would have drawn uncached.
 
-Dropout masks: a cached run uses row-seeded masks unless told otherwise (:func:`with_cached_dropout`;
-``models/row_seeded.py``): every mask and sampled rate is keyed by (the step's seed, drawn once in
-``model.dropout_step()``; the dropout module; the row's global index; the element), so each chunk draws exactly its
-rows' full-batch masks and the cached step IS the uncached step with those masks, for any chunk size
+This module owns the chunking and the randomness it replays; the model only encodes sentences and computes losses.
+Dropout masks: a cached run uses row-seeded masks unless told otherwise (``trainers.methods.resolve_settings``):
+every mask and sampled rate is keyed by (the step's seed, drawn once per step by
+``trainers.keyed_dropout.keyed_step``; the dropout module; the row's global index, which
+``trainers.keyed_dropout.pass_sentences`` gives each chunk; the element), so each chunk draws exactly its rows'
+full-batch masks and the cached step IS the uncached step with those masks, for any chunk size
 (tests/test_cached_step.py). With ``--dropout_masks stream`` and a single chunk the random draws happen in the
 uncached step's order, so the step is the uncached step too; with several chunks each chunk then draws its own
 masks (a [n, ...] draw instead of a slice of the [B, ...] draw): the same distribution, and the gradient is exactly
@@ -44,6 +46,8 @@ import torch
 import torch.distributed as dist
 
 from models.distributed import world_size
+
+from .keyed_dropout import StepDraws, keyed_step, pass_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -118,59 +122,61 @@ def cached_forward_backward(
     input_ids = batch["input_ids"]
     if input_ids.dim() != 3:
         raise ValueError(f"a cached step expects input_ids [batch, views, length], got {tuple(input_ids.shape)}")
-    with model.dropout_step():  # row-seeded masks: one seed for every chunk, pass and replay of the step
-        return _cached_step(model, batch, chunk_size, loss_scale, autocast, average_gradients_over)
+    with keyed_step(model, input_ids.size(0)) as draws:  # row-seeded masks: one seed for every pass of the step
+        return _cached_step(model, batch, chunk_size, loss_scale, autocast, average_gradients_over, draws)
 
 
 def _cached_step(model, batch: dict[str, Any], chunk_size: int, loss_scale: float,
-                 autocast: Callable[[], ContextManager], average_gradients_over: int):
+                 autocast: Callable[[], ContextManager], average_gradients_over: int, draws: StepDraws | None):
     input_ids = batch["input_ids"]
     batch_size, num_views = input_ids.shape[:2]
     bounds = chunk_bounds(batch_size, chunk_size)
-    first_sentence = model.first_sentence(batch_size)
+    chunk = lambda start, end: slice_rows(batch, start, end, batch_size)  # noqa: E731
 
     def encode(start: int, end: int) -> torch.Tensor:
-        inputs = _encoder_inputs(slice_rows(batch, start, end, batch_size))
         with autocast():
-            return model.encode_views(*inputs, first_sentence=first_sentence + start)
+            return model.encode_views(*_encoder_inputs(chunk(start, end)))
 
     # 1. the no-grad pass, one RNG state per chunk
     states, chunks = [], []
     with torch.no_grad():
         for start, end in bounds:
             states.append(capture_rng())
-            chunks.append(encode(start, end))
+            with pass_sentences(draws, start, end):
+                chunks.append(encode(start, end))
     cache = torch.cat(chunks).detach().requires_grad_(True)
     del chunks
 
     # 2. the loss on the full set, backpropagated to the cache (and to the projector, the discriminator, ...)
     with autocast():
         embeddings = model.project_views(cache, num_views)
-        loss, metrics = model.batch_loss(embeddings, batch)
-        objective = model.per_sentence_objective(batch, chunk_size)
+        loss, metrics = model.contrastive_loss(embeddings, batch)
+        inputs = sentence_inputs(model, batch, bounds, draws)
     total = loss.detach()
-    if objective is not None:
+    if inputs is not None:
         sums: dict[str, torch.Tensor] = {}
         for start, end in bounds:
-            with autocast():
-                part, statistics = objective.loss(embeddings.map(lambda t: t[start:end]),
-                                                  slice_rows(objective.rows, start, end, batch_size), start, end)
-            (part * loss_scale).backward(retain_graph=True)
+            with pass_sentences(draws, start, end):
+                with autocast():
+                    part, statistics = model.sentence_loss(embeddings.map(lambda t: t[start:end]),
+                                                           slice_rows(inputs, start, end, batch_size), batch)
+                (part * loss_scale).backward(retain_graph=True)
             total = total + part.detach()
             for name, value in statistics.items():
                 sums[name] = sums[name] + value if name in sums else value
-        metrics = {**metrics, **objective.metrics(sums)}
+        metrics = {**metrics, **model.sentence_metrics(sums)}
     (loss * loss_scale).backward()
     after = capture_rng()
     cached_gradient = cache.grad if cache.grad is not None else torch.zeros_like(cache)
-    del embeddings, loss, objective
+    del embeddings, loss, inputs
 
     # 3. the replay: the same chunks, the same RNG states, the cached gradients
     try:
         for (start, end), state in zip(bounds, states):
             restore_rng(state)
-            rows = encode(start, end)
-            torch.autograd.backward(rows, grad_tensors=cached_gradient[start:end].to(rows.dtype))
+            with pass_sentences(draws, start, end):
+                rows = encode(start, end)
+                torch.autograd.backward(rows, grad_tensors=cached_gradient[start:end].to(rows.dtype))
     finally:
         restore_rng(after)
     if average_gradients_over > 1:
@@ -178,9 +184,25 @@ def _cached_step(model, batch: dict[str, Any], chunk_size: int, loss_scale: floa
     return total, metrics
 
 
+def sentence_inputs(model, batch: dict[str, Any], bounds: list[tuple[int, int]],
+                    draws: StepDraws | None) -> dict[str, torch.Tensor] | None:
+    """The model's per-sentence inputs (DiffCSE's generator edit), drawn once: chunk by chunk with row-seeded masks
+    (keyed draws make each chunk's the full pass's, and the generator never holds more than a chunk), in one pass
+    with stream masks (whose draws a split would change)."""
+    if draws is None:
+        return model.sentence_inputs(batch)
+    parts = []
+    for start, end in bounds:
+        with pass_sentences(draws, start, end):
+            parts.append(model.sentence_inputs(slice_rows(batch, start, end, batch["input_ids"].size(0))))
+    if parts[0] is None:
+        return None
+    return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+
+
 def check_cacheable(model) -> None:
     """Refuse what a chunked replay cannot reproduce exactly."""
-    for name in ("encode_views", "project_views", "batch_loss", "per_sentence_objective"):
+    for name in ("encode_views", "project_views", "contrastive_loss", "sentence_inputs"):
         if not hasattr(model, name):
             raise TypeError(f"{type(model).__name__} has no {name}(): a cached step needs a ContrastiveModel "
                             "(pass the module, not a DDP wrapper)")
@@ -218,26 +240,9 @@ def average_gradients(model, processes: int) -> None:
             offset += count
 
 
-# ------------------------------------------------------------------------------------------------ the launch
-def with_cached_dropout(settings: dict[str, Any], cache_chunk_size: int | None) -> dict[str, Any]:
-    """The method settings of a run: with ``--cache_chunk_size`` and no explicit ``--dropout_masks``, row-seeded
-    masks (so the cached step equals the uncached step run with ``--dropout_masks row_seeded``, for any chunk
-    size). An explicit ``--dropout_masks stream`` is kept, with a warning: each chunk then draws its own masks."""
-    if not cache_chunk_size:
-        return settings
-    if "dropout_masks" not in settings:
-        logger.info("--cache_chunk_size %d: dropout masks are row-seeded (--dropout_masks row_seeded), so this run "
-                    "trains exactly what the uncached step with --dropout_masks row_seeded trains", cache_chunk_size)
-        return {**settings, "dropout_masks": "row_seeded"}
-    if settings["dropout_masks"] == "stream":
-        logger.warning("--cache_chunk_size %d with --dropout_masks stream: each chunk draws its own dropout masks, "
-                       "so with more than one chunk per batch the step is exact for those masks but is not the "
-                       "uncached step (docs/cached_training.md)", cache_chunk_size)
-    return settings
-
-
 # ------------------------------------------------------------------------------------------------ the Trainer
-def cached_training_step(trainer, model, inputs: dict[str, Any], num_items_in_batch=None) -> torch.Tensor:
+def cached_training_step(trainer, model, inputs: dict[str, Any], chunk_size: int,
+                         num_items_in_batch=None) -> torch.Tensor:
     """``Trainer.training_step`` as a cached step (``CLTrainer`` calls it when ``args.cache_chunk_size`` is set):
     the same train mode, input preparation, mixed-precision autocast and gradient-accumulation scaling as the stock
     step, and the same return value (the detached loss, scaled like the stock step's)."""
@@ -254,7 +259,7 @@ def cached_training_step(trainer, model, inputs: dict[str, Any], num_items_in_ba
             or trainer.compute_loss_func is not None
     scale = 1.0 if scaled else 1.0 / trainer.current_gradient_accumulation_steps
     loss, metrics = cached_forward_backward(
-        module, inputs, trainer.args.cache_chunk_size, loss_scale=scale, autocast=trainer.accelerator.autocast,
+        module, inputs, chunk_size, loss_scale=scale, autocast=trainer.accelerator.autocast,
         average_gradients_over=world_size() if distributed else 1)
     trainer.record_training_outputs(loss, metrics)
     return (loss * scale).detach()
@@ -278,4 +283,4 @@ def refuse_unsupported(trainer) -> None:
 
 
 __all__ = ["RNGState", "average_gradients", "cached_forward_backward", "cached_training_step", "capture_rng",
-           "check_cacheable", "chunk_bounds", "refuse_unsupported", "restore_rng", "slice_rows", "with_cached_dropout"]
+           "check_cacheable", "chunk_bounds", "refuse_unsupported", "restore_rng", "sentence_inputs", "slice_rows"]

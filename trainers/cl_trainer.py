@@ -22,8 +22,10 @@ from typing import Any, ClassVar
 import torch
 from transformers import Trainer, TrainerCallback
 
+from .cached_step import cached_training_step
 from .curves import TrainingCurvesCallback
 from .divergence import DivergenceMonitor
+from .keyed_dropout import keyed_step
 
 logger = logging.getLogger(__name__)
 
@@ -127,13 +129,15 @@ class CLTrainer(Trainer):
         self._throughput_mark = (now, step)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
+        """The stock step, or with ``--cache_chunk_size`` a cached step (GradCache); with row-seeded masks, inside
+        one :func:`trainers.keyed_dropout.keyed_step` (the step's seed, for its forward and backward)."""
         if self._throughput_mark is None:
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
-        if getattr(self.args, "cache_chunk_size", None):  # --cache_chunk_size: a cached step (GradCache)
-            from .cached_step import cached_training_step
-
-            return cached_training_step(self, model, inputs, num_items_in_batch)
-        return super().training_step(model, inputs, num_items_in_batch)
+        chunk_size = getattr(self.args, "cache_chunk_size", None)
+        if chunk_size:
+            return cached_training_step(self, model, inputs, chunk_size, num_items_in_batch)
+        with keyed_step(self.accelerator.unwrap_model(model), inputs["input_ids"].size(0)):
+            return super().training_step(model, inputs, num_items_in_batch)
 
     # ---------------------------------------------------------------- divergence
     def check_finite(self, weights: bool = False, before: str | None = None) -> None:

@@ -6,12 +6,14 @@ views (``data/``), the script that trains it and, where it has one, the loader o
 This is where files are read: ``models/`` takes loaded networks and tokenizers and never opens a file, and ``data/``
 never imports ``models/``.
 
-Settings resolve in one order (:func:`resolve_settings`): the declaration's defaults (``models.config``) < the
-method's own defaults (``method_defaults`` of its class) < the ``--fidelity`` preset (``models.presets``) < explicit
-values.
+Settings resolve in one place and order (:func:`resolve_settings`): the declaration's defaults (``models.config``) <
+the method's own defaults (``method_defaults`` of its class) < the ``--fidelity`` preset (``models.presets``) < the
+cached step's default (row-seeded masks with ``--cache_chunk_size``) < explicit values. With row-seeded masks the
+builder installs the training step's keyed draws (``trainers.keyed_dropout``): the model never imports them.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +30,13 @@ from models.config import DIFFCSE, UNSUP, ContrastiveConfig, check_settings
 from models.diffcse import DiffCSEModel, check_generator_vocabulary
 from models.esimcse import ESimCSEModel
 from models.presets import fidelity_overrides
-from models.simcse import SimCSEModel, SimCSEPlusPlusModel, SSimCSEModel, SupervisedSimCSEModel
+from models.s_simcse import SSimCSEModel
+from models.simcse import SimCSEModel, SupervisedSimCSEModel
+from models.simcse_pp import SimCSEPlusPlusModel
+
+from .keyed_dropout import install_keyed_draws
+
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------ collators
@@ -104,18 +112,37 @@ def method_spec(method: str) -> Method:
     return METHODS[method]
 
 
-def resolve_settings(method: str, explicit: dict[str, Any]) -> dict[str, Any]:
-    """The method's settings: its class's ``method_defaults``, the ``fidelity`` preset, then ``explicit`` (``None``
-    values count as not given). Every name is checked against the declaration (``models.config``)."""
+def resolve_settings(method: str, explicit: dict[str, Any], *, cache_chunk_size: int | None = None) -> dict[str, Any]:
+    """The method's settings: its class's ``method_defaults``, the ``fidelity`` preset, the cached step's default
+    (:func:`cached_step_defaults`), then ``explicit`` (``None`` values count as not given). Every name is checked
+    against the declaration (``models.config``)."""
     explicit = {name: value for name, value in explicit.items() if value is not None}
     settings = {**method_spec(method).model_class.method_defaults, **fidelity_overrides(explicit.get("fidelity")),
-                **explicit, "method": method}
+                **cached_step_defaults(explicit, cache_chunk_size), **explicit, "method": method}
     check_settings(settings)
     return settings
 
 
+def cached_step_defaults(explicit: dict[str, Any], cache_chunk_size: int | None) -> dict[str, Any]:
+    """With ``--cache_chunk_size`` and no explicit ``--dropout_masks``, row-seeded masks (so the cached step equals
+    the uncached step run with ``--dropout_masks row_seeded``, for any chunk size). An explicit ``--dropout_masks
+    stream`` is kept, with a warning: each chunk then draws its own masks."""
+    if not cache_chunk_size:
+        return {}
+    if "dropout_masks" not in explicit:
+        logger.info("--cache_chunk_size %d: dropout masks are row-seeded (--dropout_masks row_seeded), so this run "
+                    "trains exactly what the uncached step with --dropout_masks row_seeded trains", cache_chunk_size)
+        return {"dropout_masks": "row_seeded"}
+    if explicit["dropout_masks"] == "stream":
+        logger.warning("--cache_chunk_size %d with --dropout_masks stream: each chunk draws its own dropout masks, "
+                       "so with more than one chunk per batch the step is exact for those masks but is not the "
+                       "uncached step (docs/cached_training.md)", cache_chunk_size)
+    return {}
+
+
 def build_model(method: str, model_name_or_path: str | Path, *, attn_implementation: str | None = "sdpa",
-                cache_dir: str | None = None, tokenizer=None, **settings: Any) -> ContrastiveModel:
+                cache_dir: str | None = None, tokenizer=None, cache_chunk_size: int | None = None,
+                **settings: Any) -> ContrastiveModel:
     """THE model builder of the scripts and tests: load the pretrained backbone ``model_name_or_path`` (a name or
     folder) and the method's extra networks, then :func:`assemble_model`."""
     spec = method_spec(method)
@@ -124,17 +151,17 @@ def build_model(method: str, model_name_or_path: str | Path, *, attn_implementat
         networks = spec.load_networks(str(model_name_or_path), resolve_settings(method, settings),
                                       tokenizer=tokenizer, cache_dir=cache_dir)
     encoder = load_auto_model(str(model_name_or_path), attn_implementation=attn_implementation, cache_dir=cache_dir)
-    return assemble_model(method, encoder, **networks, **settings)
+    return assemble_model(method, encoder, **networks, cache_chunk_size=cache_chunk_size, **settings)
 
 
 def assemble_model(method: str, encoder: PreTrainedModel, *, generator: PreTrainedModel | None = None,
-                   **settings: Any) -> ContrastiveModel:
+                   cache_chunk_size: int | None = None, **settings: Any) -> ContrastiveModel:
     """The builder's core, reading no file (the benchmark assembles random networks with it): ``method`` around
     ``encoder`` (+ DiffCSE's ``generator``), ``settings`` resolved by :func:`resolve_settings`. Auxiliary networks
     are synchronised *after* the pretrained weights are in place (the ESimCSE code built its momentum encoder before
     loading, so it started from random weights; DiffCSE's discriminator starts as the loaded encoder)."""
     spec = method_spec(method)
-    settings = resolve_settings(method, settings)
+    settings = resolve_settings(method, settings, cache_chunk_size=cache_chunk_size)
     networks: dict[str, Any] = {}
     if generator is not None:
         networks["generator"] = generator
@@ -142,6 +169,7 @@ def assemble_model(method: str, encoder: PreTrainedModel, *, generator: PreTrain
     config = ContrastiveConfig(encoder_config=encoder.config.to_dict(), **settings)
     model = spec.model_class(config, encoder=encoder, **networks)
     model.sync_auxiliary_networks()
+    install_keyed_draws(model)
     return model
 
 
@@ -154,8 +182,10 @@ def load_contrastive_model(path: str | Path) -> ContrastiveModel:
     """Load a checkpoint written by this repo (``config.json`` with ``model_type: cse_contrastive``) as the class
     it was trained with."""
     config = ContrastiveConfig.from_pretrained(path)
-    return method_spec(config.method).model_class.from_pretrained(path, config=config)
+    model = method_spec(config.method).model_class.from_pretrained(path, config=config)
+    install_keyed_draws(model)
+    return model
 
 
-__all__ = ["METHODS", "Method", "assemble_model", "build_collator", "build_model", "load_contrastive_model", "method_spec",
-           "resolve_settings"]
+__all__ = ["METHODS", "Method", "assemble_model", "build_collator", "build_model", "cached_step_defaults",
+           "load_contrastive_model", "method_spec", "resolve_settings"]

@@ -126,7 +126,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             evaluation_seconds=trainer.evaluation_seconds,
             wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
             tensorboard_dir=tensorboard_dir(training_args), warnings=warnings,
-            step=describe_step(model.config.dropout_masks, getattr(training_args, "cache_chunk_size", None)))),
+            step=describe_step(model.config, training_args))),
             flush=True)
     return metrics
 

@@ -97,8 +97,10 @@ def format_summary(summary: RunSummary) -> str:
     return "\n".join(lines)
 
 
-def describe_step(dropout_masks: str, cache_chunk_size: int | None) -> str | None:
-    """The summary's ``step:`` line, or ``None`` for the plain step (uncached, stream masks)."""
+def describe_step(config: Any, training_args: Any) -> str | None:
+    """The summary's ``step:`` line from the model's config and the training arguments, or ``None`` for the plain
+    step (uncached, stream masks)."""
+    dropout_masks, cache_chunk_size = config.dropout_masks, getattr(training_args, "cache_chunk_size", None)
     parts = []
     if cache_chunk_size:
         parts.append(f"cached, {cache_chunk_size} sentences per backbone pass (--cache_chunk_size)")

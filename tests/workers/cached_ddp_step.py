@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from trainers.errors import exit_distributed_run  # noqa: E402
 from trainers.methods import build_model  # noqa: E402
 from trainers.cached_step import cached_forward_backward  # noqa: E402
+from trainers.keyed_dropout import keyed_step  # noqa: E402
 
 
 def build(paths: dict, method: str, config: dict):
@@ -43,9 +44,9 @@ def main() -> None:
         batch = batches[case]
         model = build(paths, method, config)
         if getattr(model, "queue", None) is not None:  # the reference's warm-up enqueue, gathered across ranks
-            with torch.no_grad():
+            per_rank = batch["input_ids"].size(0) // world
+            with torch.no_grad(), keyed_step(model, per_rank):
                 torch.manual_seed(11)
-                per_rank = batch["input_ids"].size(0) // world
                 model(**{k: v[rank * per_rank:(rank + 1) * per_rank] for k, v in batch.items()})
         twin = copy.deepcopy(model)
         from trainers.cached_step import slice_rows
@@ -57,8 +58,9 @@ def main() -> None:
         torch.manual_seed(7)
         random.seed(7)
         ddp = DistributedDataParallel(twin)
-        ddp_loss = ddp(**local).loss
-        ddp_loss.backward()
+        with keyed_step(twin, local["input_ids"].size(0)):
+            ddp_loss = ddp(**local).loss
+            ddp_loss.backward()
         torch.save({"loss": loss, "grads": grads(model), "ddp_loss": ddp_loss.detach(), "ddp_grads": grads(twin)},
                    Path(os.environ["CACHED_OUT"]) / f"{case}.rank{rank}.pt")
     exit_distributed_run()  # barrier, then exit without destroying the group (as the training scripts end)

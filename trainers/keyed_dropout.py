@@ -1,0 +1,126 @@
+"""Row-seeded dropout (``--dropout_masks row_seeded``): the keyed draws, owned by the training step.
+
+With row-seeded masks every dropout mask, sampled dropout rate and sampled generator token is a pure function of
+
+    (the step's seed, the network and kind of draw, the dropout module, the row's index in the global batch, the element)
+
+(``models/row_seeded.py``), so a row gets the same mask whatever else is in its backbone pass. The model only marks
+its per-row dropout controllers ``row_seeded`` (``models/dropout.py``); this module installs the draws in them
+(:func:`install_keyed_draws`, called by ``trainers.methods`` when it builds a model) and the step drives them:
+
+- :func:`keyed_step`: one seed per training step, drawn from Python's ``random`` (seeded by ``set_seed`` and
+  checkpointed by the Trainer, so a resumed run draws the same seeds; a host-side draw, no tensor and no device sync);
+  every pass of the step (forward, gradient checkpointing's recomputation in backward, a cached step's chunks and
+  replays) keys its masks with it. The step's sentences start at this process's offset in the global batch
+  (processes in rank order, as the all-gather concatenates them), so N processes draw one process's masks.
+- :func:`pass_sentences`: a pass over some of the step's sentences (a cached step's chunk): its rows' global
+  indices start at those sentences.
+"""
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from models.distributed import rank
+from models.dropout import RowDropout, RowDropoutController
+from models.row_seeded import call_seed, inverse_cdf_sample, keyed_keep_mask, keyed_uniforms
+
+
+class StepDraws:
+    """The keyed draws of one model (:class:`models.dropout.KeyedDraws`): the running step's seed and the sentences
+    of the running pass (``first`` global index, ``count``); a pass of r rows per sentence has rows
+    ``first * r ..``."""
+
+    def __init__(self) -> None:
+        self.seed: int | None = None
+        self.first = 0
+        self.count: int | None = None
+
+    def row_ids(self, rows: int, device: torch.device) -> torch.Tensor:
+        if self.seed is None or self.count is None:
+            raise RuntimeError(
+                "row-seeded dropout (--dropout_masks row_seeded) ran outside a training step: wrap the pass in "
+                "`with trainers.keyed_dropout.keyed_step(model, batch_size):` (the Trainer's step and the cached step "
+                "do), so that every pass of the step uses the step's seed")
+        if rows % self.count:
+            raise RuntimeError(f"a pass of {rows} rows over {self.count} sentences: rows are not sentence-major")
+        return torch.arange(rows, device=device) + self.first * (rows // self.count)
+
+    def _seed(self, stream: int, call: int) -> int:
+        return call_seed(self.seed, stream, call)
+
+    def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
+        return keyed_uniforms(self._seed(stream, call), keys, per_key)
+
+    def keep_mask(self, stream: int, call: int, row_ids: torch.Tensor, shape: torch.Size,
+                  rates: torch.Tensor) -> torch.Tensor:
+        return keyed_keep_mask(self._seed(stream, call), row_ids, shape, rates)
+
+    def categorical(self, probabilities: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        return inverse_cdf_sample(probabilities, uniforms)
+
+
+def keyed_controllers(model: nn.Module) -> list[RowDropoutController]:
+    """The ``row_seeded`` per-row dropout controllers of ``model``'s networks, each once."""
+    found: dict[int, RowDropoutController] = {}
+    for module in model.modules():
+        if isinstance(module, RowDropout) and module.controller.row_seeded:
+            found.setdefault(id(module.controller), module.controller)
+    return list(found.values())
+
+
+def install_keyed_draws(model: nn.Module) -> StepDraws | None:
+    """Give every ``row_seeded`` controller of ``model`` one shared :class:`StepDraws`; ``None`` (nothing to do)
+    with stream masks."""
+    controllers = keyed_controllers(model)
+    if not controllers:
+        return None
+    draws = StepDraws()
+    for controller in controllers:
+        controller.use_draws(draws)
+    return draws
+
+
+def step_draws(model: nn.Module) -> StepDraws | None:
+    """The draws :func:`install_keyed_draws` gave ``model`` (``None`` with stream masks)."""
+    for module in model.modules():
+        if isinstance(module, RowDropout) and module.controller.row_seeded:
+            return module.controller.draws
+    return None
+
+
+@contextmanager
+def keyed_step(model: nn.Module, batch_size: int) -> Iterator[StepDraws | None]:
+    """One training step of ``model`` on ``batch_size`` sentences of this process: with row-seeded masks, a fresh
+    seed and the process's sentences for every pass inside the block. Re-entrant (an inner block keeps the step);
+    a no-op with stream masks."""
+    draws = step_draws(model)
+    if draws is None or draws.seed is not None:
+        yield draws
+        return
+    draws.seed, draws.first, draws.count = random.getrandbits(62), rank() * batch_size, batch_size
+    try:
+        yield draws
+    finally:
+        draws.seed, draws.first, draws.count = None, 0, None
+
+
+@contextmanager
+def pass_sentences(draws: StepDraws | None, start: int, end: int) -> Iterator[None]:
+    """Within the block, passes hold the step's sentences ``start:end`` (indices within this process's batch)."""
+    if draws is None:
+        yield
+        return
+    first, count = draws.first, draws.count
+    draws.first, draws.count = first + start, end - start
+    try:
+        yield
+    finally:
+        draws.first, draws.count = first, count
+
+
+__all__ = ["StepDraws", "install_keyed_draws", "keyed_controllers", "keyed_step", "pass_sentences", "step_draws"]
