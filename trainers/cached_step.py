@@ -47,9 +47,11 @@ import torch.distributed as dist
 
 from models.distributed import world_size
 
-from .keyed_dropout import StepDraws, keyed_step, pass_sentences
+from .keyed_dropout import StepDraws, keyed_step, pass_sentences, step_draws
 
 logger = logging.getLogger(__name__)
+#: Layers whose batch statistics differ between a chunk and the batch.
+BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
 
 
 # ------------------------------------------------------------------------------------------------ RNG
@@ -110,10 +112,29 @@ def cached_forward_backward(
     """One cached training step of ``model`` (a :class:`models.base.ContrastiveModel`, not a DDP wrapper) on
     ``batch`` (the model's forward inputs): accumulates ``loss_scale`` x the gradient of the step's loss into the
     parameters' ``.grad`` and returns ``(loss, metrics)``, both detached and unscaled, as ``model(**batch)`` would.
+    :func:`cached_loss`, then its backward, in one step (:func:`trainers.keyed_dropout.keyed_step`)."""
+    with keyed_step(model, batch["input_ids"].size(0)):
+        loss, metrics = cached_loss(model, batch, chunk_size, autocast=autocast,
+                                    average_gradients_over=average_gradients_over)
+        (loss * loss_scale).backward()
+    return loss.detach(), metrics
+
+
+def cached_loss(
+    model,
+    batch: dict[str, Any],
+    chunk_size: int,
+    *,
+    autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+    average_gradients_over: int = 1,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The cached step as a loss: steps 1 and 2's forward (:mod:`trainers.cached_step`) now; backpropagating the
+    returned loss (a leaf, so the caller's backward scales it as it scales any loss: the Trainer's gradient
+    accumulation) runs step 2's backward and step 3, the replay, with that scale. Call it inside the step's
+    :func:`trainers.keyed_dropout.keyed_step` (the Trainer's ``training_step`` is), which must also hold the backward.
 
     Args:
         chunk_size: sentences per backbone pass (all views of a sentence stay in one pass).
-        loss_scale: factor on the gradients (1 / gradient accumulation steps).
         autocast: a context manager factory around every forward part (the Trainer's mixed precision).
         average_gradients_over: the process count to average gradients over at the end (DDP's reduction, for a
             module used outside its wrapper's forward); 1: no reduction.
@@ -122,20 +143,18 @@ def cached_forward_backward(
     input_ids = batch["input_ids"]
     if input_ids.dim() != 3:
         raise ValueError(f"a cached step expects input_ids [batch, views, length], got {tuple(input_ids.shape)}")
-    with keyed_step(model, input_ids.size(0)) as draws:  # row-seeded masks: one seed for every pass of the step
-        return _cached_step(model, batch, chunk_size, loss_scale, autocast, average_gradients_over, draws)
-
-
-def _cached_step(model, batch: dict[str, Any], chunk_size: int, loss_scale: float,
-                 autocast: Callable[[], ContextManager], average_gradients_over: int, draws: StepDraws | None):
-    input_ids = batch["input_ids"]
+    draws = step_draws(model)
     batch_size, num_views = input_ids.shape[:2]
     bounds = chunk_bounds(batch_size, chunk_size)
-    chunk = lambda start, end: slice_rows(batch, start, end, batch_size)  # noqa: E731
 
     def encode(start: int, end: int) -> torch.Tensor:
         with autocast():
-            return model.encode_views(*_encoder_inputs(chunk(start, end)))
+            return model.encode_views(*_encoder_inputs(slice_rows(batch, start, end, batch_size)))
+
+    def sentence_part(start: int, end: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with autocast():
+            return model.sentence_loss(embeddings.map(lambda t: t[start:end]),
+                                       slice_rows(inputs, start, end, batch_size), batch)
 
     # 1. the no-grad pass, one RNG state per chunk
     states, chunks = [], []
@@ -147,41 +166,56 @@ def _cached_step(model, batch: dict[str, Any], chunk_size: int, loss_scale: floa
     cache = torch.cat(chunks).detach().requires_grad_(True)
     del chunks
 
-    # 2. the loss on the full set, backpropagated to the cache (and to the projector, the discriminator, ...)
+    # 2. the loss on the full set, with its graph down to the cache; a per-sentence part chunk by chunk, its value
+    # now (no graph, one RNG state per chunk) and its graph chunk by chunk in the backward
     with autocast():
         embeddings = model.project_views(cache, num_views)
         loss, metrics = model.contrastive_loss(embeddings, batch)
         inputs = sentence_inputs(model, batch, bounds, draws)
     total = loss.detach()
+    part_states = []
     if inputs is not None:
         sums: dict[str, torch.Tensor] = {}
-        for start, end in bounds:
-            with pass_sentences(draws, start, end):
-                with autocast():
-                    part, statistics = model.sentence_loss(embeddings.map(lambda t: t[start:end]),
-                                                           slice_rows(inputs, start, end, batch_size), batch)
-                (part * loss_scale).backward(retain_graph=True)
-            total = total + part.detach()
-            for name, value in statistics.items():
-                sums[name] = sums[name] + value if name in sums else value
+        with torch.no_grad():
+            for start, end in bounds:
+                part_states.append(capture_rng())
+                with pass_sentences(draws, start, end):
+                    part, statistics = sentence_part(start, end)
+                total = total + part.detach()
+                for name, value in statistics.items():
+                    sums[name] = sums[name] + value if name in sums else value
         metrics = {**metrics, **model.sentence_metrics(sums)}
-    (loss * loss_scale).backward()
     after = capture_rng()
-    cached_gradient = cache.grad if cache.grad is not None else torch.zeros_like(cache)
-    del embeddings, loss, inputs
 
-    # 3. the replay: the same chunks, the same RNG states, the cached gradients
-    try:
-        for (start, end), state in zip(bounds, states):
-            restore_rng(state)
-            with pass_sentences(draws, start, end):
-                rows = encode(start, end)
-                torch.autograd.backward(rows, grad_tensors=cached_gradient[start:end].to(rows.dtype))
-    finally:
-        restore_rng(after)
-    if average_gradients_over > 1:
-        average_gradients(model, average_gradients_over)
-    return total, metrics
+    def backward(scale: torch.Tensor) -> None:
+        """Step 2's backward (the per-sentence part chunk by chunk, replayed on its RNG states, then the full-set
+        loss) and step 3, scaled by the gradient the caller's backward gives the step's loss. It runs inside that
+        backward, where autograd has switched gradients off: they are switched on for these nested passes."""
+        with torch.enable_grad():
+            replay(scale)
+        if average_gradients_over > 1:
+            average_gradients(model, average_gradients_over)
+
+    def replay(scale: torch.Tensor) -> None:
+        try:
+            for (start, end), state in zip(bounds, part_states):
+                restore_rng(state)
+                with pass_sentences(draws, start, end):
+                    part, _ = sentence_part(start, end)
+                    (part * scale).backward(retain_graph=True)
+            (loss * scale).backward()
+            cached_gradient = cache.grad if cache.grad is not None else torch.zeros_like(cache)
+            for (start, end), state in zip(bounds, states):  # 3. the replay: same chunks, RNG states, cached gradients
+                restore_rng(state)
+                with pass_sentences(draws, start, end):
+                    rows = encode(start, end)
+                    torch.autograd.backward(rows, grad_tensors=cached_gradient[start:end].to(rows.dtype))
+        finally:
+            restore_rng(after)
+
+    step_loss = total.detach().requires_grad_(True)
+    step_loss.register_hook(lambda grad: backward(grad))
+    return step_loss, metrics
 
 
 def sentence_inputs(model, batch: dict[str, Any], bounds: list[tuple[int, int]],
@@ -208,7 +242,7 @@ def check_cacheable(model) -> None:
                             "(pass the module, not a DDP wrapper)")
     encoder = getattr(model, "encoder", None)
     if encoder is not None:
-        batch_norms = [n for n, m in encoder.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        batch_norms = [n for n, m in encoder.named_modules() if isinstance(m, BATCH_NORMS)]
         if batch_norms and model.training:
             raise ValueError(f"the backbone has BatchNorm layers ({batch_norms[0]}, ...): their batch statistics "
                              "differ between chunks and the full batch, so a cached step would not be the uncached "
@@ -241,30 +275,6 @@ def average_gradients(model, processes: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the Trainer
-def cached_training_step(trainer, model, inputs: dict[str, Any], chunk_size: int,
-                         num_items_in_batch=None) -> torch.Tensor:
-    """``Trainer.training_step`` as a cached step (``CLTrainer`` calls it when ``args.cache_chunk_size`` is set):
-    the same train mode, input preparation, mixed-precision autocast and gradient-accumulation scaling as the stock
-    step, and the same return value (the detached loss, scaled like the stock step's)."""
-    refuse_unsupported(trainer)
-    model.train()
-    if hasattr(trainer.optimizer, "train") and callable(trainer.optimizer.train):
-        trainer.optimizer.train()
-    inputs = trainer._prepare_inputs(inputs)
-    module = trainer.accelerator.unwrap_model(model)
-    distributed = isinstance(model, torch.nn.parallel.DistributedDataParallel)
-    scaled = trainer.loss_is_scaled_for_ga
-    if scaled is None:  # the stock step's rule (Trainer.training_step)
-        scaled = (trainer.model_accepts_loss_kwargs and num_items_in_batch is not None) \
-            or trainer.compute_loss_func is not None
-    scale = 1.0 if scaled else 1.0 / trainer.current_gradient_accumulation_steps
-    loss, metrics = cached_forward_backward(
-        module, inputs, chunk_size, loss_scale=scale, autocast=trainer.accelerator.autocast,
-        average_gradients_over=world_size() if distributed else 1)
-    trainer.record_training_outputs(loss, metrics)
-    return (loss * scale).detach()
-
-
 def refuse_unsupported(trainer) -> None:
     """Set-ups whose backward the cached step does not reproduce: refused with the reason."""
     from accelerate.utils import DistributedType
@@ -282,5 +292,5 @@ def refuse_unsupported(trainer) -> None:
         raise ValueError("--cache_chunk_size does not support " + "; ".join(problems))
 
 
-__all__ = ["RNGState", "average_gradients", "cached_forward_backward", "cached_training_step", "capture_rng",
+__all__ = ["RNGState", "average_gradients", "cached_forward_backward", "cached_loss", "capture_rng",
            "check_cacheable", "chunk_bounds", "refuse_unsupported", "restore_rng", "sentence_inputs", "slice_rows"]

@@ -15,17 +15,20 @@ before a non-finite checkpoint or export exists.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, ClassVar
 
 import torch
-from transformers import Trainer, TrainerCallback
+from torch.nn.parallel import DistributedDataParallel
+from transformers import TrainerCallback
 
-from .cached_step import cached_training_step
+from models.distributed import world_size
+
+from .cached_step import cached_loss, refuse_unsupported
 from .curves import TrainingCurvesCallback
 from .divergence import DivergenceMonitor
 from .keyed_dropout import keyed_step
+from .trainer_adapter import TrainerAdapter, pin_tensorboard_dir
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ class CollatorEpochHook(TrainerCallback):
         self.collator.set_epoch(int(state.epoch + 1e-6) if state.epoch else 0, args.seed)
 
 
-class CLTrainer(Trainer):
+class CLTrainer(TrainerAdapter):
     """``Trainer`` whose evaluation is SentEval-style STS dev: encodes STS-B dev + SICK-R dev only (about 4k
     sentences instead of the ~37k of all STS sets) and returns ``eval_stsb_spearman``, ``eval_sickr_spearman``,
     ``eval_avg_sts`` (Spearman x 100), plus transfer dev accuracies when ``args.eval_transfer``.
@@ -78,20 +81,20 @@ class CLTrainer(Trainer):
         self.add_callback(TrainingCurvesCallback())  # <output_dir>/training_curves.png at the end of training
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpochHook(self.data_collator))
-        self._pin_tensorboard_dir()
-
-    def _pin_tensorboard_dir(self) -> None:
-        """Give the TensorBoard callback its folder now: the Trainer sets it at ``on_train_begin``, but our
-        'before' evaluation logs earlier, and a writer opened then would write every curve to ./runs."""
-        from transformers.integrations import TensorBoardCallback
-        from transformers.integrations.integration_utils import default_logdir
-
-        for callback in self.callback_handler.callbacks:
-            if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
-                callback.logging_dir = os.path.join(self.args.output_dir, default_logdir())
+        pin_tensorboard_dir(self)
 
     # ---------------------------------------------------------------- training-time metrics
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The model's loss; with ``--cache_chunk_size`` in training, the cached step's
+        (:func:`trainers.cached_step.cached_loss`: its backward, which the stock step runs, replays the chunks)."""
+        chunk_size = getattr(self.args, "cache_chunk_size", None)
+        if chunk_size and model.training:
+            refuse_unsupported(self)
+            loss, metrics = cached_loss(
+                self.accelerator.unwrap_model(model), inputs, chunk_size, autocast=self.accelerator.autocast,
+                average_gradients_over=world_size() if isinstance(model, DistributedDataParallel) else 1)
+            self.record_training_outputs(loss.detach(), metrics)
+            return (loss, None) if return_outputs else loss
         outputs = model(**inputs)
         if model.training:
             self.record_training_outputs(outputs.loss, outputs.metrics)
@@ -129,13 +132,10 @@ class CLTrainer(Trainer):
         self._throughput_mark = (now, step)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        """The stock step, or with ``--cache_chunk_size`` a cached step (GradCache); with row-seeded masks, inside
-        one :func:`trainers.keyed_dropout.keyed_step` (the step's seed, for its forward and backward)."""
+        """The stock step (``compute_loss``, then the backward, scaled for gradient accumulation), inside one
+        :func:`trainers.keyed_dropout.keyed_step` (row-seeded masks: the step's seed, for its forward and backward)."""
         if self._throughput_mark is None:
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
-        chunk_size = getattr(self.args, "cache_chunk_size", None)
-        if chunk_size:
-            return cached_training_step(self, model, inputs, chunk_size, num_items_in_batch)
         with keyed_step(self.accelerator.unwrap_model(model), inputs["input_ids"].size(0)):
             return super().training_step(model, inputs, num_items_in_batch)
 
@@ -145,9 +145,8 @@ class CLTrainer(Trainer):
         parameter is): every process calls it at the same points, so all stop together."""
         self.divergence.check(self, weights=weights, before=before)
 
-    def _save_checkpoint(self, model, trial) -> None:
+    def before_checkpoint(self) -> None:
         self.check_finite(weights=True, before=f"writing checkpoint-{self.state.global_step}")
-        super()._save_checkpoint(model, trial)
 
     # ---------------------------------------------------------------- evaluation
     def sentence_encoder(self):
