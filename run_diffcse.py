@@ -10,7 +10,7 @@
 Parse flat dataclasses -> DiffCSE model (encoder + frozen generator + discriminator copied from the loaded encoder)
 -> corpus -> CLTrainer (STS-B dev every 125 steps, best checkpoint kept) -> export the sentence encoder only (plain
 HF folder + sentence-transformers folder; generator, discriminator and RTD head are dropped) -> print a summary.
-Checks run before anything is loaded or written (trainers/preflight.py); a user error prints one message and exits
+Checks run before anything is loaded or written (command_line/preflight.py); a user error prints one message and exits
 non-zero (docs/errors.md; CSE_DEBUG=1 shows the traceback).
 """
 from __future__ import annotations
@@ -18,12 +18,12 @@ from __future__ import annotations
 from transformers import set_seed
 
 from data.corpus import UNSUP_HINT, load_next_sentence_corpus
-from trainers.arguments import DataArguments, ModelArguments, parse_args
-from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
+from command_line.arguments import DataArguments, ModelArguments, parse_args
+from command_line.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model, resolve_settings
-from trainers.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
-from trainers.preflight import preflight
+from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
+from command_line.preflight import preflight
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -7,7 +7,7 @@
 
 Parse flat dataclasses -> build the method's model around the backbone -> load the corpus -> CLTrainer (STS-B dev
 every 125 steps, best checkpoint kept) -> export a plain HF folder and a sentence-transformers folder -> print a
-summary. Checks run before anything is loaded or written (trainers/preflight.py); a user error prints one message
+summary. Checks run before anything is loaded or written (command_line/preflight.py); a user error prints one message
 and exits non-zero (docs/errors.md; CSE_DEBUG=1 shows the traceback).
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ from __future__ import annotations
 from transformers import set_seed
 
 from data.corpus import SUP_HINT, UNSUP_HINT
-from trainers.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments, parse_args
+from command_line.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments, parse_args
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model
-from trainers.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
-from trainers.preflight import preflight
+from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
+from command_line.preflight import preflight
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

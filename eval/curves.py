@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 DEV_KEY = "eval_stsb_spearman"
-BEFORE_PREFIX = "before_"  # trainers/pipeline.py: evaluate(metric_key_prefix="before") of the untrained model
+BEFORE_PREFIX = "before_"  # command_line/pipeline.py: evaluate(metric_key_prefix="before") of the untrained model
 BEFORE_KEY = BEFORE_PREFIX + "stsb_spearman"
 LOSS_KEY = "loss"
 #: Logged by every Trainer run, not by a method: left out of the per-method panels.
@@ -120,7 +120,7 @@ def load_run_history(run_dir: str | Path) -> RunHistory | None:
         if path.is_file():
             state = json.loads(path.read_text(encoding="utf-8"))
             history = list(state.get("log_history", []))
-            final = run_dir / "all_results.json"  # trainers/pipeline.py's metrics, "before_*" included
+            final = run_dir / "all_results.json"  # command_line/pipeline.py's metrics, "before_*" included
             if final.is_file() and not any(BEFORE_KEY in entry for entry in history):
                 before = {key: value for key, value in json.loads(final.read_text(encoding="utf-8")).items()
                           if key.startswith(BEFORE_PREFIX)}

@@ -5,7 +5,7 @@ Each field below is a :func:`setting`: its default (the SimCSE paper's unsupervi
 choices or range, the flag names users copy from the papers' repositories (``--temp``, ``--neg_size``,
 ``--pos_ratio``), and which training script exposes it. Everything else derives from this declaration:
 
-- the command-line flags of ``run_unsup.py`` / ``run_diffcse.py`` (``trainers.arguments.method_arguments``);
+- the command-line flags of ``run_unsup.py`` / ``run_diffcse.py`` (``command_line.arguments.method_arguments``);
 - the validation of a config, a preset, a config file and a command line (:func:`check_settings`);
 - the presets (``models.presets``) and each method's own defaults (``method_defaults`` of its model class), which
   are checked against it (a misspelt name is an error, never silently ignored).

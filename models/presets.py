@@ -4,7 +4,7 @@ declaration (:mod:`models.config`) when this module is imported, so a misspelt p
 ``--fidelity {paper,official_code}``: one switch for every place where an author's code differs from its paper.
 Without ``--fidelity`` each setting keeps its own default: the paper's, except SimCSE++'s two loss forms, where the
 printed equations cannot have produced the paper's own tables (``off_dropout_form`` and ``dcl_form`` default to
-the code; see :func:`models.simcse_pp.off_dropout_info_nce` and :func:`models.simcse_pp.dcl_loss`). A preset fills
+the code; see :func:`models.losses.off_dropout_info_nce` and :func:`models.losses.dcl_loss`). A preset fills
 the settings the user did not set explicitly; explicit flags always win. Settings of other methods are set too and
 are inert (ESimCSE's settings do nothing in a SimCSE++ run). S-SimCSE released no code, so it has no entry.
 

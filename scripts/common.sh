@@ -282,7 +282,7 @@ row_selected() {
 }
 
 # train SCRIPT OUT_DIR [FLAGS...]: `accelerate launch SCRIPT --output_dir OUT_DIR --train_file ... FLAGS`.
-# run_unsup.py flags: trainers/arguments.py; run_diffcse.py flags: trainers/diffcse_arguments.py.
+# run_unsup.py flags: command_line/arguments.py; run_diffcse.py flags: command_line/diffcse_arguments.py.
 train() {
   local script=$1 out=$2
   shift 2

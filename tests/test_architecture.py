@@ -13,8 +13,8 @@ import pytest
 from models.base import ContrastiveModel
 from models.config import BOTH, DIFFCSE, SETTINGS, UNSUP, ContrastiveConfig, check_settings
 from models.presets import FIDELITY_PRESETS, TASK_PROFILES, TRAINING_KEYS
-from trainers.arguments import MethodArguments, parse_args
-from trainers.diffcse_arguments import DiffCSEArguments
+from command_line.arguments import MethodArguments, parse_args
+from command_line.diffcse_arguments import DiffCSEArguments
 from trainers.errors import UsageError
 from trainers.methods import METHODS, build_model, resolve_settings
 
@@ -112,13 +112,25 @@ def test_data_never_imports_models_or_trainers(path):
             assert not any(a.name.split(".")[0] in ("models", "trainers") for a in node.names), path
 
 
+@pytest.mark.parametrize("path", sorted([*(ROOT / "trainers").glob("*.py"), *(ROOT / "models").glob("*.py"),
+                                         *(ROOT / "data").glob("*.py"), *(ROOT / "eval").glob("*.py")]),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_training_core_never_imports_the_command_line_front(path):
+    """``command_line/`` (arguments, preflight, help, the scripts' pipeline, the summary) sits on top of the training
+    core (``trainers/``) and the layers below it; nothing below imports it."""
+    for node in ast.walk(module_tree(path)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        assert not any(n.split(".")[0] == "command_line" for n in names), (path, names)
+
+
 # ----------------------------------------------------------------------------------------- following a flag
 #: Modules that read a setting only to REPORT it (the model card's table, the divergence message, the run summary),
 #: not on its path.
-REPORTING_MODULES = {"models/card.py", "trainers/divergence.py", "trainers/summary.py"}
+REPORTING_MODULES = {"models/card.py", "trainers/divergence.py", "command_line/summary.py"}
 
 
-LOCAL_PACKAGES = ("models", "trainers", "data", "eval")
+LOCAL_PACKAGES = ("models", "trainers", "command_line", "data", "eval")
 
 
 def training_path_files() -> list[Path]:
@@ -173,7 +185,7 @@ def files_naming(setting: str) -> set[str]:
 ])
 def test_following_a_flag_from_the_command_line_to_where_it_acts(setting, path):
     """Worked examples (docs/architecture.md): the command line is generated from the declaration
-    (``trainers/arguments.py`` never names a setting), the builder / objective passes the value on, and one module
+    (``command_line/arguments.py`` never names a setting), the builder / objective passes the value on, and one module
     acts on it."""
     assert files_naming(setting) == path
 
@@ -203,10 +215,10 @@ def test_every_setting_crosses_at_most_four_files_on_the_training_path(setting):
 
 
 def test_the_cached_step_flag_crosses_four_files_per_script():
-    """``--cache_chunk_size`` (a training argument): declared in trainers/arguments.py, passed by each script to the
+    """``--cache_chunk_size`` (a training argument): declared in command_line/arguments.py, passed by each script to the
     builder (``resolve_settings``: its dropout-mask default), which the trainer runs as a cached step."""
     files = files_naming("cache_chunk_size")
-    assert files == {"trainers/arguments.py", "run_unsup.py", "run_diffcse.py", "trainers/methods.py",
+    assert files == {"command_line/arguments.py", "run_unsup.py", "run_diffcse.py", "trainers/methods.py",
                      "trainers/cl_trainer.py"}
     for script in ("run_unsup.py", "run_diffcse.py"):
         assert len(files - {"run_unsup.py", "run_diffcse.py"} | {script}) == 4
@@ -223,3 +235,32 @@ def test_the_data_components_vocabularies_match_the_declared_choices():
     assert choices("rtd_edit") == set(EDITS)
     assert choices("mask_style") == set(MASK_STYLES)
     assert choices("rtd_source") == set(SOURCES)
+
+
+# ----------------------------------------------------------------------------------------- each paper's equations
+def equation_references() -> list[tuple[str, int, int, str]]:
+    """``(path, first line, last line, name)`` of every ``path Lx-y `name``` reference in docs/architecture.md's
+    table of equations (a bare ``Lx-y `name``` keeps the row's last named path)."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text[text.index("## Each paper's equations"):]
+    table = table[:table.index("\n## ", 3)] if "\n## " in table[3:] else table
+    found = []
+    for row in table.splitlines():
+        if not row.startswith("| ") or row.startswith("| paper") or row.startswith("| ---"):
+            continue
+        path = None
+        for match in re.finditer(r"(?:`(?P<path>[\w/]+\.py)` )?L(?P<first>\d+)-(?P<last>\d+) `(?P<name>\w+)`", row):
+            path = match["path"] or path
+            found.append((path, int(match["first"]), int(match["last"]), match["name"]))
+    return found
+
+
+def test_the_table_of_equations_points_at_the_named_code():
+    references = equation_references()
+    assert len(references) >= 12
+    for path, first, last, name in references:
+        spans = {(node.lineno, node.end_lineno) for node in ast.walk(module_tree(ROOT / path))
+                 if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name}
+        assert (first, last) in spans, f"docs/architecture.md: {path} L{first}-{last} is not `{name}` (it is at {spans})"

@@ -186,7 +186,7 @@ def test_run_history_prefers_the_full_history(tmp_path: Path) -> None:
 
 def test_an_old_runs_before_score_comes_from_all_results(tmp_path: Path) -> None:
     """Runs from before the callback lost the untrained model's STS-B dev from their history (a fresh TrainerState
-    in train()); trainers/pipeline.py's all_results.json kept it."""
+    in train()); command_line/pipeline.py's all_results.json kept it."""
     run = tmp_path / "esimcse"
     write_state(run / "checkpoint-4" / "trainer_state.json", HISTORY[1:], 4)
     (run / "all_results.json").write_text(json.dumps({"before_stsb_spearman": 79.73, "eval_stsb_spearman": 85.6}))

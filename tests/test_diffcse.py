@@ -327,8 +327,8 @@ def test_next_sentence_corpus_and_edits(paths, tmp_path):
 
 
 def test_task_profiles_and_flags():
-    from trainers.arguments import DataArguments, ModelArguments, parse_args
-    from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
+    from command_line.arguments import DataArguments, ModelArguments, parse_args
+    from command_line.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
     from trainers.methods import resolve_settings
 
     types = (ModelArguments, DataArguments, DiffCSEArguments, DiffCSETrainingArguments)

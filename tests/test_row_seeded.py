@@ -194,7 +194,7 @@ def test_cache_chunk_size_turns_row_seeded_masks_on_unless_told_otherwise(caplog
 
 
 def test_the_run_summary_names_a_cached_step_and_its_masks():
-    from trainers.summary import describe_step
+    from command_line.summary import describe_step
 
     from types import SimpleNamespace as Namespace
 

@@ -120,7 +120,7 @@ def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, back
 def test_tensorboard_is_optional(monkeypatch):
     import transformers.integrations
 
-    from trainers.arguments import CLTrainingArguments
+    from command_line.arguments import CLTrainingArguments
 
     monkeypatch.setattr(transformers.integrations, "is_tensorboard_available", lambda: False)
     assert CLTrainingArguments(output_dir="x", use_cpu=True).report_to == []

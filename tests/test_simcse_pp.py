@@ -14,7 +14,7 @@ from models.losses import barlow_twins_loss, dcl_loss, decoupled_info_nce, off_d
 from models.views import ViewLayout
 from tests.launch import run_ddp_cases
 from tests.tiny import FAST_TRAINING_ARGS, cosine, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
-from trainers.arguments import MethodArguments, parse_args
+from command_line.arguments import MethodArguments, parse_args
 from trainers.methods import build_model, resolve_settings
 
 

@@ -111,7 +111,7 @@ def test_data_parallel_is_refused_with_the_launch_command():
 
     from transformers.training_args import ParallelMode
 
-    from trainers.arguments import refuse_data_parallel
+    from command_line.arguments import refuse_data_parallel
 
     with pytest.raises(UsageError, match="accelerate launch --num_processes 4"):
         refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=4))

@@ -101,7 +101,7 @@ def tiny_trainer(model, backbone: str | Path, output_dir: str | Path, corpus: st
     from transformers import AutoTokenizer
 
     from data.corpus import load_unsup_corpus
-    from trainers.arguments import CLTrainingArguments
+    from command_line.arguments import CLTrainingArguments
     from trainers.cl_trainer import CLTrainer
     from trainers.methods import build_collator
 

@@ -7,7 +7,7 @@ it (what ``Trainer.save_state`` writes; the best checkpoint's own copy stops at 
 ``python -m eval.results`` reads for the stand-in figures (:mod:`eval.curves`).
 
 The Trainer starts a fresh ``TrainerState`` in ``train()``, so the STS-B dev of the untrained model, evaluated just
-before (``before_stsb_spearman``, trainers/pipeline.py), would be missing from the history: the callback keeps that
+before (``before_stsb_spearman``, command_line/pipeline.py), would be missing from the history: the callback keeps that
 log line and puts it back at the head of the new history (step 0) when training begins.
 
 Only the world process zero writes. A missing matplotlib, or any failure to draw, logs a warning and never fails

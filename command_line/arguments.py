@@ -24,10 +24,10 @@ from models.config import SETTINGS, UNSUP, check_setting
 
 from .cli_help import USAGE, CompactHelpFormatter, hide_inherited_trainer_flags, move_group_first, move_to_front
 from .config_file import expand_config_file
-from .errors import UsageError, reraise_as
+from trainers.errors import UsageError, reraise_as
 from .launch import (launched_world_size, refuse_data_parallel, refuse_silent_single_process,
                      refuse_single_process_launch)
-from .methods import METHODS
+from trainers.methods import METHODS
 
 
 @dataclass

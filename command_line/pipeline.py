@@ -22,9 +22,9 @@ from data.corpus import CorpusStats
 from models.base import ContrastiveModel
 from models.export import export_model
 
-from .cl_trainer import CLTrainer
-from .errors import UsageError
-from .methods import build_collator
+from trainers.cl_trainer import CLTrainer
+from trainers.errors import UsageError
+from trainers.methods import build_collator
 from .summary import RunSummary, describe_step, format_summary
 
 logger = logging.getLogger("cse_repro")

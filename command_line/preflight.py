@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from models.card import is_hub_name
 
-from .errors import UserError
+from trainers.errors import UserError
 
 logger = logging.getLogger("cse_repro")
 

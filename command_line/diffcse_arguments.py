@@ -20,7 +20,7 @@ from models.presets import TASK_PROFILES
 
 from .arguments import CLTrainingArguments, SettingArguments, setting_fields
 from .config_file import expand_config_file
-from .errors import UsageError
+from trainers.errors import UsageError
 
 @dataclass
 class DiffCSEOnlyArguments:

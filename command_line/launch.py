@@ -21,7 +21,7 @@ import torch
 from transformers import TrainingArguments
 from transformers.training_args import ParallelMode
 
-from .errors import UsageError
+from trainers.errors import UsageError
 
 MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_RANK")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import UsageError
+from trainers.errors import UsageError
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
