@@ -20,9 +20,10 @@ from trainers.methods import build_model
 WORKER = Path(__file__).parent / "workers" / "ddp_step.py"
 
 
-def run_two_processes(tmp_path: Path, model_dir: Path, batch_file: Path, method: str = "simcse") -> list[dict]:
+def run_two_processes(tmp_path: Path, model_dir: Path, batch_file: Path, method: str = "simcse",
+                      backend: str = "gloo") -> list[dict]:
     run_torchrun([str(WORKER)], env={"DDP_MODEL_DIR": str(model_dir), "DDP_BATCH": str(batch_file),
-                                     "DDP_OUT": str(tmp_path), "DDP_METHOD": method})
+                                     "DDP_OUT": str(tmp_path), "DDP_METHOD": method, "DDP_BACKEND": backend})
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
 
