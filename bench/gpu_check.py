@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import shlex
@@ -165,8 +166,8 @@ def markdown(report: dict) -> str:
 
 
 def gather(steps: Sequence[Step], outcomes: list[dict], env: dict) -> dict:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    commit = os.environ.get("GPU_CHECK_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip() or "unknown"
     report = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "environment": env, "steps": outcomes}
     for step in steps:
         if not step.output.exists():

@@ -144,8 +144,10 @@ def test_a_cuda_training_step_never_waits_for_the_host(method, config, tmp_path)
         config = {**config, "generator_name": str(save_tiny_generator(tmp_path / "generator"))}
     torch.manual_seed(0)
     model = build_model(method, str(backbone), **config).to(CUDA).train()
-    rows = [{"text": t} for t in ("the cat sits on the big red chair", "a dog runs in the park", "music is good",
-                                  "the old king reads a new book in the house")]
+    texts = ("the cat sits on the big red chair", "a dog runs in the park", "music is good",
+             "the old king reads a new book in the house")
+    rows = ([{"sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in texts] if method == "sup_simcse"
+            else [{"text": t} for t in texts])
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
     batch = on_cuda(collate(rows))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
