@@ -198,7 +198,7 @@ def test_the_trainer_trains_with_bf16_tf32_and_fused_adamw_by_default(tmp_path):
     model = build_model("simcse", str(backbone))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = tiny_trainer(model, backbone, tmp_path / "run", tiny_corpus(tmp_path / "corpus.txt"), max_steps=5,
-                           use_cpu=False, dataloader_pin_memory=True)
+                           use_cpu=False, dataloader_pin_memory=True, bf16=None)
     assert trainer.args.bf16 and trainer.args.tf32
     trainer.train()
     assert trainer.optimizer.defaults.get("fused") is True
