@@ -17,7 +17,9 @@ Steps (each a subprocess; a failing step is recorded and the others still run; t
 3. The same for SimCSE at batch 512.
 4. ``bench.cached_memory`` on BERT-base SimCSE at batch 64 and 512, bf16 autocast: peak memory and step time of the
    uncached step with stream masks (SDPA attention), with row-seeded masks (eager attention, keyed masks), and the
-   cached step (chunks of 64, row-seeded masks).
+   cached step (chunks of 128, row-seeded masks).
+5. ``bench.keyed_masks`` on BERT-base SimCSE at batch 64 and 512, bf16: the share of the step spent generating keyed
+   masks (int32 route, and the int64 reference route), against the stream-mask step.
 """
 from __future__ import annotations
 
@@ -61,9 +63,13 @@ def plan(work_dir: Path, python: str = sys.executable) -> list[Step]:
                                  "--output_json", str(work_dir / "throughput_b512.json")),
              work_dir / "throughput_b512.json"),
         Step("cached_memory", (python, "-m", "bench.cached_memory", "--device", "cuda", "--bf16", "--configs",
-                               "bert-base", "--methods", "simcse", "--batches", "64", "512", "--chunk", "64",
+                               "bert-base", "--methods", "simcse", "--batches", "64", "512", "--chunk", "128",
                                "--steps", "5", "--warmup", "2", "--output_json",
                                str(work_dir / "cached_memory.json")), work_dir / "cached_memory.json"),
+        Step("keyed_masks", (python, "-m", "bench.keyed_masks", "--device", "cuda", "--config", "bert-base",
+                             "--batches", "64", "512", "--precisions", "bf16", "--steps", "5", "--warmup", "2",
+                             "--threads", "0", "--output_json", str(work_dir / "keyed_masks.json")),
+             work_dir / "keyed_masks.json"),
     ]
 
 
@@ -72,7 +78,7 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def test_counts(junit_xml: Path) -> dict[str, int]:
+def junit_counts(junit_xml: Path) -> dict[str, int]:
     """passed / failed / skipped / errors of a pytest JUnit XML report."""
     suite = ElementTree.parse(junit_xml).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
@@ -160,6 +166,12 @@ def markdown(report: dict) -> str:
             lines.append(f"| {row['batch']} | {step} | {row['masks']} ({attention}) | {row['step_seconds']:.4f} | "
                          f"{ratio} | {row['peak_rss_mib']:,.0f} (+{row['step_mib']:,.0f}) |")
         lines.append("")
+    keyed = report.get("keyed_masks")
+    if keyed:
+        from bench.keyed_masks import markdown as keyed_markdown
+
+        lines += ["## Keyed dropout masks in the step (BERT-base SimCSE, uncached, bf16 autocast; CUDA events)", "",
+                  keyed_markdown(keyed), ""]
     failed = [s["name"] for s in report["steps"] if s["exit"] != 0]
     lines.append(f"Steps failed: {', '.join(failed)}" if failed else "Every step passed.")
     return "\n".join(lines) + "\n"
@@ -173,7 +185,7 @@ def gather(steps: Sequence[Step], outcomes: list[dict], env: dict) -> dict:
         if not step.output.exists():
             continue
         if step.name == "cuda_tests":
-            report["tests"] = test_counts(step.output)
+            report["tests"] = junit_counts(step.output)
             report["skipped"] = skipped_reasons(step.output)
         else:
             report[step.name] = json.loads(step.output.read_text())
