@@ -43,3 +43,13 @@ def test_training_precision_names():
     assert precision.training_precision(bf16=True, fp16=False) == "bf16"
     assert precision.training_precision(bf16=False, fp16=False) == "fp32"
     assert precision.training_precision(bf16=False, fp16=True) == "fp16"
+
+
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="an accelerator is present: use_cpu is not implied")
+@pytest.mark.parametrize("bf16", [None, True])
+def test_bf16_on_a_cpu_only_machine_needs_no_use_cpu_flag(bf16, monkeypatch):
+    """The Trainer refuses bf16 without a GPU unless ``use_cpu`` is set ("Your setup doesn't support bf16/gpu"):
+    on a machine without an accelerator the arguments set it, so the quickstart (no --use_cpu) trains in bf16."""
+    monkeypatch.setattr(precision, "native_cpu_bf16", lambda: True)
+    args = CLTrainingArguments(output_dir="x", report_to="none", bf16=bf16)
+    assert args.bf16 is True and args.use_cpu is True

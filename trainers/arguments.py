@@ -190,6 +190,8 @@ class CLTrainingArguments(TrainingArguments):
 
             self.report_to = "tensorboard" if is_tensorboard_available() else "none"
         gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        if not torch.accelerator.is_available():
+            self.use_cpu = True  # the device it runs on anyway; the Trainer refuses bf16 on CPU unless told so
         if self.bf16 is None:
             self.bf16 = default_bf16(on_cpu=bool(self.use_cpu) or not torch.cuda.is_available()) and not self.fp16
         if self.tf32 is None:
