@@ -58,6 +58,20 @@ def test_keyed_masks_are_identical_on_cpu_and_cuda(seed):
     assert torch.equal(inverse_cdf_sample(probabilities.to(CUDA), uniforms_cpu.to(CUDA)).cpu(), picks_cpu)
 
 
+def test_the_fused_kernel_compiled_and_the_int32_route_agrees_on_cuda():
+    """keyed_keep_mask on CUDA runs the torch.compile'd kernel (not its fallback), and the fallback (the int32 route)
+    gives the same masks on the device too."""
+    from models import row_seeded
+
+    assert row_seeded.fused_keep_mask() is not None, "torch.compile could not build the fused mask kernel"
+    row_keys = row_seeded.mix32(torch.arange(50) * 7919 + 3)
+    thresholds = torch.tensor([0, 2**32, 2**31, 429496730] * 12 + [1, 2**32 - 1])
+    want = row_seeded._keep_rule(row_keys, thresholds, 777)
+    got_fused = row_seeded.fused_keep_mask()(row_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
+    got_int32 = row_seeded._int32_keep_mask(row_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
+    assert torch.equal(got_fused, want) and torch.equal(got_int32, want)
+
+
 # ------------------------------------------------------------------------------------ cached = uncached on CUDA
 CACHED_CASES = ["simcse", "sup_simcse", "esimcse", "simcse_pp", "s_simcse", "diffcse", "diffcse_official_code"]
 
