@@ -6,7 +6,8 @@ against this machine's GEMM ceiling measured in the same run on the step's own m
 
 Every (config, method, batch, mode) runs in a fresh subprocess, so its peak memory is its own: on CPU the process's
 peak RSS (``ru_maxrss``) and its growth over the RSS after the model, batch and optimizer exist ("step MiB"); with
-``--device cuda`` ``max_memory_allocated`` (and its growth over ``memory_allocated`` before the steps), fp32. A step = forward + backward (``model(**batch).loss.backward()`` or
+``--device cuda`` ``max_memory_allocated`` (and its growth over ``memory_allocated`` before the steps); fp32, or
+bf16 autocast with ``--bf16``. A step = forward + backward (``model(**batch).loss.backward()`` or
 ``trainers.cached_step.cached_forward_backward``) + AdamW + ``zero_grad``, random weights of the config's shape,
 random token ids (length ``--seq_len``, all views the same sentence; sup_simcse: 3 views).
 
@@ -73,8 +74,8 @@ class StepCounter(TorchDispatchMode):
 
 
 def gemm_ceiling(gemms: Counter, cap_rows: int, device: torch.device = torch.device("cpu"),
-                 repeats: int = 3) -> tuple[float, float]:
-    """(GEMM FLOPs of the step, the fp32 GFLOP/s this device reaches on those shapes alone)."""
+                 repeats: int = 3, dtype: torch.dtype = torch.float32) -> tuple[float, float]:
+    """(GEMM FLOPs of the step, the GFLOP/s this device reaches on those shapes alone in ``dtype``)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     flops = seconds = 0.0
     for (batch, m, k, n), count in gemms.items():
@@ -85,8 +86,8 @@ def gemm_ceiling(gemms: Counter, cap_rows: int, device: torch.device = torch.dev
                 scale, batch = batch / new_batch, new_batch
             else:
                 scale, m = m / cap_rows, cap_rows
-        a = torch.randn(*((batch,) if batch > 1 else ()), m, k, device=device)
-        b = torch.randn(*((batch,) if batch > 1 else ()), k, n, device=device)
+        a = torch.randn(*((batch,) if batch > 1 else ()), m, k, device=device, dtype=dtype)
+        b = torch.randn(*((batch,) if batch > 1 else ()), k, n, device=device, dtype=dtype)
         op = torch.bmm if batch > 1 else torch.mm
         op(a, b)
         best = float("inf")
@@ -134,11 +135,12 @@ def one(args) -> dict:
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5, foreach=True)
 
     def step() -> None:
-        if args.chunk:
-            cached_forward_backward(model, batch, args.chunk)
-        else:
-            with keyed_step(model, batch["input_ids"].size(0)):  # row-seeded masks: the step's seed
-                model(**batch).loss.backward()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            if args.chunk:
+                cached_forward_backward(model, batch, args.chunk)
+            else:
+                with keyed_step(model, batch["input_ids"].size(0)):  # row-seeded masks: the step's seed
+                    model(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -159,10 +161,11 @@ def one(args) -> dict:
     peak = (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     step_seconds = sorted(times)[len(times) // 2]
-    gemm_flops, ceiling = gemm_ceiling(counter.gemms, args.ceiling_rows, device)
+    gemm_flops, ceiling = gemm_ceiling(counter.gemms, args.ceiling_rows, device,
+                                       dtype=torch.bfloat16 if args.bf16 else torch.float32)
     gflops = counter.flops / step_seconds / 1e9
     return {"config": args.config, "method": args.method, "batch": args.batch, "chunk": args.chunk, "masks": args.masks,
-            "seq_len": args.seq_len, "threads": torch.get_num_threads(), "step_seconds": step_seconds,
+            "bf16": args.bf16, "seq_len": args.seq_len, "threads": torch.get_num_threads(), "step_seconds": step_seconds,
             "step_times": times, "peak_rss_mib": peak, "baseline_rss_mib": baseline, "step_mib": peak - baseline,
             "flops": counter.flops, "gemm_flops": gemm_flops, "gflops": gflops, "ceiling_gflops": ceiling,
             "percent_of_ceiling": 100.0 * gflops / ceiling}
@@ -179,7 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ceiling_rows", type=int, default=8192)
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda (memory = max_memory_allocated; fp32)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (memory = max_memory_allocated)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 autocast around the step (as training on a bf16 GPU runs); the ceiling in bf16")
     parser.add_argument("--output_json", default=None)
     parser.add_argument("--modes", nargs="+", default=["uncached:stream", "uncached:row_seeded", "cached:row_seeded"],
                         help="MODE:MASKS pairs (MODE uncached or cached, MASKS stream or row_seeded)")
@@ -203,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
                                method, "--batch", str(batch), "--chunk", str(chunk), "--masks", masks,
                                "--seq_len", str(args.seq_len),
                                "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
-                               str(args.threads), "--ceiling_rows", str(args.ceiling_rows), "--device", args.device]
+                               str(args.threads), "--ceiling_rows", str(args.ceiling_rows), "--device", args.device,
+                               *(["--bf16"] if args.bf16 else [])]
                     done = subprocess.run(command, capture_output=True, text=True,
                                           cwd=Path(__file__).resolve().parents[1])
                     if done.returncode != 0:

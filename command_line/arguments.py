@@ -21,13 +21,14 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
 
 from models.config import SETTINGS, UNSUP, check_setting
+from trainers.errors import UsageError, reraise_as
+from trainers.methods import METHODS
+from trainers.precision import default_bf16
 
 from .cli_help import USAGE, CompactHelpFormatter, hide_inherited_trainer_flags, move_group_first, move_to_front
 from .config_file import expand_config_file
-from trainers.errors import UsageError, reraise_as
 from .launch import (launched_world_size, refuse_data_parallel, refuse_silent_single_process,
                      refuse_single_process_launch)
-from trainers.methods import METHODS
 
 
 @dataclass
@@ -158,7 +159,9 @@ class CLTrainingArguments(TrainingArguments):
         "help": "Skip non-finite step losses in the logged mean. Off here: the Trainer's check reads the loss on the "
                 "host after every step (a host-device sync per step on GPU)."})
     bf16: bool | None = field(
-        default=None, metadata={"help": "bf16 autocast; default: on when a bf16-capable GPU is present."})
+        default=None, metadata={"help": "bf16 autocast for training (evaluation: --eval_dtype). Default: on with a "
+                                        "bf16-capable GPU, or on a CPU with native bf16 (AVX512-BF16 / AMX / Arm "
+                                        "BF16; trainers/precision.py), else fp32. --bf16 false trains in fp32."})
     tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls; default: on with an Ampere+ GPU."})
     eval_dtype: str = field(default="fp32", metadata={
         "help": "Precision of every evaluation of the run (STS-B dev during training, the final scores): fp32 "
@@ -187,8 +190,10 @@ class CLTrainingArguments(TrainingArguments):
 
             self.report_to = "tensorboard" if is_tensorboard_available() else "none"
         gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        if not torch.accelerator.is_available():
+            self.use_cpu = True  # the device it runs on anyway; the Trainer refuses bf16 on CPU unless told so
         if self.bf16 is None:
-            self.bf16 = gpu_bf16 and not self.fp16
+            self.bf16 = default_bf16(on_cpu=bool(self.use_cpu) or not torch.cuda.is_available()) and not self.fp16
         if self.tf32 is None:
             self.tf32 = True if gpu_bf16 else None
         if not torch.accelerator.is_available():

@@ -17,10 +17,10 @@ from typing import Any
 
 from models.config import DIFFCSE
 from models.presets import TASK_PROFILES
+from trainers.errors import UsageError
 
 from .arguments import CLTrainingArguments, SettingArguments, setting_fields
 from .config_file import expand_config_file
-from trainers.errors import UsageError
 
 @dataclass
 class DiffCSEOnlyArguments:

@@ -21,10 +21,11 @@ from transformers import AutoTokenizer
 from data.corpus import CorpusStats
 from models.base import ContrastiveModel
 from models.export import export_model
-
 from trainers.cl_trainer import CLTrainer
 from trainers.errors import UsageError
 from trainers.methods import build_collator
+from trainers.precision import training_precision
+
 from .summary import RunSummary, describe_step, format_summary
 
 logger = logging.getLogger("cse_repro")
@@ -107,6 +108,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         metrics.update(trainer.evaluate(metric_key_prefix="before"))  # the pretrained model's STS-B dev
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     metrics.update(train_result.metrics)
+    metrics["train_precision"] = training_precision(training_args.bf16, training_args.fp16)
     if training_args.eval_strategy != "no":
         metrics.update(trainer.evaluate())
         metrics["eval_dtype"] = training_args.eval_dtype  # the precision of every score above
@@ -126,7 +128,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             evaluation_seconds=trainer.evaluation_seconds,
             wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
             tensorboard_dir=tensorboard_dir(training_args), warnings=warnings,
-            step=describe_step(model.config, training_args))),
+            step=describe_step(model.config, training_args),
+            precision=metrics["train_precision"])),
             flush=True)
     return metrics
 

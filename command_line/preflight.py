@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from models.card import is_hub_name
-
 from trainers.errors import UserError
 
 logger = logging.getLogger("cse_repro")

@@ -30,6 +30,8 @@ class RunSummary:
     warnings: list[str] = field(default_factory=list)
     #: How the steps ran when it is not the plain step: a cached step and / or row-seeded dropout masks.
     step: str | None = None
+    #: Training precision (``bf16`` / ``fp16`` / ``fp32``; trainers/precision.py) and the evaluation's.
+    precision: str | None = None
 
 
 def duration(seconds: float) -> str:
@@ -87,6 +89,9 @@ def format_summary(summary: RunSummary) -> str:
                         else "") + throughput(m, summary.evaluation_seconds))
     if summary.step:
         lines.append(f"step: {summary.step}")
+    if summary.precision:
+        lines.append(f"precision: {summary.precision} training, {m.get('eval_dtype', 'fp32')} evaluation"
+                     + (" (--bf16 false trains in fp32)" if summary.precision == "bf16" else ""))
     if summary.export:
         hf, st = summary.export.get("hf"), summary.export.get("sentence-transformers")
         lines.append(f"export: {hf} (AutoModel)" + (f" and {st} (SentenceTransformer)" if st else ""))

@@ -124,9 +124,11 @@ def training_summary(training: dict[str, Any]) -> list[str]:
         "max_steps", "max_seq_length", "seed")}
     steps = values["max_steps"]
     length = f"{steps} steps" if isinstance(steps, int) and steps > 0 else f"{values['num_train_epochs']} epoch(s)"
+    precision = "fp16" if _argument(training, "fp16") else "bf16 autocast" if _argument(training, "bf16") else "fp32"
     return [f"- backbone: `{values['model_name_or_path']}`; corpus: `{values['train_file']}`",
             f"- learning rate {values['learning_rate']}, batch {values['per_device_train_batch_size']} per process, "
-            f"{length}, max length {values['max_seq_length']}, seed {values['seed']}"]
+            f"{length}, max length {values['max_seq_length']}, seed {values['seed']}",
+            f"- training precision: {precision}"]
 
 
 __all__ = ["HUB_DATASETS", "card_metadata", "is_hub_name", "model_card", "score_table", "training_summary"]

@@ -20,9 +20,10 @@ from trainers.methods import build_model
 WORKER = Path(__file__).parent / "workers" / "ddp_step.py"
 
 
-def run_two_processes(tmp_path: Path, model_dir: Path, batch_file: Path, method: str = "simcse") -> list[dict]:
+def run_two_processes(tmp_path: Path, model_dir: Path, batch_file: Path, method: str = "simcse",
+                      backend: str = "gloo") -> list[dict]:
     run_torchrun([str(WORKER)], env={"DDP_MODEL_DIR": str(model_dir), "DDP_BATCH": str(batch_file),
-                                     "DDP_OUT": str(tmp_path), "DDP_METHOD": method})
+                                     "DDP_OUT": str(tmp_path), "DDP_METHOD": method, "DDP_BACKEND": backend})
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
 
@@ -63,7 +64,7 @@ def test_torchrun_training_equals_single_process_training(tmp_path, method, cach
     common = ["run_unsup.py", "--method", method, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
               "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
               "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
-              "--use_cpu", "true", "--report_to", "none"]
+              "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
     run_torchrun([*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "two"),
                   *(["--cache_chunk_size", "3"] if cached else [])])
     one = subprocess.run([sys.executable, *common, "--per_device_train_batch_size", "8",

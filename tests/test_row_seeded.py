@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from models.dropout import RowDropout, RowDropoutController, rates_from_uniform
-from models.row_seeded import (call_seed, inverse_cdf_sample, keyed_bits, keyed_keep_mask, keyed_uniform,
-                                mix32, mix32_int)
+from models.row_seeded import (CPU_BLOCK_ELEMENTS, call_seed, inverse_cdf_sample, keyed_bits, keyed_keep_mask,
+                                keyed_uniform, mix32, mix32_int, mix32_int32_)
 from tests.tiny import save_tiny_backbone, token_batch
 from trainers.keyed_dropout import StepDraws, keyed_controllers, keyed_step, pass_sentences, step_draws
 from trainers.methods import build_model, resolve_settings
@@ -38,6 +38,52 @@ def test_mix32_is_lowbias32_on_every_32_bit_range():
     values += torch.randint(0, 2**32, (500,), generator=torch.Generator().manual_seed(0)).tolist()
     assert mix32(torch.tensor(values)).tolist() == [lowbias32(v) for v in values]
     assert [mix32_int(v) for v in values] == [lowbias32(v) for v in values]
+
+
+def test_the_int32_mixer_is_lowbias32_on_every_32_bit_range():
+    """The masks' fast route: int32 patterns, wrapping products, logical shifts by arithmetic shift + mask."""
+    values = [0, 1, 2, 3, 255, 65535, 65536, 0x7FFFFFFF, 0x80000000, 0xDEADBEEF, 0xFFFFFFFE, 0xFFFFFFFF]
+    values += torch.randint(0, 2**32, (5000,), generator=torch.Generator().manual_seed(1)).tolist()
+    as_int32 = torch.tensor([v - 2**32 if v >= 2**31 else v for v in values], dtype=torch.int32)
+    mixed = [v % 2**32 for v in mix32_int32_(as_int32).tolist()]
+    assert mixed == [lowbias32(v) for v in values]
+
+
+@pytest.mark.parametrize("seed", [0, 99, 0xFFFFFFFF])
+@pytest.mark.parametrize("shape", [(5, 7), (16, 3, 4, 4), (3, CPU_BLOCK_ELEMENTS + 5), (40, 12, 32, 32)])
+def test_keep_masks_are_the_reference_bits_against_the_threshold(seed, shape):
+    """keyed_keep_mask (int32, in place, in cache-sized blocks) = the written-out rule on the int64 reference bits:
+    kept iff bits >= ceil(rate * 2**32). Rates include 0 (keep all), 1 (keep none; a threshold outside int32), 0.5
+    (a threshold at 2**31, where signed and unsigned order part) and values just around it."""
+    shape = torch.Size(shape)
+    rows = shape[0]
+    rates = torch.rand(rows, generator=torch.Generator().manual_seed(seed % 1000), dtype=torch.float64)
+    specials = torch.tensor([0.0, 1.0, 0.5, 0.5 - 2**-33, 0.5 + 2**-33, 2**-32, 1 - 2**-32], dtype=torch.float64)
+    rates[:min(rows, len(specials))] = specials[:rows]
+    row_ids = torch.arange(rows) * 37 + 11
+    bits = keyed_bits(seed, row_ids, shape[1:].numel())
+    thresholds = (rates * 2.0**32).ceil().long().unsqueeze(1)
+    assert torch.equal(keyed_keep_mask(seed, row_ids, shape, rates), (bits >= thresholds).view(shape))
+
+
+def inverse_lowbias32(x: int) -> int:
+    """lowbias32's inverse (each step undone in reverse order: xorshifts, products by the multipliers' inverses)."""
+    x ^= x >> 16
+    x = (x * pow(0x846CA68B, -1, 2**32)) & 0xFFFFFFFF
+    x ^= (x >> 15) ^ (x >> 30)
+    x = (x * pow(0x7FEB352D, -1, 2**32)) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def test_a_row_at_rate_one_keeps_nothing_even_the_largest_number():
+    """Rate 1: threshold 2**32, beyond every 32-bit number. The seed is chosen so that element 0 of row 0 draws
+    0xFFFFFFFF, the one number a threshold clamped into 32 bits would keep."""
+    assert inverse_lowbias32(lowbias32(0xDEADBEEF)) == 0xDEADBEEF
+    seed = inverse_lowbias32(inverse_lowbias32(0xFFFFFFFF))
+    assert keyed_bits(seed, torch.tensor([0]), 1).item() == 0xFFFFFFFF
+    rates = torch.tensor([1.0, 1 - 2**-32], dtype=torch.float64)
+    mask = keyed_keep_mask(seed, torch.tensor([0, 0]), torch.Size([2, 3]), rates)
+    assert mask.tolist() == [[False, False, False], [True, False, False]]
 
 
 def test_keyed_bits_follow_their_written_out_key():

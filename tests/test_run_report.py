@@ -12,6 +12,7 @@ import run_unsup
 from tests.cli import in_process
 from tests.tiny import tiny_corpus
 from trainers.methods import build_model
+from trainers.precision import native_cpu_bf16
 
 # ------------------------------------------------------------------------------------------------ --help
 CORE_DEFAULTS = {"--output_dir": "outputs/simcse", "--learning_rate": "3e-05", "--per_device_train_batch_size": "64",
@@ -90,6 +91,14 @@ def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, back
     assert f"corpus: 64 rows of {corpus} (skipped 2 blank lines)" in summary
     assert "for 4 steps (" in summary and "of it evaluating), " in summary and "sentences/s" in summary
     assert "wall time:" in summary
+    # precision left at its default: bf16 on a CPU with native bf16 (trainers/precision.py), else fp32; recorded
+    expected = "bf16" if native_cpu_bf16() else "fp32"
+    assert results["train_precision"] == expected and results["eval_dtype"] == "fp32"
+    assert f"precision: {expected} training, fp32 evaluation" in summary
+    run_arguments = json.loads((out / "run_arguments.json").read_text())
+    assert run_arguments["CLTrainingArguments"]["bf16"] is (expected == "bf16")
+    assert f"- training precision: {'bf16 autocast' if expected == 'bf16' else 'fp32'}" in (
+        out / "export" / "hf" / "README.md").read_text()
     assert f"export: {out / 'export' / 'hf'} (AutoModel) and {out / 'export' / 'sentence-transformers'}" in summary
     assert "STS dev: 100%" in result.err  # evaluation shows its progress (the training bar is not frozen)
 

@@ -71,8 +71,9 @@ def tiny_corpus(path: str | Path, n: int = 64, seed: int = 0) -> Path:
 
 
 FAST_TRAINING_ARGS = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
-                      "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none"]
-"""Command-line flags that make a run_unsup.py / run_diffcse.py training test small and CPU-only."""
+                      "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
+"""Command-line flags that make a run_unsup.py / run_diffcse.py training test small, CPU-only and fp32 (pinned: the
+default is bf16 on a CPU with native bf16, so recorded numbers would depend on the machine)."""
 
 
 def token_batch(b: int = 4, v: int = 2, length: int = 9, seed: int = 0, same_views: bool = False):
@@ -97,7 +98,7 @@ def cosine(a: list[float], b: list[float]) -> float:
 def tiny_trainer(model, backbone: str | Path, output_dir: str | Path, corpus: str | Path, max_steps: int = 3,
                  **training_args):
     """A CPU ``CLTrainer`` over ``corpus`` for ``model`` (built on the tiny ``backbone``): batch 8, a log line per
-    step, no evaluation or checkpoints; ``training_args`` override those."""
+    step, fp32, no evaluation or checkpoints; ``training_args`` override those."""
     from transformers import AutoTokenizer
 
     from data.corpus import load_unsup_corpus
@@ -108,7 +109,7 @@ def tiny_trainer(model, backbone: str | Path, output_dir: str | Path, corpus: st
     tokenizer = AutoTokenizer.from_pretrained(str(backbone))
     settings = dict(max_steps=max_steps, per_device_train_batch_size=8, eval_strategy="no", save_strategy="no",
                     load_best_model_at_end=False, evaluate_at_start=False, logging_steps=1, use_cpu=True,
-                    disable_tqdm=True, dataloader_pin_memory=False)
+                    disable_tqdm=True, dataloader_pin_memory=False, bf16=False)
     args = CLTrainingArguments(output_dir=str(output_dir), **{**settings, **training_args})
     return CLTrainer(model=model, args=args, train_dataset=load_unsup_corpus(corpus),
                      data_collator=build_collator(model, tokenizer, 32), processing_class=tokenizer)

@@ -1,0 +1,231 @@
+"""The one command for a machine with a CUDA GPU (``bash scripts/gpu_check.sh``): the CUDA tests, then the training
+benchmarks on a BERT-base config (random weights), gathered into ``bench/results/gpu_<device>.json`` and a Markdown
+table beside it.
+
+    bash scripts/gpu_check.sh              # on the GPU machine: about 5 minutes on an H100
+    bash scripts/gpu_check.sh --dry_run    # anywhere: the steps it would run, and where it would write
+
+Steps (each a subprocess; a failing step is recorded and the others still run; the exit status is 1 if any failed):
+
+1. ``pytest -m cuda tests/test_cuda.py``: bf16 step = fp32 step to bf16 precision, cached = uncached (row-seeded) on
+   CUDA, keyed masks identical on CPU and CUDA, no host-device sync in a step (the CUDA runtime's own sync check),
+   the Trainer's bf16 / TF32 / fused AdamW, two processes over NCCL (needs two GPUs; skipped otherwise, with the
+   reason).
+2. ``bench.train_throughput`` on BERT-base at batch 64, length 32, bf16 autocast: step time, tokens/s, MFU against
+   the device's bf16 peak and peak memory of every method (and sentence-transformers' MNRL recipe), plus one
+   SimCSE epoch on wiki1m projected (15,625 steps of 64, dev evaluation every 125 steps).
+3. The same for SimCSE at batch 512.
+4. ``bench.cached_memory`` on BERT-base SimCSE at batch 64 and 512, bf16 autocast: peak memory and step time of the
+   uncached step with stream masks (SDPA attention), with row-seeded masks (eager attention, keyed masks), and the
+   cached step (chunks of 128, row-seeded masks).
+5. ``bench.keyed_masks`` on BERT-base SimCSE at batch 64 and 512, bf16: the share of the step spent generating keyed
+   masks (int32 route, and the int64 reference route), against the stream-mask step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One subprocess of the check: its name, its command, and the file it writes."""
+
+    name: str
+    argv: tuple[str, ...]
+    output: Path
+
+
+def plan(work_dir: Path, python: str = sys.executable) -> list[Step]:
+    """The check's steps, in order, writing into ``work_dir``."""
+    throughput = (python, "-m", "bench.train_throughput", "--device", "cuda", "--config", "bert-base", "--seq_len",
+                  "32", "--bf16")
+    return [
+        Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", "-rs",
+                            f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
+        Step("throughput_b64", (*throughput, "--batch_size", "64", "--output_json",
+                                str(work_dir / "throughput_b64.json")), work_dir / "throughput_b64.json"),
+        Step("throughput_b512", (*throughput, "--batch_size", "512", "--methods", "simcse", "st_mnrl",
+                                 "--output_json", str(work_dir / "throughput_b512.json")),
+             work_dir / "throughput_b512.json"),
+        Step("cached_memory", (python, "-m", "bench.cached_memory", "--device", "cuda", "--bf16", "--configs",
+                               "bert-base", "--methods", "simcse", "--batches", "64", "512", "--chunk", "128",
+                               "--steps", "5", "--warmup", "2", "--output_json",
+                               str(work_dir / "cached_memory.json")), work_dir / "cached_memory.json"),
+        Step("keyed_masks", (python, "-m", "bench.keyed_masks", "--device", "cuda", "--config", "bert-base",
+                             "--batches", "64", "512", "--precisions", "bf16", "--steps", "5", "--warmup", "2",
+                             "--threads", "0", "--output_json", str(work_dir / "keyed_masks.json")),
+             work_dir / "keyed_masks.json"),
+    ]
+
+
+def device_slug(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``nvidia_h100_80gb_hbm3`` (the results file's name)."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def junit_counts(junit_xml: Path) -> dict[str, int]:
+    """passed / failed / skipped / errors of a pytest JUnit XML report."""
+    suite = ElementTree.parse(junit_xml).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    total, failed, errors, skipped = (int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped"))
+    return {"passed": total - failed - errors - skipped, "failed": failed, "errors": errors, "skipped": skipped}
+
+
+def skipped_reasons(junit_xml: Path) -> list[str]:
+    root = ElementTree.parse(junit_xml).getroot()
+    return [f"{case.get('name')}: {skip.get('message')}" for case in root.iter("testcase")
+            for skip in case.findall("skipped")]
+
+
+def environment() -> dict:
+    import torch
+
+    properties = torch.cuda.get_device_properties(0)
+    return {"device": torch.cuda.get_device_name(0), "device_count": torch.cuda.device_count(),
+            "memory_gib": round(properties.total_memory / 2**30, 1), "multiprocessors": properties.multi_processor_count,
+            "capability": ".".join(map(str, torch.cuda.get_device_capability(0))), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "bf16": torch.cuda.is_bf16_supported(), "python": platform.python_version(),
+            "transformers": _version("transformers"), "host_cpu": platform.processor() or platform.machine()}
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def run_step(step: Step) -> dict:
+    print(f"[gpu_check] {step.name}: {shlex.join(step.argv)}", flush=True)
+    start = time.perf_counter()
+    done = subprocess.run(step.argv, cwd=REPO_ROOT)
+    seconds = time.perf_counter() - start
+    print(f"[gpu_check] {step.name}: exit {done.returncode} after {seconds:.0f} s", flush=True)
+    return {"name": step.name, "command": shlex.join(step.argv), "exit": done.returncode, "seconds": seconds}
+
+
+def throughput_rows(report: dict) -> list[str]:
+    rows = []
+    for result in report["results"]:
+        mfu = f"{100 * result['mfu']:.1f}%" if result.get("mfu") is not None else "n/a"
+        epoch = result.get("epoch_projection_seconds")
+        rows.append(f"| {result['name']} | {result['batch_size']} | {1000 * result['median_step_seconds']:.1f} | "
+                    f"{result['tokens_per_second']:,.0f} | {result['sentences_per_second']:,.0f} | {mfu} | "
+                    f"{result['peak_memory_mib']:,.0f} | {f'{epoch / 60:.1f} min' if epoch else '-'} |")
+    return rows
+
+
+def markdown(report: dict) -> str:
+    """The check's figures as Markdown: environment, tests, throughput, cached vs uncached memory."""
+    env = report["environment"]
+    lines = [f"# GPU check: {env['device']}", "",
+             f"{report['date']}; torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
+             f"{env['device_count']} device(s), {env['memory_gib']} GiB, {env['multiprocessors']} SMs; "
+             f"`bash scripts/gpu_check.sh` at commit {report['commit']}.", ""]
+    tests = report.get("tests")
+    if tests:
+        lines += [f"CUDA tests (tests/test_cuda.py): {tests['passed']} passed, {tests['failed']} failed, "
+                  f"{tests['errors']} errors, {tests['skipped']} skipped"]
+        lines += [f"- skipped: {reason}" for reason in report.get("skipped", [])]
+        lines.append("")
+    throughput = [r for name in ("throughput_b64", "throughput_b512") if (r := report.get(name))]
+    if throughput:
+        lines += ["## Training throughput (BERT-base config, random weights, length 32, bf16 autocast, fused AdamW)",
+                  "", "| method | batch | step ms (median) | tokens/s | sentences/s | MFU (bf16 peak) | peak MiB "
+                  "| wiki1m epoch |", "|---|---|---|---|---|---|---|---|"]
+        for part in throughput:
+            lines += throughput_rows(part)
+        lines.append("")
+    memory = report.get("cached_memory")
+    if memory:
+        lines += ["## Cached vs uncached (BERT-base SimCSE, bf16 autocast; max_memory_allocated)", "",
+                  "| batch | step | masks (attention) | s/step | x uncached stream | peak MiB (step +) |",
+                  "|---|---|---|---|---|---|"]
+        base = {r["batch"]: r["step_seconds"] for r in memory if not r["chunk"] and r["masks"] == "stream"}
+        for row in memory:
+            step = f"cached {row['chunk']}" if row["chunk"] else "uncached"
+            attention = "eager, keyed masks" if row["masks"] == "row_seeded" else "SDPA"
+            ratio = f"{row['step_seconds'] / base[row['batch']]:.2f}" if row["batch"] in base else "-"
+            lines.append(f"| {row['batch']} | {step} | {row['masks']} ({attention}) | {row['step_seconds']:.4f} | "
+                         f"{ratio} | {row['peak_rss_mib']:,.0f} (+{row['step_mib']:,.0f}) |")
+        lines.append("")
+    keyed = report.get("keyed_masks")
+    if keyed:
+        from bench.keyed_masks import markdown as keyed_markdown
+
+        lines += ["## Keyed dropout masks in the step (BERT-base SimCSE, uncached, bf16 autocast; CUDA events)", "",
+                  keyed_markdown(keyed), ""]
+    failed = [s["name"] for s in report["steps"] if s["exit"] != 0]
+    lines.append(f"Steps failed: {', '.join(failed)}" if failed else "Every step passed.")
+    return "\n".join(lines) + "\n"
+
+
+def gather(steps: Sequence[Step], outcomes: list[dict], env: dict) -> dict:
+    commit = os.environ.get("GPU_CHECK_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip() or "unknown"
+    report = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "environment": env, "steps": outcomes}
+    for step in steps:
+        if not step.output.exists():
+            continue
+        if step.name == "cuda_tests":
+            report["tests"] = junit_counts(step.output)
+            report["skipped"] = skipped_reasons(step.output)
+        else:
+            report[step.name] = json.loads(step.output.read_text())
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bash scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry_run", action="store_true", help="list the steps and the output files; run nothing")
+    parser.add_argument("--work_dir", type=Path, default=REPO_ROOT / "outputs" / "gpu_check",
+                        help="where each step's raw output goes (default: outputs/gpu_check)")
+    parser.add_argument("--results_dir", type=Path, default=RESULTS_DIR,
+                        help="where gpu_<device>.json and .md go (default: bench/results)")
+    parser.add_argument("--skip", nargs="*", default=[], help="step names to leave out")
+    args = parser.parse_args(argv)
+    steps = [step for step in plan(args.work_dir) if step.name not in args.skip]
+    if args.dry_run:
+        print("bash scripts/gpu_check.sh would run, from the repository root:")
+        for number, step in enumerate(steps, 1):
+            print(f"  {number}. {step.name}: {shlex.join(step.argv)}")
+        print(f"and write {args.results_dir}/gpu_<device>.json and gpu_<device>.md (raw outputs in {args.work_dir})")
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_check: no CUDA device is visible to torch (torch.cuda.is_available() is False); run it on a "
+              "machine with an NVIDIA GPU and a CUDA build of torch, or see the steps with --dry_run",
+              file=sys.stderr)
+        return 2
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    outcomes = [run_step(step) for step in steps]
+    report = gather(steps, outcomes, environment())
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.results_dir / f"gpu_{device_slug(report['environment']['device'])}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+    print(f"[gpu_check] wrote {stem}.json and {stem}.md")
+    return 1 if any(outcome["exit"] != 0 for outcome in outcomes) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The one command for a machine with a CUDA GPU: the CUDA tests (tests/test_cuda.py), then the training benchmarks on
+# a BERT-base config (random weights), written to bench/results/gpu_<device>.json and .md (bench/gpu_check.py says
+# what each step measures). `--dry_run` lists the steps anywhere, CPU included.
+#   bash scripts/gpu_check.sh [--dry_run] [--work_dir DIR] [--results_dir DIR] [--skip STEP ...]
+# Python: $PYTHON, else ./.venv/bin/python (scripts/setup_env.sh; install the CUDA build of torch first, README
+# "GPU install"), else python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python_bin=${PYTHON:-}
+if [ -z "$python_bin" ]; then
+  if [ -x .venv/bin/python ]; then python_bin=.venv/bin/python; else python_bin=python3; fi
+fi
+export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} TOKENIZERS_PARALLELISM=false
+exec "$python_bin" -m bench.gpu_check "$@"

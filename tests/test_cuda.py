@@ -1,0 +1,247 @@
+"""The GPU code paths, on a CUDA device (``scripts/gpu_check.sh`` runs this file there; every test skips on a machine
+without one, with the reason).
+
+What a CPU test cannot reach is checked here on the device itself:
+
+- a bf16 autocast step equals the fp32 step to bf16's precision (same weights, same batch, the same row-seeded
+  dropout masks in both, so precision is the only difference);
+- the cached step (``--cache_chunk_size``) equals the uncached row-seeded step on CUDA, float64, 1e-6 relative
+  (tests/test_cached_step.py's cases and comparison, moved to the device);
+- the keyed dropout masks (models/row_seeded.py) are bit-identical on CPU and CUDA for the same keys;
+- no host-device synchronisation in a training step: ``torch.cuda.set_sync_debug_mode("error")`` makes the CUDA
+  runtime itself raise on every synchronising call (a device-to-host copy, ``.item()``, ``nonzero``...), so this
+  is the GPU's own verdict, beside the dispatch-level recorder of tests/test_no_host_sync.py;
+- the Trainer on CUDA: bf16 autocast, TF32 and fused AdamW are on by default (``CLTrainingArguments``), and a short
+  ``CLTrainer`` run trains with them;
+- two processes over NCCL train the same objective as one process with the global batch (needs two GPUs).
+"""
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+
+from models.row_seeded import inverse_cdf_sample, keyed_bits, keyed_keep_mask, keyed_uniforms
+from tests.tiny import save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
+from trainers.keyed_dropout import keyed_step
+from trainers.methods import build_collator, build_model
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(),
+                       reason="no CUDA device here: scripts/gpu_check.sh runs these tests on a machine with a GPU"),
+]
+CUDA = torch.device("cuda")
+
+
+def on_cuda(batch: dict) -> dict:
+    return {k: v.to(CUDA) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+# ------------------------------------------------------------------------------------------------- keyed masks
+@pytest.mark.parametrize("seed", [0, 7, 0xFFFFFFFF])
+def test_keyed_masks_are_identical_on_cpu_and_cuda(seed):
+    """Integer-only arithmetic: the same bits, keep-masks, uniforms and inverse-CDF picks on both devices."""
+    row_ids = torch.tensor([0, 1, 5, 63, 64, 1023, 2**20 + 3])
+    bits_cpu = keyed_bits(seed, row_ids, 1000)
+    assert torch.equal(keyed_bits(seed, row_ids.to(CUDA), 1000).cpu(), bits_cpu)
+    shape = torch.Size([len(row_ids), 10, 100])
+    rates = torch.tensor([0.1, 0.0, 0.3, 0.1, 0.9, 0.5, 0.1])
+    mask_cpu = keyed_keep_mask(seed, row_ids, shape, rates)
+    assert torch.equal(keyed_keep_mask(seed, row_ids.to(CUDA), shape, rates.to(CUDA)).cpu(), mask_cpu)
+    assert 0 < mask_cpu.float().mean() < 1
+    uniforms_cpu = keyed_uniforms(seed, row_ids, 64)
+    assert torch.equal(keyed_uniforms(seed, row_ids.to(CUDA), 64).cpu(), uniforms_cpu)
+    probabilities = torch.softmax(torch.randn(len(row_ids), 64, 30, dtype=torch.float64), -1)
+    picks_cpu = inverse_cdf_sample(probabilities, uniforms_cpu)
+    assert torch.equal(inverse_cdf_sample(probabilities.to(CUDA), uniforms_cpu.to(CUDA)).cpu(), picks_cpu)
+
+
+def test_the_fused_kernel_compiled_and_the_int32_route_agrees_on_cuda():
+    """keyed_keep_mask on CUDA runs the torch.compile'd kernel (not its fallback), and the fallback (the int32 route)
+    gives the same masks on the device too."""
+    from models import row_seeded
+
+    assert row_seeded.fused_keep_mask() is not None, "torch.compile could not build the fused mask kernel"
+    row_keys = row_seeded.mix32(torch.arange(50) * 7919 + 3)
+    thresholds = torch.tensor([0, 2**32, 2**31, 429496730] * 12 + [1, 2**32 - 1])
+    want = row_seeded._keep_rule(row_keys, thresholds, 777)
+    got_fused = row_seeded.fused_keep_mask()(row_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
+    got_int32 = row_seeded._int32_keep_mask(row_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
+    assert torch.equal(got_fused, want) and torch.equal(got_int32, want)
+
+
+# ------------------------------------------------------------------------------------ cached = uncached on CUDA
+CACHED_CASES = ["simcse", "sup_simcse", "esimcse", "simcse_pp", "s_simcse", "diffcse", "diffcse_official_code"]
+
+
+@pytest.mark.parametrize("case", CACHED_CASES)
+def test_row_seeded_cached_step_is_the_uncached_step_on_cuda(case, tmp_path_factory):
+    from tests.test_cached_step import CASES, assert_same_step, build, cached, make_batch, uncached, warm_queue
+    from tests.tiny import save_tiny_generator
+
+    assert case in CASES
+    root = tmp_path_factory.mktemp("cuda_cached")
+    paths = {"encoder": save_tiny_backbone(root / "encoder", seed=0),
+             "generator": save_tiny_generator(root / "generator")}
+    model = build(paths, case, dropout_masks="row_seeded").to(CUDA)
+    batch = on_cuda(make_batch(model, case, paths))
+    warm_queue(model, batch)
+    twin = copy.deepcopy(model)
+    for chunk in (1, 3):
+        twin.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+        got = cached(twin, batch, chunk)
+        want = uncached(model, batch)
+        assert next(iter(got[2].values())).is_cuda
+        assert_same_step(got, want)
+
+
+# --------------------------------------------------------------------------------------------- bf16 vs fp32
+def flat_grad(model) -> torch.Tensor:
+    return torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("method", ["simcse", "diffcse"])
+def test_bf16_autocast_step_equals_the_fp32_step_to_bf16_precision(method, tmp_path):
+    """Same weights, batch and (row-seeded) dropout masks; bf16 autocast vs fp32. Tolerance: bf16 keeps 8 bits of
+    mantissa (relative rounding 2**-9 = 0.2 % per operation); over a few layers the loss stays within 2 % and the
+    whole gradient's direction within cosine 0.99. A change of the temperature by 10 % (the check of the check)
+    moves the loss by more than the tolerance."""
+    from tests.tiny import save_tiny_generator
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0)
+    extra = {"generator_name": str(save_tiny_generator(tmp_path / "generator"))} if method == "diffcse" else {}
+    torch.manual_seed(0)
+    model = build_model(method, str(backbone), dropout_masks="row_seeded", **extra).to(CUDA).train()
+    twin = copy.deepcopy(model)
+    from transformers import AutoTokenizer
+
+    rows = [{"text": t} for t in ("the cat sits on the big red chair", "a dog runs in the park", "music is good",
+                                  "the old king reads a new book in the house", "a man plays the guitar",
+                                  "the sun and the moon", "she writes a song", "water is blue")]
+    torch.manual_seed(3)
+    batch = on_cuda(build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)(rows))
+
+    def step(network, bf16: bool) -> torch.Tensor:
+        torch.manual_seed(5)
+        random.seed(5)  # the row-seeded masks' step seed
+        with keyed_step(network, batch["input_ids"].size(0)):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                loss = network(**batch).loss
+            loss.backward()
+        return loss.detach().float()
+
+    loss32, loss16 = step(model, False), step(twin, True)
+    assert abs(loss16 - loss32) <= 2e-2 * abs(loss32), (loss16, loss32)
+    cosine = torch.nn.functional.cosine_similarity(flat_grad(model), flat_grad(twin), dim=0)
+    assert cosine > 0.99, cosine
+    model.config.temperature = model.config.temperature * 1.1  # the tolerance can fail
+    assert abs(step(model, False) - loss32) > 2e-2 * abs(loss32)
+
+
+# ------------------------------------------------------------------------------------------------ no host sync
+@pytest.mark.parametrize("method, config", [
+    ("simcse", {}), ("simcse", {"dropout_masks": "row_seeded"}), ("sup_simcse", {}), ("esimcse", {"queue_size": 6}),
+    ("simcse_pp", {}), ("s_simcse", {}), ("s_simcse", {"dropout_masks": "row_seeded"}), ("diffcse", {}),
+])
+def test_a_cuda_training_step_never_waits_for_the_host(method, config, tmp_path):
+    """Forward, backward, fused AdamW and the per-step hook (ESimCSE's EMA and queue) under
+    ``set_sync_debug_mode("error")``: any synchronising CUDA call raises. One warm-up step first (lazy
+    initialisation of cuBLAS and the optimizer's state may synchronise once)."""
+    from transformers import AutoTokenizer
+
+    from tests.tiny import save_tiny_generator
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0)
+    if method == "diffcse":
+        config = {**config, "generator_name": str(save_tiny_generator(tmp_path / "generator"))}
+    torch.manual_seed(0)
+    model = build_model(method, str(backbone), **config).to(CUDA).train()
+    texts = ("the cat sits on the big red chair", "a dog runs in the park", "music is good",
+             "the old king reads a new book in the house")
+    rows = ([{"sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in texts] if method == "sup_simcse"
+            else [{"text": t} for t in texts])
+    collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
+    batch = on_cuda(collate(rows))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+    def step() -> None:
+        with keyed_step(model, batch["input_ids"].size(0)):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(**batch).loss
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        model.on_optimizer_step()
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+def test_the_sync_check_catches_a_sync():
+    """The check above can fail: ``.item()`` on a CUDA tensor raises under the same mode."""
+    x = torch.ones(3, device=CUDA)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError):
+            x.sum().item()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+# ------------------------------------------------------------------------------------------- Trainer on CUDA
+def test_the_trainer_trains_with_bf16_tf32_and_fused_adamw_by_default(tmp_path):
+    """``CLTrainingArguments`` on a bf16-capable GPU: bf16 autocast and TF32 on, the Trainer's fused AdamW; a
+    5-step CLTrainer run on the device moves the weights and logs finite losses."""
+    from command_line.arguments import CLTrainingArguments
+
+    if not torch.cuda.is_bf16_supported():
+        pytest.skip(f"{torch.cuda.get_device_name()} has no bf16")
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0)
+    args = CLTrainingArguments(output_dir=str(tmp_path / "probe"), report_to="none")
+    assert args.bf16 and args.tf32
+    assert "fused" in str(getattr(args.optim, "value", args.optim))
+    torch.manual_seed(0)
+    model = build_model("simcse", str(backbone))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = tiny_trainer(model, backbone, tmp_path / "run", tiny_corpus(tmp_path / "corpus.txt"), max_steps=5,
+                           use_cpu=False, dataloader_pin_memory=True, bf16=None)
+    assert trainer.args.bf16 and trainer.args.tf32
+    trainer.train()
+    assert trainer.optimizer.defaults.get("fused") is True
+    assert next(model.parameters()).is_cuda
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    assert len(losses) == 5 and all(torch.isfinite(torch.tensor(losses)))
+    assert any(not torch.equal(p.detach().cpu(), before[n].cpu()) for n, p in model.named_parameters())
+
+
+# ---------------------------------------------------------------------------------------------- two GPUs, NCCL
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (two processes over NCCL)")
+def test_two_processes_over_nccl_equal_one_process_with_global_batch(tmp_path):
+    """tests/test_ddp.py's check on NCCL: each rank encodes half the batch on its own GPU, the negatives are
+    gathered, and every rank's loss and averaged gradients equal one process's on the global batch."""
+    from tests.test_ddp import run_two_processes
+
+    model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
+    ids, mask = token_batch(8, 2, seed=3, same_views=True)
+    torch.save({"input_ids": ids, "attention_mask": mask}, tmp_path / "batch.pt")
+    ranks = run_two_processes(tmp_path, model_dir, tmp_path / "batch.pt", "simcse", backend="nccl")
+    torch.manual_seed(0)
+    reference = build_model("simcse", str(model_dir), attn_implementation="eager").train()
+    loss = reference(input_ids=ids, attention_mask=mask).loss
+    loss.backward()
+    for rank in ranks:
+        assert rank["loss"].item() == pytest.approx(loss.item(), abs=1e-4)
+        for name, param in reference.named_parameters():
+            if param.grad is not None:
+                torch.testing.assert_close(rank["grads"][name].cpu(), param.grad, atol=1e-4, rtol=1e-3, msg=name)

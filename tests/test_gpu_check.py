@@ -1,0 +1,73 @@
+"""scripts/gpu_check.sh, the one command for a CUDA machine: on CPU its dry run lists what it would run, a real run
+refuses with one line, and its report renders from a results file (the committed H100 one)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.gpu_check import REPO_ROOT, device_slug, markdown, plan, junit_counts
+
+SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHON": sys.executable})
+
+
+def test_the_dry_run_lists_every_step_and_passes(tmp_path):
+    done = run_script("--dry_run", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    for number, name in enumerate(["cuda_tests", "throughput_b64", "throughput_b512", "cached_memory",
+                                   "keyed_masks"], 1):
+        assert f"  {number}. {name}: " in done.stdout
+    assert "-m pytest -q -m cuda tests/test_cuda.py" in done.stdout
+    assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
+    assert f"{tmp_path}/gpu_<device>.json" in done.stdout
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: the real check would run")
+def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
+    done = run_script("--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "no CUDA device" in done.stderr and "--dry_run" in done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_steps_write_where_the_report_reads(tmp_path):
+    steps = plan(tmp_path)
+    assert [s.output.parent for s in steps] == [tmp_path] * len(steps)
+    for step in steps:
+        assert str(step.output) in " ".join(step.argv)
+
+
+def test_junit_counts(tmp_path):
+    xml = tmp_path / "r.xml"
+    xml.write_text('<testsuites><testsuite tests="5" failures="1" errors="0" skipped="2">'
+                   '<testcase name="a"><skipped message="needs two CUDA devices"/></testcase></testsuite>'
+                   '</testsuites>')
+    assert junit_counts(xml) == {"passed": 2, "failed": 1, "errors": 0, "skipped": 2}
+
+
+def test_the_committed_gpu_report_renders():
+    reports = sorted((REPO_ROOT / "bench" / "results").glob("gpu_*.json"))
+    if not reports:
+        pytest.skip("no GPU report committed yet")
+    for path in reports:
+        report = json.loads(path.read_text())
+        assert path.stem.startswith(f"gpu_{device_slug(report['environment']['device'])}")
+        text = markdown(report)
+        assert text.startswith(f"# GPU check: {report['environment']['device']}")
+        assert f"{report['tests']['passed']} passed" in text and "| 64 | uncached |" in text
+        assert path.with_suffix(".md").read_text() == text  # the committed table is this report's
+
+
+def test_device_slug():
+    assert device_slug("NVIDIA H100 80GB HBM3") == "nvidia_h100_80gb_hbm3"
