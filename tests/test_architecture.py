@@ -103,6 +103,20 @@ def test_models_never_read_files_nor_import_data(path):
             assert called not in FILE_READING_CALLS, f"{path.name}:{node.lineno} calls {called}()"
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "models").glob("*.py")), ids=lambda p: p.name)
+def test_models_never_import_the_keyed_masks(path):
+    """Row-seeded masks are the training step's randomness: ``trainers/keyed_dropout.py`` installs them in the
+    model's dropout controllers; no model module imports ``models/row_seeded.py``."""
+    for node in ast.walk(module_tree(path)):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            named = {module, *(f"{module}.{a.name}" for a in node.names)} if not node.level else {
+                module, *(a.name for a in node.names)}
+            assert not ({"row_seeded", "models.row_seeded"} & named), (path.name, node.lineno)
+        if isinstance(node, ast.Import):
+            assert not any(a.name == "models.row_seeded" for a in node.names), (path.name, node.lineno)
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "data").glob("*.py")), ids=lambda p: p.name)
 def test_data_never_imports_models_or_trainers(path):
     for node in ast.walk(module_tree(path)):

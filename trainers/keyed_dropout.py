@@ -87,10 +87,7 @@ def install_keyed_draws(model: nn.Module) -> StepDraws | None:
 
 def step_draws(model: nn.Module) -> StepDraws | None:
     """The draws :func:`install_keyed_draws` gave ``model`` (``None`` with stream masks)."""
-    for module in model.modules():
-        if isinstance(module, RowDropout) and module.controller.row_seeded:
-            return module.controller.draws
-    return None
+    return next((controller.draws for controller in keyed_controllers(model)), None)
 
 
 @contextmanager
