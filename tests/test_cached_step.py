@@ -451,7 +451,7 @@ def test_benchmark_counts_one_extra_forward_and_renders():
     from bench.cached_memory import markdown, one
 
     rows = [one(argparse.Namespace(config="tiny", method="simcse", batch=8, chunk=chunk, seq_len=8, steps=1,
-                                   warmup=0, threads=1, ceiling_rows=256, device="cpu", masks=masks))
+                                   warmup=0, threads=1, ceiling_rows=256, device="cpu", masks=masks, bf16=False))
             for chunk, masks in ((0, "stream"), (3, "row_seeded"))]
     assert rows[1]["flops"] / rows[0]["flops"] == pytest.approx(4 / 3, rel=0.01)
     assert all(row["ceiling_gflops"] > 0 and row["gflops"] > 0 for row in rows)
