@@ -9,9 +9,10 @@ For each (batch, precision) the same SimCSE model (random weights of the config'
 takes uncached training steps (forward, backward, AdamW) with three kinds of dropout masks:
 
 - ``stream``: torch's generator (``F.dropout``, SDPA attention), the papers' code;
-- ``row_seeded``: keyed masks as trained (models/row_seeded.py: int32, in place, cache-sized blocks on CPU);
+- ``row_seeded``: keyed masks as trained (models/row_seeded.py): the ``torch.compile``'d kernel where it builds;
+- ``row_seeded_int32``: the same masks through the op-by-op int32 route (the fallback without a compiler);
 - ``row_seeded_int64``: the same masks through the int64 reference route (``keyed_bits >= threshold``), i.e. how
-  they were computed before the int32 route, so the speed-up is measured in the same run.
+  they were computed before this work, so every speed-up is measured in the same run.
 
 "mask s" is the time inside mask and rate generation (``keyed_keep_mask`` and ``keyed_uniforms`` as
 trainers/keyed_dropout.py calls them), summed over the step: ``perf_counter`` on CPU, CUDA events around each call on a GPU
@@ -29,13 +30,14 @@ from typing import Callable, Iterator
 
 import torch
 
+import models.row_seeded as row_seeded
 import trainers.keyed_dropout as keyed_module
 from bench.cached_memory import make_batch
 from bench.train_throughput import bert_config, build_method_model
 from models.row_seeded import TWO_32, keyed_bits
 
 MASK_FUNCTIONS = ("keyed_keep_mask", "keyed_uniforms")
-VARIANTS = ("stream", "row_seeded", "row_seeded_int64")
+VARIANTS = ("stream", "row_seeded", "row_seeded_int32", "row_seeded_int64")
 
 
 def reference_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: torch.Tensor) -> torch.Tensor:
@@ -75,8 +77,10 @@ class MaskTimer:
 
 
 @contextlib.contextmanager
-def timed_masks(timer: MaskTimer, int64_route: bool) -> Iterator[None]:
+def timed_masks(timer: MaskTimer, variant: str) -> Iterator[None]:
     originals = {name: getattr(keyed_module, name) for name in MASK_FUNCTIONS}
+    int64_route, fuse = variant == "row_seeded_int64", row_seeded.FUSE_MASKS
+    row_seeded.FUSE_MASKS = variant == "row_seeded"
     try:
         for name, function in originals.items():
             if name == "keyed_keep_mask" and int64_route:
@@ -86,6 +90,7 @@ def timed_masks(timer: MaskTimer, int64_route: bool) -> Iterator[None]:
     finally:
         for name, function in originals.items():
             setattr(keyed_module, name, function)
+        row_seeded.FUSE_MASKS = fuse
 
 
 def measure(args: argparse.Namespace, batch_size: int, precision: str, variant: str) -> dict:
@@ -99,7 +104,7 @@ def measure(args: argparse.Namespace, batch_size: int, precision: str, variant: 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     timer = MaskTimer(device)
     steps, mask_seconds = [], []
-    with timed_masks(timer, int64_route=variant == "row_seeded_int64"):
+    with timed_masks(timer, variant):
         for index in range(args.warmup + args.steps):
             sync()
             started = time.perf_counter()

@@ -121,64 +121,90 @@ def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: 
     when its 32-bit number (:func:`keyed_bits`) is at least ``rate * 2**32`` of its row, i.e. with probability
     ``1 - rate`` (to within 2**-32). A row at rate 1 (threshold 2**32) keeps nothing.
 
-    On CUDA one fused kernel computes the rule (:func:`fused_keep_mask`: nothing read, one byte written per element);
-    elsewhere, or where it cannot be compiled, the int32 route (:func:`_int32_keep_mask`). Same bits either way."""
+    One fused kernel computes it where ``torch.compile`` can build one (:func:`fused_keep_mask`); elsewhere the int32
+    route runs op by op (:func:`_int32_keep_mask`). Same bits either way."""
     row_numel = math.prod(shape[1:])
     row_keys = mix32((row_ids.long() * _GOLDEN + seed) & MASK32)
     thresholds = (rates.double() * TWO_32).ceil().long()
-    if row_ids.device.type == "cuda" and (fused := fused_keep_mask()) is not None:
+    fused = fused_keep_mask(row_ids.device.type)
+    if fused is not None and row_numel > 0 and len(row_ids) > 0:
         return fused(row_keys, thresholds, row_numel).view(shape)
     return _int32_keep_mask(row_keys, thresholds, row_numel).view(shape)
 
 
 def _keep_rule(row_keys: torch.Tensor, thresholds: torch.Tensor, row_numel: int) -> torch.Tensor:
-    """The keep rule written out in int64 (what :func:`fused_keep_mask` compiles into one kernel): element ``j`` of
-    row ``r`` is kept iff ``mix32(row_keys[r] + j) >= thresholds[r]``."""
+    """The keep rule written out in int64 (compiled as is on CUDA): element ``j`` of row ``r`` is kept iff
+    ``mix32(row_keys[r] + j) >= thresholds[r]``."""
     elements = torch.arange(row_numel, device=row_keys.device, dtype=torch.long)
     return mix32((row_keys.unsqueeze(1) + elements) & MASK32) >= thresholds.unsqueeze(1)
 
 
+def _int32_operands(row_keys: torch.Tensor, thresholds: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """[rows, 1] int32 keys, signed thresholds (``threshold - 2**31``, clamped into int32) and whether the row keeps
+    anything at all (threshold below 2**32)."""
+    signed = (thresholds.clamp(max=(1 << 32) - 1) + _SIGN32).int()
+    return _to_int32(row_keys).unsqueeze(1), signed.unsqueeze(1), (thresholds < 1 << 32).unsqueeze(1)
+
+
+def _int32_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
+                elements: torch.Tensor) -> torch.Tensor:
+    """:func:`_keep_rule` in int32 (module docstring) for the rows given: ``bits ^ 0x80000000 >= threshold - 2**31``
+    in signed order is ``bits >= threshold`` in unsigned order; rows whose threshold is 2**32 keep nothing."""
+    bits = mix32_int32_(keys32 + elements)
+    bits ^= _SIGN32
+    return (bits >= signed_thresholds) & keeps_any
+
+
 def _int32_keep_mask(row_keys: torch.Tensor, thresholds: torch.Tensor, row_numel: int) -> torch.Tensor:
-    """:func:`_keep_rule` in int32 (module docstring): ``bits ^ 0x80000000 >= threshold - 2**31`` in signed order is
-    ``bits >= threshold`` in unsigned order; thresholds of 2**32 (outside int32) keep nothing."""
-    keys32 = _to_int32(row_keys).unsqueeze(1)
-    keeps_any = (thresholds < 1 << 32).unsqueeze(1)
-    signed_thresholds = (thresholds.clamp(max=(1 << 32) - 1) + _SIGN32).int().unsqueeze(1)
+    """:func:`_int32_rule` op by op; on CPU in blocks of :data:`CPU_BLOCK_ELEMENTS` (the passes stay in cache)."""
+    keys32, signed_thresholds, keeps_any = _int32_operands(row_keys, thresholds)
     elements = torch.arange(row_numel, device=row_keys.device, dtype=torch.int32)
-    keep = torch.empty(len(row_keys), row_numel, dtype=torch.bool, device=row_keys.device)
     on_cpu = row_keys.device.type == "cpu"
     block_rows = max(1, CPU_BLOCK_ELEMENTS // max(row_numel, 1)) if on_cpu else max(len(row_keys), 1)
-    for start in range(0, len(row_keys), block_rows):
-        rows = slice(start, start + block_rows)
-        bits = mix32_int32_(keys32[rows] + elements)
-        bits ^= _SIGN32
-        torch.ge(bits, signed_thresholds[rows], out=keep[rows])
-    return keep.logical_and_(keeps_any)
+    return torch.cat([_int32_rule(keys32[rows], signed_thresholds[rows], keeps_any[rows], elements)
+                      for rows in (slice(s, s + block_rows) for s in range(0, len(row_keys), block_rows))]
+                     or [torch.empty(0, row_numel, dtype=torch.bool, device=row_keys.device)])
+
+
+def _fused_cpu_rule(row_keys: torch.Tensor, thresholds: torch.Tensor, row_numel: int) -> torch.Tensor:
+    """:func:`_int32_rule` over all rows as one compiled CPU loop. Its keep-mask leaves the kernel as int8 0/1 (a
+    vectorised store; inductor's bool store is several times slower) and is viewed as bool."""
+    keys32, signed_thresholds, keeps_any = _int32_operands(row_keys, thresholds)
+    elements = torch.arange(row_numel, device=row_keys.device, dtype=torch.int32)
+    return torch.where(_int32_rule(keys32, signed_thresholds, keeps_any, elements), 1, 0).to(torch.int8)
 
 
 _FUSED: dict[str, object] = {}
+#: Set to False to always run the op-by-op int32 route (no ``torch.compile``), e.g. to compare the two.
+FUSE_MASKS = True
 
 
-def fused_keep_mask():
-    """:func:`_keep_rule` compiled by ``torch.compile`` (dynamic shapes: one Triton kernel for every dropout input
-    on a GPU, generated once per process), or ``None`` where it cannot be compiled (no Triton, say): then a warning
-    says so once and the int32 route runs, with the same bits. The GPU check (tests/test_cuda.py) asserts it
-    compiled and equals the CPU masks."""
-    if "kernel" not in _FUSED:
+def fused_keep_mask(device_type: str):
+    """The keep rule compiled by ``torch.compile`` for ``device_type`` (dynamic shapes, built once per process):
+    on CUDA :func:`_keep_rule` as one Triton kernel (nothing read, a byte written per element); on CPU
+    :func:`_fused_cpu_rule` as one vectorised C++ loop. Returns a function ``(row_keys, thresholds, row_numel) ->
+    bool mask [rows, row_numel]``, or ``None`` where it cannot be compiled (no C++ compiler or Triton, say): then a
+    warning says so once and :func:`_int32_keep_mask` runs, with the same bits. tests/test_row_seeded.py (CPU) and
+    tests/test_cuda.py (GPU) check the compiled kernels equal the rule."""
+    if not FUSE_MASKS or device_type not in ("cpu", "cuda"):
+        return None
+    if device_type not in _FUSED:
+        rule = _keep_rule if device_type == "cuda" else _fused_cpu_rule
         try:
-            kernel = torch.compile(_keep_rule, dynamic=True)
-            probe = torch.tensor([1, 2**32 - 1], device="cuda")
-            kernel(probe, probe, 3)  # compile now, so a failure is caught here and not in a training step
-            _FUSED["kernel"] = kernel
+            kernel = torch.compile(rule, dynamic=True)
+            keys, thresholds = (torch.tensor(v, device=device_type) for v in ([1, 2**32 - 1, 7], [0, 2**32, 9]))
+            kernel(keys, thresholds, 3)  # compile now, so that a failure is caught here, not in a training step
         except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same masks, said once
             import logging
 
             logging.getLogger(__name__).warning(
-                "keyed dropout masks: torch.compile could not build the fused CUDA kernel (%s: %s); using the int32 "
-                "route instead (same masks, about 30x the memory traffic)", type(error).__name__, error)
-            _FUSED["kernel"] = None
-    return _FUSED["kernel"]
+                "keyed dropout masks: torch.compile could not build the fused %s kernel (%s: %s); running the int32 "
+                "route op by op instead (the same masks, slower)", device_type, type(error).__name__, error)
+            kernel = None
+        _FUSED[device_type] = kernel if device_type == "cuda" or kernel is None else (
+            lambda keys, thresholds, numel, _kernel=kernel: _kernel(keys, thresholds, numel).view(torch.bool))
+    return _FUSED[device_type]
 
 
-__all__ = ["DROPOUT_MASKS", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits", "keyed_keep_mask", "keyed_uniform",
+__all__ = ["DROPOUT_MASKS", "FUSE_MASKS", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits", "keyed_keep_mask", "keyed_uniform",
            "keyed_uniforms", "mix32", "mix32_int", "mix32_int32_"]

@@ -8,11 +8,13 @@ tests/test_cached_step.py; two processes = one process with dropout on is in tes
 from __future__ import annotations
 
 import logging
+import shutil
 import statistics
 
 import pytest
 import torch
 
+import models.row_seeded as row_seeded
 from models.dropout import RowDropout, RowDropoutController, rates_from_uniform
 from models.row_seeded import (CPU_BLOCK_ELEMENTS, call_seed, inverse_cdf_sample, keyed_bits, keyed_keep_mask,
                                 keyed_uniform, mix32, mix32_int, mix32_int32_)
@@ -49,9 +51,26 @@ def test_the_int32_mixer_is_lowbias32_on_every_32_bit_range():
     assert mixed == [lowbias32(v) for v in values]
 
 
+@pytest.fixture(params=["fused", "int32"])
+def mask_route(request, monkeypatch):
+    """keyed_keep_mask through the compiled kernel (fused_keep_mask) and through the op-by-op int32 route."""
+    if request.param == "int32":
+        monkeypatch.setattr(row_seeded, "FUSE_MASKS", False)
+    elif row_seeded.fused_keep_mask("cpu") is None:
+        pytest.skip("torch.compile cannot build a CPU kernel here (no C++ compiler?): the int32 route runs instead")
+    return request.param
+
+
+def test_the_cpu_kernel_compiles_where_a_compiler_exists():
+    """Where a C++ compiler is on PATH the fused CPU kernel must build (a silent fallback would cost 3-4x)."""
+    if not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
+        pytest.skip("no C++ compiler on PATH: masks run the int32 route (tested below)")
+    assert row_seeded.fused_keep_mask("cpu") is not None
+
+
 @pytest.mark.parametrize("seed", [0, 99, 0xFFFFFFFF])
-@pytest.mark.parametrize("shape", [(5, 7), (16, 3, 4, 4), (3, CPU_BLOCK_ELEMENTS + 5), (40, 12, 32, 32)])
-def test_keep_masks_are_the_reference_bits_against_the_threshold(seed, shape):
+@pytest.mark.parametrize("shape", [(5, 7), (16, 3, 4, 4), (3, CPU_BLOCK_ELEMENTS + 5), (40, 12, 32, 32), (1, 9)])
+def test_keep_masks_are_the_reference_bits_against_the_threshold(seed, shape, mask_route):
     """keyed_keep_mask (int32, in place, in cache-sized blocks) = the written-out rule on the int64 reference bits:
     kept iff bits >= ceil(rate * 2**32). Rates include 0 (keep all), 1 (keep none; a threshold outside int32), 0.5
     (a threshold at 2**31, where signed and unsigned order part) and values just around it."""
@@ -75,7 +94,7 @@ def inverse_lowbias32(x: int) -> int:
     return x ^ (x >> 16)
 
 
-def test_a_row_at_rate_one_keeps_nothing_even_the_largest_number():
+def test_a_row_at_rate_one_keeps_nothing_even_the_largest_number(mask_route):
     """Rate 1: threshold 2**32, beyond every 32-bit number. The seed is chosen so that element 0 of row 0 draws
     0xFFFFFFFF, the one number a threshold clamped into 32 bits would keep."""
     assert inverse_lowbias32(lowbias32(0xDEADBEEF)) == 0xDEADBEEF
