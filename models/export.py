@@ -13,28 +13,20 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 from transformers import AutoModel, PreTrainedTokenizerBase
 
 from .base import ContrastiveModel, has_linear_tanh_pooler
-from .card import model_card
+from .card import model_card, test_time_pooler
 from .heads import MLPProjector
 
 logger = logging.getLogger(__name__)
 
 # Our pooler -> sentence-transformers Pooling mode (avg_first_last / avg_top2 have no ST equivalent).
 ST_POOLING = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
-
-
-def test_time_pooler(model: ContrastiveModel) -> str:
-    """The ``--pooler`` value that reproduces the model's test-time embedding from the plain export."""
-    config = model.config
-    if config.pooler_type == "cls":
-        return "cls" if config.projects_at_test else "cls_before_pooler"
-    return config.pooler_type
 
 
 def export_plain(model: ContrastiveModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
@@ -76,6 +68,13 @@ def export_sentence_transformers(
     return Path(out_dir)
 
 
+def run_name(out_dir: Path) -> str:
+    """The run's name for the card's ``model-index``: the export folder's name, or its run folder's name when the
+    folder is the default ``<output_dir>/export``."""
+    folder = out_dir.resolve()
+    return folder.parent.name if folder.name == "export" else folder.name
+
+
 def export_model(
     model: ContrastiveModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -83,18 +82,21 @@ def export_model(
     *,
     scores: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
+    log_history: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Path | None]:
-    """Write ``out_dir/hf`` (plain AutoModel) and ``out_dir/sentence-transformers``, each with a README card."""
+    """Write ``out_dir/hf`` (plain AutoModel) and ``out_dir/sentence-transformers``, each with a README card
+    (:func:`models.card.model_card`; ``log_history``: the Trainer's, for the card's training log)."""
     out_dir = Path(out_dir)
+    card = {"scores": scores, "training": training, "log_history": log_history,
+            "model_name": f"{model.config.method.replace('_', '-')}-{run_name(out_dir)}"}
     was_training = model.training
     model.eval()
     with torch.no_grad():
         plain = export_plain(model, tokenizer, out_dir / "hf")
-        (plain / "README.md").write_text(model_card(model, scores=scores, training=training, kind="plain"))
+        (plain / "README.md").write_text(model_card(model, kind="plain", **card))
         st_dir = export_sentence_transformers(model, tokenizer, plain, out_dir / "sentence-transformers")
         if st_dir is not None:
-            (st_dir / "README.md").write_text(
-                model_card(model, scores=scores, training=training, kind="sentence-transformers"))
+            (st_dir / "README.md").write_text(model_card(model, kind="sentence-transformers", **card))
     model.train(was_training)
     logger.info("exported %s (pooler %s) and %s", plain, test_time_pooler(model), st_dir)
     return {"hf": plain, "sentence-transformers": st_dir}

@@ -117,7 +117,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             metrics["best_stsb_spearman"] = trainer.state.best_metric
         trainer.save_metrics("all", metrics)
         export_dir = training_args.export_dir or os.path.join(training_args.output_dir, "export")
-        exported = export_model(trainer.model, tokenizer, export_dir, scores=metrics, training=run_arguments)
+        exported = export_model(trainer.model, tokenizer, export_dir, scores=metrics, training=run_arguments,
+                                log_history=trainer.state.log_history)
         (Path(training_args.output_dir) / "run_arguments.json").write_text(
             json.dumps(run_arguments, indent=2, default=str))
         print(format_summary(RunSummary(
