@@ -215,4 +215,4 @@ def test_docs_results_is_up_to_date() -> None:
     """docs/results.md is the rendering of the committed paper numbers and results."""
     rendered = render_document(load_paper_numbers(REPO / "results" / "paper_numbers.json"), REPO / "results")
     current = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
-    assert current == rendered, "docs/results.md is out of date: run `python -m eval.results`"
+    assert current == rendered, "docs/results.md is out of date: run `python -m eval.results --update_docs`"
