@@ -2,9 +2,9 @@
 
 Sources: titles and authors as printed on the first page of the paper texts in ``../shared/papers/`` (their
 ``README.md`` maps files to papers); venues from that README (SimCSE's from its own first page: "Proceedings of
-the 2021 Conference on Empirical Methods in Natural Language Processing, pages 6894-6910"). Where the README names
-no venue (ESimCSE: a year only; S-SimCSE: nothing) the entry is ``@misc`` with what the sources give; nothing
-here is guessed.
+the 2021 Conference on Empirical Methods in Natural Language Processing, pages 6894-6910"; ESimCSE's, COLING 2022,
+from ``results/paper_numbers.json``). No source here names S-SimCSE's venue or year, so its entry is ``@misc``
+with its title and authors only; nothing is guessed.
 """
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ METHOD_BIBTEX: dict[str, str] = {
   pages = {6894--6910},
   year = {2021}
 }""",
-    "esimcse": """@misc{wu2022esimcse,
+    "esimcse": """@inproceedings{wu2022esimcse,
   title = {{ESimCSE}: Enhanced Sample Building Method for Contrastive Learning of Unsupervised Sentence Embedding},
   author = {Wu, Xing and Gao, Chaochen and Zang, Liangjun and Han, Jizhong and Wang, Zhongyuan and Hu, Songlin},
+  booktitle = {International Conference on Computational Linguistics (COLING)},
   year = {2022}
 }""",
     "simcse_pp": """@inproceedings{xu2023simcsepp,
