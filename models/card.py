@@ -26,11 +26,12 @@ def test_time_pooler(model: ContrastiveModel) -> str:
 
 def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, training: dict[str, Any] | None,
                kind: str, log_history: Sequence[Mapping[str, Any]] | None = None,
-               model_name: str | None = None) -> str:
+               model_name: str | None = None, backbone_license: tuple[str | None, str | None] | None = None) -> str:
     """Markdown card: the Hub's YAML metadata, the pooling to use, provenance, the scores (labelled with their
     split), the training log, the method's hyperparameters, framework versions, citations, and every training
     argument in a collapsed section. ``log_history``: the Trainer's ``state.log_history``; ``model_name``: the
-    ``model-index`` name (default ``<method>-<backbone>``)."""
+    ``model-index`` name (default ``<method>-<backbone>``); ``backbone_license``: ``(license, where it was read)``
+    from the backbone's own card (``trainers/backbone_card.py``)."""
     config = model.config
     pooler = test_time_pooler(model)
     usage = {
@@ -49,8 +50,8 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
         if name != "encoder_config" and name not in hyper and hasattr(config, name) and (
                 name in type(model).method_defaults or getattr(config, name) != getattr(type(config), name, None)):
             hyper[name] = getattr(config, name)
-    facts = provenance(training)
-    lines = [card_metadata(config.method, training, kind, scores, model_name), f"# cse-repro export: {config.method}",
+    facts = provenance(training, backbone_license)
+    lines = [card_metadata(config.method, training, kind, scores, model_name, backbone_license), f"# cse-repro export: {config.method}",
              "", f"- test-time pooler: `{pooler}`", *provenance_lines(facts), "", usage]
     table = score_table(scores or {})
     if table:

@@ -12,8 +12,8 @@ What goes in, and what stays out:
   ``.../models--org--name/snapshots/<rev>`` is read as ``org/name``). A local folder has no Hub id and the Hub
   refuses a path there, so it is left out and the card's body names the folder (:class:`Provenance`).
 - ``datasets``: the SimCSE papers' training files (:data:`HUB_DATASETS`); any other corpus is named in the body.
-- ``license``: the backbone's (its ``README.md`` front matter, or :data:`BACKBONE_LICENSES` for the papers'
-  backbones); unknown: left out, and the body says the user must set it.
+- ``license``: the backbone's (its card's ``license``, read by the training script, or :data:`BACKBONE_LICENSES`
+  for the papers' backbones); unknown: left out, and the body says the user must set it.
 - ``model-index``: this model's STS scores only (never the backbone's ``before_*`` scores), one entry per
   (dataset, split), so dev and test never share an entry: ``eval_*`` are STS-B dev (``validation``), ``test_*``
   the test sets. SICK-R dev and the averages stay in the body's table.
@@ -101,32 +101,26 @@ def hub_id(backbone: str) -> str | None:
     return f"{match['org']}/{match['name']}" if match else None
 
 
-def backbone_license(backbone: str, base_model: str | None) -> tuple[str | None, str | None]:
-    """``(license, where it was read)``: the ``license`` of the backbone folder's (or its cached Hub card's)
-    ``README.md`` front matter, else :data:`BACKBONE_LICENSES`; ``(None, None)`` when neither knows."""
-    from huggingface_hub import metadata_load, try_to_load_from_cache
-
-    readme: Path | None = Path(backbone).expanduser() / "README.md"
-    if not readme.is_file() and base_model is not None:
-        cached = try_to_load_from_cache(base_model, "README.md")
-        readme = Path(cached) if isinstance(cached, str) else None
-    if readme is not None and readme.is_file():
-        license_ = (metadata_load(readme) or {}).get("license")
-        if isinstance(license_, str) and license_:
-            return license_, f"`{readme}`"
+def known_license(base_model: str | None) -> tuple[str | None, str | None]:
+    """``(license, where it comes from)`` of a papers' backbone (:data:`BACKBONE_LICENSES`), else ``(None, None)``.
+    A local backbone's own card is read by the training script (``trainers/backbone_card.py``: models/ reads no
+    file) and passed in as ``backbone_license``."""
     if base_model in BACKBONE_LICENSES:
         return BACKBONE_LICENSES[base_model], f"the Hub model card of `{base_model}`"
     return None, None
 
 
-def provenance(training: Mapping[str, Any] | None) -> Provenance:
-    """The backbone, corpus and license of a run, from its ``run_arguments``."""
+def provenance(training: Mapping[str, Any] | None,
+               backbone_license: tuple[str | None, str | None] | None = None) -> Provenance:
+    """The backbone, corpus and license of a run, from its ``run_arguments``; ``backbone_license``: ``(license,
+    where it was read)`` from the backbone's own card, when the caller read one (else :func:`known_license`)."""
     backbone = run_argument(training, "model_name_or_path")
     train_file = run_argument(training, "train_file")
     backbone = str(backbone) if backbone else None
     base_model = hub_id(backbone) if backbone else None
     dataset = HUB_DATASETS.get(PurePath(str(train_file)).name) if train_file else None
-    license_, source = backbone_license(backbone, base_model) if backbone else (None, None)
+    license_, source = (backbone_license if backbone_license and backbone_license[0] else
+                        known_license(base_model) if backbone else (None, None))
     return Provenance(backbone, base_model, str(train_file) if train_file else None,
                       [dataset] if dataset else [], license_, source)
 
@@ -152,12 +146,13 @@ def eval_results(scores: Mapping[str, Any]):
 
 
 def card_metadata(method: str, training: Mapping[str, Any] | None, kind: str,
-                  scores: Mapping[str, Any] | None = None, model_name: str | None = None) -> str:
+                  scores: Mapping[str, Any] | None = None, model_name: str | None = None,
+                  backbone_license: tuple[str | None, str | None] | None = None) -> str:
     """The YAML front matter (between ``---`` lines) of a ``kind`` (``plain`` / ``sentence-transformers``) card."""
     from huggingface_hub import ModelCardData
 
     sentence_transformers = kind == "sentence-transformers"
-    facts = provenance(training)
+    facts = provenance(training, backbone_license)
     tags = (["sentence-transformers"] if sentence_transformers else []) + [
         "sentence-similarity", "feature-extraction", "contrastive-learning", method.replace("_", "-"), "cse-repro"]
     results = eval_results(scores or {})
@@ -176,5 +171,6 @@ def default_model_name(method: str, facts: Provenance) -> str:
     return f"{method.replace('_', '-')}-{backbone}"
 
 
-__all__ = ["BACKBONE_LICENSES", "HUB_DATASETS", "Provenance", "SCORE_DATASETS", "backbone_license", "card_metadata",
-           "default_model_name", "eval_results", "hub_id", "is_hub_name", "provenance", "run_argument"]
+__all__ = ["BACKBONE_LICENSES", "HUB_DATASETS", "Provenance", "SCORE_DATASETS", "card_metadata",
+           "default_model_name", "eval_results", "hub_id", "is_hub_name", "known_license", "provenance",
+           "run_argument"]

@@ -83,11 +83,13 @@ def export_model(
     scores: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
     log_history: Sequence[Mapping[str, Any]] | None = None,
+    backbone_license: tuple[str | None, str | None] | None = None,
 ) -> dict[str, Path | None]:
     """Write ``out_dir/hf`` (plain AutoModel) and ``out_dir/sentence-transformers``, each with a README card
-    (:func:`models.card.model_card`; ``log_history``: the Trainer's, for the card's training log)."""
+    (:func:`models.card.model_card`; ``log_history``: the Trainer's, for the card's training log;
+    ``backbone_license``: ``(license, source)`` read from the backbone's card)."""
     out_dir = Path(out_dir)
-    card = {"scores": scores, "training": training, "log_history": log_history,
+    card = {"scores": scores, "training": training, "log_history": log_history, "backbone_license": backbone_license,
             "model_name": f"{model.config.method.replace('_', '-')}-{run_name(out_dir)}"}
     was_training = model.training
     model.eval()

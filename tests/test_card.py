@@ -18,6 +18,7 @@ from huggingface_hub.utils import validate_repo_id
 from models.card import best_step, framework_versions, model_card, training_log_table
 from models.card_metadata import hub_id
 from models.citations import METHOD_BIBTEX, PAPER_OF, REPO_BIBTEX, citations
+from trainers.backbone_card import read_backbone_license
 from trainers.methods import METHODS, build_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,12 +99,20 @@ def test_a_local_backbone_names_its_folder_and_reads_its_license(simcse, backbon
 
     licensed = tmp_path / "licensed"
     shutil.copytree(backbone, licensed)
+    assert read_backbone_license(str(licensed)) == (None, None)
     (licensed / "README.md").write_text("---\nlicense: mit\n---\n# a backbone\n")
+    assert read_backbone_license(str(licensed)) == ("mit", f"`{licensed / 'README.md'}`")
     training["ModelArguments"]["model_name_or_path"] = str(licensed)
-    text = model_card(simcse, scores=None, training=training, kind="plain")
+    text = model_card(simcse, scores=None, training=training, kind="plain",
+                      backbone_license=read_backbone_license(str(licensed)))
     assert front_matter(text)["license"] == "mit"
     assert f"- license: `mit`, the backbone's (from `{licensed / 'README.md'}`)" in text
     ModelCard(text)
+
+
+def test_a_hub_backbone_not_in_the_cache_has_no_card_to_read():
+    assert read_backbone_license("some-org/not-cached-anywhere") == (None, None)
+    assert read_backbone_license("/no/such/folder") == (None, None)
 
 
 def test_the_hub_id_of_a_backbone():

@@ -103,6 +103,15 @@ def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, back
         assert f"| STS-B | dev | the backbone, before training | {results['before_stsb_spearman']:.2f} |" in body
         assert "runtime" not in body.split("## Method hyperparameters")[0]
         assert body.index("<details>") < body.index('"CLTrainingArguments"') < body.index("</details>")
+        # the trainer hands the card its log and this model's STS-B dev for the Hub's model-index
+        from huggingface_hub import ModelCard
+
+        data = ModelCard(card).data
+        assert [(r.dataset_split, r.metric_value) for r in data.eval_results] == [
+            ("validation", round(results["eval_stsb_spearman"], 2))]
+        assert data.model_name == "simcse-run" and "- license: **not set**" in body  # the tiny backbone has no card
+        best = int(results["best_model_checkpoint"].rsplit("-", 1)[1])
+        assert "| step | training loss | STS-B dev (Spearman x 100) |" in body and f"| **{best}** |" in body
 
     pytest.importorskip("tensorboard", reason="TensorBoard is optional; its logs are only written when installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
