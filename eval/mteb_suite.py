@@ -70,8 +70,8 @@ def sentence_transformers_folder(path: str | Path) -> Path:
     for candidate in (path, path / "sentence-transformers", path / "export" / "sentence-transformers"):
         if (candidate / "modules.json").is_file():
             return candidate
-    raise MTEBSuiteError(f"{path}: no sentence-transformers folder (modules.json) here or in {path}/sentence-transformers"
-                         f"; --suite mteb scores an export's sentence-transformers/ folder (run_unsup.py writes "
+    raise MTEBSuiteError(f"{path}: no sentence-transformers folder (modules.json) here or in "
+                         f"{path}/sentence-transformers; --suite mteb scores an export's sentence-transformers/ folder (run_unsup.py writes "
                          f"<output_dir>/export/sentence-transformers)")
 
 

@@ -16,6 +16,7 @@ from .citations import citations
 if TYPE_CHECKING:
     from .base import ContrastiveModel
 
+
 def test_time_pooler(model: ContrastiveModel) -> str:
     """The ``--pooler`` value that reproduces the model's test-time embedding from the plain export."""
     config = model.config
@@ -51,8 +52,9 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
                 name in type(model).method_defaults or getattr(config, name) != getattr(type(config), name, None)):
             hyper[name] = getattr(config, name)
     facts = provenance(training, backbone_license)
-    lines = [card_metadata(config.method, training, kind, scores, model_name, backbone_license), f"# cse-repro export: {config.method}",
-             "", f"- test-time pooler: `{pooler}`", *provenance_lines(facts), "", usage]
+    lines = [card_metadata(config.method, training, kind, scores, model_name, backbone_license),
+             f"# cse-repro export: {config.method}", "", f"- test-time pooler: `{pooler}`", *provenance_lines(facts),
+             "", usage]
     table = score_table(scores or {})
     if table:
         lines += ["", "## Scores (STS: Spearman x 100)", "", *table]

@@ -251,7 +251,8 @@ def test_by_default_the_report_goes_to_an_output_folder(tmp_path: Path, monkeypa
     assert (report / "results.md").is_file() and not (tmp_path / "docs").exists()
     assert sorted(path.name for path in (report / "img").iterdir()) == [
         "standin_curves_diffcse.png", "standin_curves_simcse.png", "standin_seed_spread.png"]  # no record: unguarded
-    assert "the committed docs/results.md and docs/img/ are unchanged (--update_docs writes them)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the committed docs/results.md and docs/img/ are unchanged (--update_docs writes them)" in out
 
 
 def guarded_docs(root: Path, runs: list[str]) -> Path:
@@ -272,8 +273,8 @@ def test_update_docs_refuses_a_figure_drawn_from_fewer_runs(tmp_path: Path, monk
     with pytest.raises(FigureRefused) as refused:
         main([*report_args(standin), "--update_docs"])
     message = str(refused.value)
-    assert message == ("refusing to replace docs/img/standin_seed_spread.png (drawn from 4 runs) with one drawn from 3: "
-                       "missing simcse_seed44; run them, point --standin_dir at the checkout that has them, or pass "
+    assert message == ("refusing to replace docs/img/standin_seed_spread.png (drawn from 4 runs) with one drawn "
+                       "from 3: missing simcse_seed44; run them, point --standin_dir at the checkout that has them, or pass "
                        "--force")
     assert refused.value.code == message  # SystemExit: printed, exit status 1
     # nothing was written: not the figure, not the other figures, not the Markdown
