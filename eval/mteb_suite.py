@@ -71,8 +71,8 @@ def sentence_transformers_folder(path: str | Path) -> Path:
         if (candidate / "modules.json").is_file():
             return candidate
     raise MTEBSuiteError(f"{path}: no sentence-transformers folder (modules.json) here or in "
-                         f"{path}/sentence-transformers; --suite mteb scores an export's sentence-transformers/ folder (run_unsup.py writes "
-                         f"<output_dir>/export/sentence-transformers)")
+                         f"{path}/sentence-transformers; --suite mteb scores an export's sentence-transformers/ "
+                         "folder (run_unsup.py writes <output_dir>/export/sentence-transformers)")
 
 
 def senteval_pairs(task: str, senteval_dir: Path) -> STSPairs:
