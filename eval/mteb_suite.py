@@ -134,7 +134,11 @@ def run_mteb(args: argparse.Namespace) -> dict[str, Any]:
     if args.eval_dtype != "fp32":
         raise MTEBSuiteError("--suite mteb evaluates in fp32 only (mteb's sentence-transformers wrapper); drop "
                              "--eval_dtype bf16")
-    offline = args.mteb_data == "senteval" or (args.mteb_data == "auto" and not hub_reachable())
+    reachable = args.mteb_data != "senteval" and hub_reachable()
+    if args.mteb_data == "hub" and not reachable:
+        raise MTEBSuiteError("--mteb_data hub: the Hugging Face Hub is not reachable here (HF_HUB_OFFLINE=1 or no "
+                             "network); --mteb_data senteval (or auto) builds the same tasks from the SentEval files")
+    offline = not reachable
     senteval_dir = resolve_senteval_dir(args.senteval_dir) if offline else None
     if offline:
         print(f"MTEB data: built from the SentEval files in {senteval_dir} (offline: "

@@ -45,6 +45,19 @@ def test_the_folder_it_scores(tmp_path):
         sentence_transformers_folder(run / "export" / "hf")
 
 
+def test_mteb_data_hub_offline_is_refused_with_the_alternative(monkeypatch, tmp_path, capsys):
+    import eval.mteb_suite
+    from eval.cli import main
+
+    monkeypatch.setattr(eval.mteb_suite, "import_mteb", lambda: object())  # runs without mteb installed
+    (tmp_path / "modules.json").write_text("[]")
+    with pytest.raises(SystemExit):
+        main(["--suite", "mteb", "--mteb_data", "hub", "--model_name_or_path", str(tmp_path)])
+    assert capsys.readouterr().err == ("error: --mteb_data hub: the Hugging Face Hub is not reachable here "
+                                       "(HF_HUB_OFFLINE=1 or no network); --mteb_data senteval (or auto) builds the "
+                                       "same tasks from the SentEval files\n")
+
+
 def test_offline_sick_r_pools_train_trial_and_test_as_mtebs(sts_fixture_dir):
     pooled = senteval_pairs("SICKRelatedness", sts_fixture_dir)
     parts = [load_sts("SICKRelatedness", sts_fixture_dir, split) for split in ("train", "dev", "test")]
