@@ -39,9 +39,10 @@ BACKBONE_LICENSES = {
 STS_TASK_TYPE = ("sentence-similarity", "Semantic Textual Similarity")
 METRIC = ("cosine_spearman", "Spearman correlation of cosine similarities x 100")
 
-#: Our score names -> (the Hub dataset holding the same pairs, a readable name). STS12-16 and STS-B are the sets
-#: MTEB hosts (same pair counts as SentEval's files); SICK-R is SentEval's SICK split (trial = validation), which
-#: MTEB's ``mteb/sickr-sts`` is not (it pools all 9,927 pairs), hence the ``sick`` dataset.
+#: Our score names -> (a Hub dataset id, a readable name). STS12-16 and STS-B: the sets MTEB hosts, the same pairs
+#: as SentEval's test files (docs/evaluation.md, "MTEB"). SICK-R: SentEval's SICK test split (4,927 pairs), which
+#: MTEB's ``mteb/sickr-sts`` is not (it pools all 9,927 pairs), so the card names the SICK corpus (Marelli et al.,
+#: 2014) by the canonical id ``sick``; only the id's form is checked here (offline).
 SCORE_DATASETS: dict[str, tuple[str, str]] = {
     "STS12": ("mteb/sts12-sts", "STS12"), "STS13": ("mteb/sts13-sts", "STS13"),
     "STS14": ("mteb/sts14-sts", "STS14"), "STS15": ("mteb/sts15-sts", "STS15"),
