@@ -20,10 +20,12 @@ from transformers import AutoTokenizer
 
 from data.corpus import CorpusStats
 from models.base import ContrastiveModel
+from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.cl_trainer import CLTrainer
 from trainers.errors import UsageError
 from trainers.methods import build_collator
+from trainers.backbone_card import read_backbone_license
 from trainers.precision import training_precision
 
 from .summary import RunSummary, describe_step, format_summary
@@ -119,7 +121,10 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             metrics["best_stsb_spearman"] = trainer.state.best_metric
         trainer.save_metrics("all", metrics)
         export_dir = training_args.export_dir or os.path.join(training_args.output_dir, "export")
-        exported = export_model(trainer.model, tokenizer, export_dir, scores=metrics, training=run_arguments)
+        exported = export_model(trainer.model, tokenizer, export_dir, scores=metrics, training=run_arguments,
+                                log_history=trainer.state.log_history,
+                                backbone_license=read_backbone_license(str(run_argument(run_arguments,
+                                                                                        "model_name_or_path"))))
         (Path(training_args.output_dir) / "run_arguments.json").write_text(
             json.dumps(run_arguments, indent=2, default=str))
         print(format_summary(RunSummary(

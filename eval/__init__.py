@@ -12,7 +12,10 @@ Modules:
 - :mod:`eval.analysis` -- alignment/uniformity, retrieval, cosine distributions, length bias, nearest neighbours;
   :mod:`eval.plots` draws them.
 - :mod:`eval.results`  -- the papers' numbers beside ours as Markdown (``python -m eval.results``), over seeds
-  with :mod:`eval.stats` (mean, sample std, 95% t-interval), and the stand-in runs' figures.
+  with :mod:`eval.stats` (mean, sample std, 95% t-interval), and the stand-in runs' figures; into
+  ``outputs/report`` unless ``--update_docs``, where :mod:`eval.figure_record` refuses figures that lose runs.
+- :mod:`eval.mteb_suite` -- ``python -m eval --suite mteb``: MTEB's English STS tasks through mteb's evaluator
+  (optional ``mteb``; offline, built from the SentEval files).
 - :mod:`eval.curves`   -- a training run's curves from its log history (loss, method terms, STS-B dev, best step).
 - :mod:`eval.released` -- the authors' released checkpoints beside their published numbers
   (``python -m eval.released``, ``scripts/check_released.sh``).

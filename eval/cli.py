@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pooler", choices=POOLER_TYPES, default=None,
                         help="default: the checkpoint's own embedding / the sentence-transformers pipeline / "
                              "pooler_output ('cls') for a plain Hugging Face model")
+    parser.add_argument("--suite", choices=("senteval", "mteb"), default="senteval",
+                        help="senteval (default): this repo's SentEval protocol; mteb: MTEB's English STS tasks "
+                             "through mteb's evaluator (optional package; eval/mteb_suite.py)")
+    parser.add_argument("--mteb_data", choices=("auto", "hub", "senteval"), default="auto",
+                        help="--suite mteb: mteb's Hub datasets, or the same tasks built from the SentEval files "
+                             "(auto: SentEval when the Hub is offline or unreachable)")
     parser.add_argument("--mode", choices=("dev", "test", "fasttest"), default="test",
                         help="dev: STS-B dev + SICK-R dev; test/fasttest: the 7 STS test sets")
     parser.add_argument("--task_set", choices=("sts", "transfer", "full"), default="sts")
@@ -223,12 +229,13 @@ def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
 
 
 def _report(results: Mapping[str, Any], wall_time: float, args: argparse.Namespace) -> None:
-    print(f"\n{args.model_name_or_path} (pooler: {args.pooler or 'default'}, mode: {args.mode}, "
+    print(f"\n{args.model_name_or_path} (suite: {args.suite}, pooler: {args.pooler or 'default'}, mode: {args.mode}, "
           f"precision: {args.eval_dtype})")
     if any(key in results for key in STS_TASKS):
         print(format_table(results, STS_COLUMNS))
     transfer_keys = [key for key in results
-                     if key not in STS_COLUMNS and key not in ("analysis", "eval_dtype") and not key.endswith("_dev")]
+                     if key not in STS_COLUMNS and key not in ("analysis", "eval_dtype", "mteb_data", "mteb_version")
+                     and not key.endswith("_dev")]
     if transfer_keys:
         print(format_table(results, {key: "Avg." if key == "transfer_avg" else key for key in transfer_keys}))
     print(f"wall time: {wall_time:.1f} s")
@@ -246,13 +253,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from eval.loading import ModelLoadingError  # torch/transformers: imported after argument errors are reported
 
+    from eval.mteb_suite import MTEBSuiteError, describe, run_mteb
+
     start = time.perf_counter()
     try:
-        results = round_results(evaluate(args, plan))
-    except (SentEvalDataError, ModelLoadingError, MissingComponentError) as exc:
+        results = round_results(run_mteb(args) if args.suite == "mteb" else evaluate(args, plan))
+    except (SentEvalDataError, ModelLoadingError, MissingComponentError, MTEBSuiteError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         raise SystemExit(1) from None
     _report(results, time.perf_counter() - start, args)
+    if args.suite == "mteb":
+        print(describe(results))
     if args.output_json is not None:
         args.output_json.parent.mkdir(parents=True, exist_ok=True)
         args.output_json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

@@ -1,9 +1,15 @@
-"""``python -m eval.results``: the papers' numbers beside ours, as Markdown (``docs/results.md``), and figures of the
-stand-in runs (``docs/img/standin_*.png``).
+"""``python -m eval.results``: the papers' numbers beside ours, as Markdown, and figures of the stand-in runs.
 
-    python -m eval.results                        # writes docs/results.md and the stand-in figures
+    python -m eval.results                        # writes outputs/report/results.md and outputs/report/img/*.png
+    python -m eval.results --update_docs          # the committed docs/results.md and docs/img/standin_*.png
     python -m eval.results --stdout --tables esimcse_table3
+    python -m eval.results --check                # exit 1 if docs/results.md is out of date
     python -m eval.results --standin_dir ../main/outputs/standin     # stand-in runs of another checkout
+
+By default nothing committed is touched: the report goes to ``--out_dir`` (``outputs/report``). ``--update_docs``
+writes ``docs/results.md`` and ``docs/img/``, and refuses to replace a figure with one drawn from fewer runs (one
+line per figure, naming the missing runs) unless ``--force`` (:mod:`eval.figure_record`; ``docs/img`` records each
+figure's runs in ``standin_figures.json``).
 
 Inputs:
 
@@ -38,8 +44,9 @@ import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from eval.figure_record import Figure, check_replacements, read_record, run_id, write_record
 from eval.stats import SeedStats, seed_statistics
 
 PAPER_NUMBERS = Path("results/paper_numbers.json")
@@ -47,6 +54,7 @@ RESULTS_DIR = Path("results")
 OUTPUT = Path("docs/results.md")
 STANDIN_DIR = Path("outputs/standin")
 IMG_DIR = Path("docs/img")
+REPORT_DIR = Path("outputs/report")
 METHOD_NAMES = {"simcse": "SimCSE", "esimcse": "ESimCSE", "simcse_pp": "SimCSE++", "s_simcse": "S-SimCSE",
                 "diffcse": "DiffCSE"}
 """Stand-in run name -> the method's name, in the order the figures show them."""
@@ -266,13 +274,14 @@ def _method_order(methods: Sequence[str]) -> list[str]:
     return known + sorted(set(methods) - set(known))
 
 
-def render_standin_figures(standin_dir: Path, img_dir: Path) -> list[Path]:
-    """``<img_dir>/standin_curves_<method>.png`` per method with a training history (every seed's curves) and
-    ``<img_dir>/standin_seed_spread.png`` (every seed's 7-task STS test average per method). Returns the files."""
+def standin_figures(standin_dir: Path) -> list[Figure]:
+    """The figures of the stand-in runs of ``standin_dir``, each with the runs it shows (not drawn yet):
+    ``standin_curves_<method>.png`` per method with a training history (every seed's curves) and
+    ``standin_seed_spread.png`` (every seed's 7-task STS test average per method)."""
     from eval.curves import curves_from_history, find_standin_runs, history_note
     from eval.plots import plot_seed_spread, plot_training_curves
 
-    runs, written = find_standin_runs(standin_dir), []
+    runs, figures = find_standin_runs(standin_dir), []
     for method in _method_order(list(runs.histories)):
         seeds = runs.histories[method]
         curves = {f"seed {seed}": curves_from_history(history.log_history, history.best_step)
@@ -282,16 +291,39 @@ def render_standin_figures(standin_dir: Path, img_dir: Path) -> list[Path]:
         title = (f"{METHOD_NAMES.get(method, method)} stand-in ({standin_dir.name}/{method}*): {len(seeds)} "
                  f"seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, sorted(seeds)))})"
                  + "".join(f"\n{note}" for note in partial))
-        written.append(plot_training_curves(curves, img_dir / f"standin_curves_{method}.png", title))
-    averages = {METHOD_NAMES.get(method, method): {seed: float(result["avg"]) for seed, result in
-                                                     sorted(runs.tests[method].items())
-                                                     if isinstance(result.get("avg"), (int, float))}
+        figures.append(Figure(f"standin_curves_{method}.png", tuple(run_id(method, seed) for seed in sorted(seeds)),
+                              partial_draw(plot_training_curves, curves, title=title)))
+    averages = {method: {seed: float(result["avg"]) for seed, result in sorted(runs.tests[method].items())
+                         if isinstance(result.get("avg"), (int, float))}
                 for method in _method_order(list(runs.tests))}
     averages = {method: by_seed for method, by_seed in averages.items() if by_seed}
     if averages:
-        written.append(plot_seed_spread(averages, img_dir / "standin_seed_spread.png",
-                                        "7-task STS test avg. (Spearman x 100)",
-                                        title=f"stand-in runs ({standin_dir.name}): STS test average per seed"))
+        figures.append(Figure(
+            "standin_seed_spread.png",
+            tuple(run_id(method, seed) for method, by_seed in averages.items() for seed in by_seed),
+            partial_draw(plot_seed_spread, {METHOD_NAMES.get(method, method): by_seed
+                                            for method, by_seed in averages.items()},
+                         ylabel="7-task STS test avg. (Spearman x 100)",
+                         title=f"stand-in runs ({standin_dir.name}): STS test average per seed")))
+    return figures
+
+
+def partial_draw(plot: Callable[..., Path], data: Any, **kwargs: Any) -> Callable[[Path], Path]:
+    """``path -> plot(data, path, **kwargs)``: a figure drawn once its place is known."""
+    return lambda path: plot(data, path, **kwargs)
+
+
+def render_standin_figures(standin_dir: Path, img_dir: Path, force: bool = False) -> list[Path]:
+    """Draw :func:`standin_figures` into ``img_dir``. A guarded folder (``docs/img``, which records each figure's
+    runs) refuses, before drawing anything, to replace a figure with one missing runs unless ``force``; its
+    record is updated after drawing. Returns the files written."""
+    figures = standin_figures(standin_dir)
+    for warning in check_replacements(figures, img_dir, force):
+        print(warning)
+    guarded = read_record(img_dir) is not None
+    written = [figure.draw(img_dir / figure.name) for figure in figures]
+    if guarded and figures:
+        written.append(write_record(img_dir, figures))
     return written
 
 
@@ -302,38 +334,61 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m eval.results", description=__doc__.split("\n\n")[0])
     parser.add_argument("--paper_numbers", type=Path, default=PAPER_NUMBERS)
     parser.add_argument("--results_dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--output", type=Path, default=OUTPUT, help="the Markdown file to write")
+    parser.add_argument("--out_dir", type=Path, default=REPORT_DIR,
+                        help="where the report goes: OUT_DIR/results.md and OUT_DIR/img/ (default: %(default)s)")
+    parser.add_argument("--update_docs", action="store_true",
+                        help=f"write the committed {OUTPUT} and {IMG_DIR}/ instead (refuses to replace a figure "
+                             "with one drawn from fewer runs unless --force)")
+    parser.add_argument("--force", action="store_true",
+                        help="with --update_docs: replace figures even when runs they show are missing here")
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"the Markdown file (default: OUT_DIR/results.md; {OUTPUT} with --update_docs/--check)")
     parser.add_argument("--tables", nargs="+", default=None, help="only these tables (default: all)")
     parser.add_argument("--stdout", action="store_true", help="print instead of writing --output")
-    parser.add_argument("--check", action="store_true", help="exit 1 if --output differs from a fresh rendering")
+    parser.add_argument("--check", action="store_true",
+                        help=f"exit 1 if --output (default {OUTPUT}) differs from a fresh rendering")
     parser.add_argument("--standin_dir", type=Path, default=STANDIN_DIR,
                         help="the stand-in runs (scripts/standin.sh) to draw (default: %(default)s)")
-    parser.add_argument("--img_dir", type=Path, default=IMG_DIR, help="where the figures go (default: %(default)s)")
+    parser.add_argument("--img_dir", type=Path, default=None,
+                        help=f"where the figures go (default: OUT_DIR/img; {IMG_DIR} with --update_docs)")
     parser.add_argument("--no_figures", action="store_true", help="write --output only")
     return parser
 
 
+def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The Markdown file and the figure folder: explicit paths, else the docs (``--update_docs``; ``--check``
+    reads the docs), else ``--out_dir``."""
+    docs = args.update_docs or args.check
+    output = args.output or (OUTPUT if docs else args.out_dir / OUTPUT.name)
+    img_dir = args.img_dir or (IMG_DIR if args.update_docs else args.out_dir / IMG_DIR.name)
+    return output, img_dir
+
+
 def main(argv: Sequence[str] | None = None) -> str:
     args = build_parser().parse_args(argv)
+    output, img_dir = output_paths(args)
     document = render_document(load_paper_numbers(args.paper_numbers), args.results_dir, args.tables)
     if args.check:
-        current = args.output.read_text(encoding="utf-8") if args.output.is_file() else ""
+        current = output.read_text(encoding="utf-8") if output.is_file() else ""
         if current != document:
-            raise SystemExit(f"{args.output} is out of date: run `python -m eval.results`")
+            raise SystemExit(f"{output} is out of date: run `python -m eval.results --update_docs`")
     elif args.stdout:
         print(document, end="")
     else:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(document, encoding="utf-8")
-        print(f"wrote {args.output}")
-        if args.no_figures:
-            pass
-        elif args.standin_dir.is_dir():
-            for path in render_standin_figures(args.standin_dir, args.img_dir):
-                print(f"wrote {path}")
+        if not args.no_figures and args.standin_dir.is_dir():  # refused figures stop the run before anything is written
+            written = render_standin_figures(args.standin_dir, img_dir, force=args.force)
         else:
+            written = []
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(document, encoding="utf-8")
+        print(f"wrote {output}")
+        for path in written:
+            print(f"wrote {path}")
+        if not args.no_figures and not args.standin_dir.is_dir():
             print(f"no stand-in runs at {args.standin_dir} (bash scripts/standin.sh METHOD SEED writes them; "
                   "--standin_dir points elsewhere): figures not drawn")
+        if not args.update_docs and args.output is None and args.img_dir is None:
+            print(f"the committed {OUTPUT} and {IMG_DIR}/ are unchanged (--update_docs writes them)")
     return document
 
 

@@ -1,10 +1,17 @@
-"""The model card of an export: the Hub's YAML metadata, how to pool, the scores labelled with their split, the
-method's hyperparameters, a training summary, and every training argument in a collapsed ``<details>`` section."""
+"""The model card of an export: the Hub's YAML metadata (:mod:`models.card_metadata`), how to pool, the base model,
+corpus and license, the scores labelled with their split, the training log, the method's hyperparameters, the
+framework versions, the citations (:mod:`models.citations`) and every training argument in a collapsed
+``<details>`` section. The layout follows sentence-transformers' generated cards (training logs, framework
+versions, citing)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
+import platform
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from .card_metadata import HUB_DATASETS, Provenance, card_metadata, is_hub_name, provenance, run_argument
+from .citations import citations
 
 from .poolers import test_time_pooler
 
@@ -13,9 +20,13 @@ if TYPE_CHECKING:
 
 
 def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, training: dict[str, Any] | None,
-               kind: str) -> str:
-    """Markdown card: the Hub's YAML metadata, the pooling to use, the scores (labelled with their split), the
-    method's hyperparameters, a training summary, and every training argument in a collapsed section."""
+               kind: str, log_history: Sequence[Mapping[str, Any]] | None = None,
+               model_name: str | None = None, backbone_license: tuple[str | None, str | None] | None = None) -> str:
+    """Markdown card: the Hub's YAML metadata, the pooling to use, provenance, the scores (labelled with their
+    split), the training log, the method's hyperparameters, framework versions, citations, and every training
+    argument in a collapsed section. ``log_history``: the Trainer's ``state.log_history``; ``model_name``: the
+    ``model-index`` name (default ``<method>-<backbone>``); ``backbone_license``: ``(license, where it was read)``
+    from the backbone's own card (``trainers/backbone_card.py``)."""
     config = model.config
     pooler = test_time_pooler(config)
     usage = {
@@ -34,66 +45,108 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
         if name != "encoder_config" and name not in hyper and hasattr(config, name) and (
                 name in type(model).method_defaults or getattr(config, name) != getattr(type(config), name, None)):
             hyper[name] = getattr(config, name)
-    lines = [card_metadata(config.method, training, kind), f"# cse-repro export: {config.method}", "",
-             f"- test-time pooler: `{pooler}`", "", usage]
+    facts = provenance(training, backbone_license)
+    lines = [card_metadata(config.method, training, kind, scores, model_name, backbone_license),
+             f"# cse-repro export: {config.method}", "", f"- test-time pooler: `{pooler}`", *provenance_lines(facts),
+             "", usage]
     table = score_table(scores or {})
     if table:
         lines += ["", "## Scores (STS: Spearman x 100)", "", *table]
         if (scores or {}).get("eval_dtype"):
             lines += ["", f"Evaluation precision: `eval_dtype: {scores['eval_dtype']}` (fp32 = autocast and TF32 "
                           "off, as the papers evaluated)."]
+        lines += ["", "The YAML `model-index` carries this model's STS-B dev score (split `validation`) and any test "
+                      "score, one entry per dataset and split; the backbone's scores, SICK-R dev and the averages "
+                      "stay in this table."]
+    log = training_log_table(log_history or (), best_step((scores or {}).get("best_model_checkpoint")))
+    if log:
+        lines += ["", "## Training log", "", *log]
     lines += ["", "## Method hyperparameters", "```json", json.dumps(hyper, indent=2), "```"]
     if training:
-        lines += ["", "## Training", "", *training_summary(training), "", "<details>",
-                  "<summary>Every training argument (run_arguments.json)</summary>", "", "```json",
+        lines += ["", "## Training", "", *training_summary(training)]
+    lines += ["", "## Framework versions", "", *framework_versions()]
+    lines += ["", "## Citation", "", "The method's paper, SimCSE (which every method here builds on) and this "
+              "repository:", "", "```bibtex", "\n\n".join(citations(config.method)), "```"]
+    if training:
+        lines += ["", "<details>", "<summary>Every training argument (run_arguments.json)</summary>", "", "```json",
                   json.dumps(training, indent=2, default=str), "```", "", "</details>"]
     return "\n".join(lines) + "\n"
 
 
-#: Training files of the SimCSE papers -> their Hugging Face dataset (data/download_wiki1m.sh, download_nli.sh).
-HUB_DATASETS = {"wiki1m_for_simcse.txt": "princeton-nlp/datasets-for-simcse",
-                "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse"}
+def provenance_lines(facts: Provenance) -> list[str]:
+    """Bullet points: base model, corpus and license, each saying where it came from or that it is unknown."""
+    if facts.backbone is None:
+        return ["- base model, training corpus and license: not recorded (no run arguments were given); set "
+                "`base_model`, `datasets` and `license` in the YAML above before publishing"]
+    base = (f"- base model: `{facts.base_model}`" if facts.base_model else
+            f"- base model: the local folder `{facts.backbone}` (no Hub id, so no `base_model` in the YAML: add "
+            "the id it was downloaded from before publishing)")
+    corpus = (f"- training corpus: `{facts.train_file}` (Hub dataset `{facts.datasets[0]}`)" if facts.datasets else
+              f"- training corpus: `{facts.train_file}`")
+    license_ = (f"- license: `{facts.license}`, the backbone's (from {facts.license_source}); check that your "
+                "training data allows it too" if facts.license else
+                "- license: **not set** - the backbone's license is unknown here; choose one compatible with the "
+                "backbone and the training data and add `license:` to the YAML above")
+    return [base, corpus, license_]
 
 
-def _argument(training: dict[str, Any] | None, name: str) -> Any:
-    """One argument from ``run_arguments``'s nested dict (``{"ModelArguments": {...}, ...}``)."""
-    for group in (training or {}).values():
-        if isinstance(group, dict) and name in group:
-            return group[name]
-    return None
+def best_step(checkpoint: Any) -> int | None:
+    """The step of ``.../checkpoint-<step>`` (the best checkpoint), else ``None``."""
+    name = str(checkpoint or "").rstrip("/").rsplit("/", 1)[-1]
+    prefix, _, step = name.rpartition("-")
+    return int(step) if prefix == "checkpoint" and step.isdigit() else None
 
 
-def card_metadata(method: str, training: dict[str, Any] | None, kind: str) -> str:
-    """The YAML front matter the Hub reads: library, pipeline tag, tags, base model and datasets where known (a
-    local backbone folder or corpus file has no Hub name, so it is left out)."""
-    sentence_transformers = kind == "sentence-transformers"
-    lines = ["---", f"library_name: {'sentence-transformers' if sentence_transformers else 'transformers'}",
-             f"pipeline_tag: {'sentence-similarity' if sentence_transformers else 'feature-extraction'}", "tags:"]
-    tags = (["sentence-transformers"] if sentence_transformers else []) + [
-        "sentence-similarity", "feature-extraction", "contrastive-learning", method.replace("_", "-"), "cse-repro"]
-    lines += [f"- {tag}" for tag in tags]
-    base = _argument(training, "model_name_or_path")
-    if isinstance(base, str) and is_hub_name(base):
-        lines.append(f"base_model: {base}")
-    train_file = _argument(training, "train_file")
-    dataset = HUB_DATASETS.get(PurePath(str(train_file)).name) if train_file else None
-    if dataset:
-        lines += ["datasets:", f"- {dataset}"]
-    return "\n".join(lines + ["---", ""])
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def is_hub_name(name: str) -> bool:
-    """Whether ``name`` reads as a Hugging Face Hub model name (``bert-base-uncased``, ``org/model``) rather than a
-    local path (an existing one, or one starting with ``.``, ``/`` or ``~``)."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+def training_log_table(log_history: Sequence[Mapping[str, Any]], best: int | None = None,
+                       max_rows: int = 60) -> list[str]:
+    """Markdown rows ``| step | training loss | STS-B dev |`` from the Trainer's ``log_history`` (step 0: the
+    backbone's ``before_*`` score), the best checkpoint's row in bold. Over ``max_rows`` rows, only the evaluated
+    steps and the last step are kept (the full log: ``trainer_state.json``)."""
+    rows: dict[int, dict[str, float]] = {}
+    for entry in log_history:
+        step = entry.get("step")
+        if not isinstance(step, int):
+            continue
+        for source, column in (("loss", "loss"), ("eval_stsb_spearman", "dev"), ("before_stsb_spearman", "dev")):
+            value = _number(entry.get(source))
+            if value is not None:
+                rows.setdefault(step, {})[column] = value
+    if not rows:
+        return []
+    steps = sorted(rows)
+    notes = []
+    if best is not None:
+        notes.append(f"Bold: the best checkpoint (step {best}), the one exported.")
+    if len(steps) > max_rows:
+        steps = [step for step in steps if "dev" in rows[step] or step == steps[-1]]
+        notes.append("Only the evaluated steps and the last are shown; every logged step is in `trainer_state.json`.")
+    lines = ["| step | training loss | STS-B dev (Spearman x 100) |", "|---:|---:|---:|"]
+    for step in steps:
+        loss, dev = rows[step].get("loss"), rows[step].get("dev")
+        cells = [str(step), "-" if loss is None else f"{loss:.4f}", "-" if dev is None else f"{dev:.2f}"]
+        if step == best:
+            cells = [f"**{cell}**" for cell in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + (["", " ".join(notes)] if notes else [])
 
-    if name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
-        return False
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
+
+FRAMEWORKS = ("torch", "transformers", "sentence-transformers", "tokenizers", "datasets", "accelerate",
+              "huggingface-hub")
+
+
+def framework_versions() -> list[str]:
+    """Bullet points: Python and the installed version of each of :data:`FRAMEWORKS` (``not installed``)."""
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return [f"- Python: {platform.python_version()}", *(f"- {name}: {version(name)}" for name in FRAMEWORKS)]
 
 
 SCORE_NAMES = {"stsb_spearman": "STS-B", "sickr_spearman": "SICK-R", "avg_sts": "mean of STS-B and SICK-R"}
@@ -119,16 +172,18 @@ def score_table(scores: dict[str, Any]) -> list[str]:
 
 def training_summary(training: dict[str, Any]) -> list[str]:
     """A few bullet points: the backbone, corpus and recipe values a reader compares first."""
-    values = {name: _argument(training, name) for name in (
+    values = {name: run_argument(training, name) for name in (
         "model_name_or_path", "train_file", "learning_rate", "per_device_train_batch_size", "num_train_epochs",
         "max_steps", "max_seq_length", "seed")}
     steps = values["max_steps"]
     length = f"{steps} steps" if isinstance(steps, int) and steps > 0 else f"{values['num_train_epochs']} epoch(s)"
-    precision = "fp16" if _argument(training, "fp16") else "bf16 autocast" if _argument(training, "bf16") else "fp32"
+    precision = ("fp16" if run_argument(training, "fp16") else "bf16 autocast" if run_argument(training, "bf16")
+                 else "fp32")
     return [f"- backbone: `{values['model_name_or_path']}`; corpus: `{values['train_file']}`",
             f"- learning rate {values['learning_rate']}, batch {values['per_device_train_batch_size']} per process, "
             f"{length}, max length {values['max_seq_length']}, seed {values['seed']}",
             f"- training precision: {precision}"]
 
 
-__all__ = ["HUB_DATASETS", "card_metadata", "is_hub_name", "model_card", "score_table", "training_summary"]
+__all__ = ["HUB_DATASETS", "best_step", "card_metadata", "framework_versions", "is_hub_name", "model_card",
+           "provenance_lines", "score_table", "training_log_table", "training_summary"]

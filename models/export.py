@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -69,6 +69,13 @@ def export_sentence_transformers(
     return Path(out_dir)
 
 
+def run_name(out_dir: Path) -> str:
+    """The run's name for the card's ``model-index``: the export folder's name, or its run folder's name when the
+    folder is the default ``<output_dir>/export``."""
+    folder = out_dir.resolve()
+    return folder.parent.name if folder.name == "export" else folder.name
+
+
 def export_model(
     model: ContrastiveModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -76,18 +83,23 @@ def export_model(
     *,
     scores: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
+    log_history: Sequence[Mapping[str, Any]] | None = None,
+    backbone_license: tuple[str | None, str | None] | None = None,
 ) -> dict[str, Path | None]:
-    """Write ``out_dir/hf`` (plain AutoModel) and ``out_dir/sentence-transformers``, each with a README card."""
+    """Write ``out_dir/hf`` (plain AutoModel) and ``out_dir/sentence-transformers``, each with a README card
+    (:func:`models.card.model_card`; ``log_history``: the Trainer's, for the card's training log;
+    ``backbone_license``: ``(license, source)`` read from the backbone's card)."""
     out_dir = Path(out_dir)
+    card = {"scores": scores, "training": training, "log_history": log_history, "backbone_license": backbone_license,
+            "model_name": f"{model.config.method.replace('_', '-')}-{run_name(out_dir)}"}
     was_training = model.training
     model.eval()
     with torch.no_grad():
         plain = export_plain(model, tokenizer, out_dir / "hf")
-        (plain / "README.md").write_text(model_card(model, scores=scores, training=training, kind="plain"))
+        (plain / "README.md").write_text(model_card(model, kind="plain", **card))
         st_dir = export_sentence_transformers(model, tokenizer, plain, out_dir / "sentence-transformers")
         if st_dir is not None:
-            (st_dir / "README.md").write_text(
-                model_card(model, scores=scores, training=training, kind="sentence-transformers"))
+            (st_dir / "README.md").write_text(model_card(model, kind="sentence-transformers", **card))
     model.train(was_training)
     logger.info("exported %s (pooler %s) and %s", plain, test_time_pooler(model.config), st_dir)
     return {"hf": plain, "sentence-transformers": st_dir}

@@ -14,8 +14,10 @@ import pytest
 
 from eval.curves import (curves_from_history, find_standin_runs, history_note, is_method_term, load_run_history,
                          parse_run_name)
+from eval.figure_record import Figure, FigureRefused, read_record, write_record
 from eval.plots import plot_seed_spread, plot_training_curves
 
+REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # A DiffCSE-like history as the Trainer keeps it: the "before" evaluation, training lines every step with the
@@ -229,3 +231,90 @@ def test_eval_results_draws_the_standin_figures(tmp_path: Path, capsys) -> None:
     for path in img.iterdir():
         assert_drawn_png(path)
     assert f"wrote {img / 'standin_seed_spread.png'}" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------- no silent rewrites
+
+
+def report_args(standin: Path) -> list[str]:
+    return ["--paper_numbers", str(REPO / "results" / "paper_numbers.json"), "--results_dir", str(REPO / "results"),
+            "--standin_dir", str(standin)]
+
+
+def test_by_default_the_report_goes_to_an_output_folder(tmp_path: Path, monkeypatch, capsys) -> None:
+    from eval.results import main
+
+    standin = standin_folder(tmp_path / "standin")
+    monkeypatch.chdir(tmp_path)
+    main(report_args(standin))
+    report = tmp_path / "outputs" / "report"
+    assert (report / "results.md").is_file() and not (tmp_path / "docs").exists()
+    assert sorted(path.name for path in (report / "img").iterdir()) == [
+        "standin_curves_diffcse.png", "standin_curves_simcse.png", "standin_seed_spread.png"]  # no record: unguarded
+    out = capsys.readouterr().out
+    assert "the committed docs/results.md and docs/img/ are unchanged (--update_docs writes them)" in out
+
+
+def guarded_docs(root: Path, runs: list[str]) -> Path:
+    """A docs/img folder whose seed-spread figure was drawn from ``runs``."""
+    img = root / "docs" / "img"
+    img.mkdir(parents=True)
+    (img / "standin_seed_spread.png").write_bytes(b"committed figure")
+    write_record(img, [Figure("standin_seed_spread.png", tuple(runs), lambda path: path)])
+    return img
+
+
+def test_update_docs_refuses_a_figure_drawn_from_fewer_runs(tmp_path: Path, monkeypatch) -> None:
+    from eval.results import main
+
+    standin = standin_folder(tmp_path / "standin")  # simcse seeds 42 and 43, diffcse seed 42
+    img = guarded_docs(tmp_path, ["simcse_seed42", "simcse_seed43", "simcse_seed44", "diffcse_seed42"])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FigureRefused) as refused:
+        main([*report_args(standin), "--update_docs"])
+    message = str(refused.value)
+    assert message == ("refusing to replace docs/img/standin_seed_spread.png (drawn from 4 runs) with one drawn "
+                       "from 3: missing simcse_seed44; run them, point --standin_dir at the checkout that has them, or pass "
+                       "--force")
+    assert refused.value.code == message  # SystemExit: printed, exit status 1
+    # nothing was written: not the figure, not the other figures, not the Markdown
+    assert (img / "standin_seed_spread.png").read_bytes() == b"committed figure"
+    assert sorted(path.name for path in img.iterdir()) == ["standin_figures.json", "standin_seed_spread.png"]
+    assert not (tmp_path / "docs" / "results.md").exists()
+
+
+def test_update_docs_with_force_replaces_and_records(tmp_path: Path, monkeypatch, capsys) -> None:
+    from eval.results import main
+
+    standin = standin_folder(tmp_path / "standin")
+    img = guarded_docs(tmp_path, ["simcse_seed42", "simcse_seed44"])
+    monkeypatch.chdir(tmp_path)
+    main([*report_args(standin), "--update_docs", "--force"])
+    assert_drawn_png(img / "standin_seed_spread.png")
+    assert (tmp_path / "docs" / "results.md").is_file()
+    assert "--force: replacing docs/img/standin_seed_spread.png" in capsys.readouterr().out
+    assert read_record(img) == {"standin_seed_spread.png": ["diffcse_seed42", "simcse_seed42", "simcse_seed43"],
+                                "standin_curves_simcse.png": ["simcse_seed42", "simcse_seed43"],
+                                "standin_curves_diffcse.png": ["diffcse_seed42"]}
+    main([*report_args(standin), "--update_docs"])  # the same runs again: nothing is missing, no --force needed
+
+
+def test_update_docs_refuses_a_figure_whose_runs_were_never_recorded(tmp_path: Path, monkeypatch) -> None:
+    from eval.results import main
+
+    standin = standin_folder(tmp_path / "standin")
+    img = guarded_docs(tmp_path, ["simcse_seed42"])
+    (img / "standin_curves_diffcse.png").write_bytes(b"figure from before the record")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FigureRefused, match=r"^refusing to replace docs/img/standin_curves_diffcse.png: the runs it "
+                                            r"was drawn from are not recorded in docs/img/standin_figures.json"):
+        main([*report_args(standin), "--update_docs"])
+
+
+def test_every_committed_standin_figure_has_its_runs_recorded() -> None:
+    img = REPO / "docs" / "img"
+    record = read_record(img)
+    assert record is not None, "docs/img/standin_figures.json is missing: docs/img would not be guarded"
+    assert sorted(record) == sorted(path.name for path in img.glob("standin_*.png"))
+    for runs in record.values():
+        assert runs and all(parse_run_name(run)[1] >= 0 and "_seed" in run for run in runs)

@@ -215,4 +215,20 @@ def test_docs_results_is_up_to_date() -> None:
     """docs/results.md is the rendering of the committed paper numbers and results."""
     rendered = render_document(load_paper_numbers(REPO / "results" / "paper_numbers.json"), REPO / "results")
     current = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
-    assert current == rendered, "docs/results.md is out of date: run `python -m eval.results`"
+    assert current == rendered, "docs/results.md is out of date: run `python -m eval.results --update_docs`"
+
+
+def test_paper_sts_averages_are_the_mean_of_their_seven_tasks() -> None:
+    """A typo in a transcribed number shows as an average that is not the mean of its row (the papers round each
+    cell to 2 decimals, so they agree to 0.01); SimCSE Table 5's supervised rows were transcribed for issue 25."""
+    numbers = load_paper_numbers(REPO / "results" / "paper_numbers.json")
+    tasks = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
+    checked = []
+    for table_id, spec in numbers["tables"].items():
+        for row_id, row in spec["rows"].items():
+            paper = row["paper"]
+            if spec["columns"] == "sts" and all(isinstance(paper.get(task), (int, float)) for task in [*tasks, "Avg."]):
+                mean = sum(paper[task] for task in tasks) / len(tasks)
+                assert abs(mean - paper["Avg."]) <= 0.011, (table_id, row_id, mean, paper["Avg."])
+                checked.append((table_id, row_id))
+    assert {("simcse_table_sup", row) for row in ("bert-base-uncased", "roberta-base", "roberta-large")} <= set(checked)
