@@ -318,9 +318,9 @@ def wrong_type_message(action: argparse.Action, value: str) -> str:
 def build_parser(dataclass_types: tuple[type, ...], description: str | None = None) -> HfArgumentParser:
     """The parser of the training scripts: one help group per dataclass, inherited Trainer flags behind --help_all.
     ``description``: the script's docstring (its first paragraph is shown)."""
+    # allow_abbrev=False: a misspelt flag (or config key) is an error, not a prefix match
     parser = ScriptArgumentParser(dataclass_types, description=(description or "").split("\n\n")[0] or None,
-                              usage=USAGE, formatter_class=CompactHelpFormatter,
-                              allow_abbrev=False)  # a misspelt flag (or config key) is an error, not a prefix match
+                                  usage=USAGE, formatter_class=CompactHelpFormatter, allow_abbrev=False)
     hide_inherited_trainer_flags(parser, dataclass_types)
     for action in parser._actions:  # the papers' spelling first in --help (--temp, not --temperature)
         if action.dest in SETTINGS and SETTINGS[action.dest].metadata["flag"]:
