@@ -141,8 +141,8 @@ def first_steps(case: str, inputs, tmp_path, monkeypatch, extra: tuple[str, ...]
 def deviations(measured: dict, recorded: dict) -> list[str]:
     """Every logged value of ``measured`` farther from ``recorded`` than :func:`float32_tolerance` allows."""
     tolerance = float32_tolerance(measured["parameters"])
-    return [f"{key}[step {step + 1}] {value!r} vs recorded {locked!r}: relative {abs(value - locked) / abs(locked):.2e}"
-            f" > {tolerance:.2e}" for key in ("loss", "grad_norm")
+    return [f"{key}[step {step + 1}] {value!r} vs recorded {locked!r}: relative "
+            f"{abs(value - locked) / abs(locked):.2e} > {tolerance:.2e}" for key in ("loss", "grad_norm")
             for step, (value, locked) in enumerate(zip(measured[key], recorded[key]))
             if abs(value - locked) > tolerance * abs(locked)]
 

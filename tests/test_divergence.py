@@ -131,7 +131,8 @@ def test_a_nan_run_under_two_processes_exits_3_on_every_rank_and_names_the_step_
     # torchrun stops the other workers (SIGTERM) at the first poll after one failed: polling every second (default
     # 0.1 s) leaves rank 1 time to exit on its own after the shared barrier, so its status is the run's, not -15
     output = run_torchrun([
-        "--monitor-interval", "1", "run_unsup.py", "--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
+        "--monitor-interval", "1", "run_unsup.py", "--model_name_or_path", str(backbone),
+        "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
         "--output_dir", str(out), "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps",
         "--save_steps", "1", *FAST_TRAINING_ARGS, "--per_device_train_batch_size", "4", "--logging_steps", "100",
         *DIVERGING], returncode=1)

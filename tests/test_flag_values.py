@@ -20,9 +20,9 @@ import run_diffcse
 import run_unsup
 from models.config import DIFFCSE, SETTINGS, UNSUP, number
 from tests.cli import in_process, subprocess_run
-from trainers.arguments import FLAG_RANGES, build_parser
+from trainers.arguments import (FLAG_RANGES, CLTrainingArguments, DataArguments, MethodArguments, ModelArguments,
+                                build_parser)
 from trainers.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments
-from trainers.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments
 
 SCRIPTS = {UNSUP: ("run_unsup.py", run_unsup.main, (ModelArguments, DataArguments, MethodArguments,
                                                     CLTrainingArguments)),
@@ -98,8 +98,7 @@ def test_a_bad_value_exits_2_with_one_line_before_anything_loads(script, flag, v
     lines = result.err.strip().splitlines()
     assert len(lines) == 1, lines
     line = lines[0]
-    assert line.startswith(f"{prog}: error: {flag} {value} ") or line.startswith(f"{prog}: error: {flag} {value!r}:"), \
-        line
+    assert line.startswith((f"{prog}: error: {flag} {value} ", f"{prog}: error: {flag} {value!r}:")), line
     assert any(fix in line for fix in ("outside the valid range", "expected ", "choose one of ")), line
     assert not out.exists()
 
