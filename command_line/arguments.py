@@ -11,16 +11,18 @@ esimcse`` alone gives the ESimCSE paper's settings and any flag given explicitly
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import dataclass, field, fields, make_dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from transformers import HfArgumentParser, TrainingArguments
+from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
 
-from models.config import SETTINGS, UNSUP, check_setting
+from models.config import SETTINGS, UNSUP, check_setting, check_value, number, value_range
 from trainers.errors import UsageError, reraise_as
 from trainers.methods import METHODS
 from trainers.precision import default_bf16
@@ -29,6 +31,50 @@ from .cli_help import USAGE, CompactHelpFormatter, hide_inherited_trainer_flags,
 from .config_file import expand_config_file
 from .launch import (launched_world_size, refuse_data_parallel, refuse_silent_single_process,
                      refuse_single_process_launch)
+
+
+EVERY_N_STEPS = "every N steps (a value below 1 is a ratio of the run's steps)"
+SEED_RANGE = value_range(0, 2**32 - 1, reason="set_seed also seeds numpy, whose seeds are 32-bit unsigned integers")
+
+#: The numeric flags of the data and of the Trainer that a recipe sets, each with its valid range in the settings'
+#: form (``models.config.value_range``) and checked by the same :func:`models.config.check_value` when the
+#: arguments are parsed (:func:`check_flag_ranges`): a value outside is refused in one line before anything loads.
+FLAG_RANGES: dict[str, dict[str, Any]] = {
+    "max_seq_length": value_range(3, reason="a view needs [CLS], [SEP] and at least one token of the sentence"),
+    "max_train_samples": value_range(1, reason="it is a number of sentences"),
+    "learning_rate": value_range(0, open_low=True, reason="the optimizer's step size must be positive (the papers "
+                                                          "use 1e-5 to 5e-5)"),
+    "per_device_train_batch_size": value_range(1, reason="it is a number of sentences per process and step"),
+    "per_device_eval_batch_size": value_range(1, reason="it is a number of sentences per process"),
+    "gradient_accumulation_steps": value_range(1, reason="it is a number of micro-batches per step"),
+    "num_train_epochs": value_range(0, open_low=True, reason="it is a number of passes over the corpus "
+                                                             "(--max_steps N trains N steps instead)"),
+    "max_steps": value_range(1, also=(-1,), reason="-1 trains for --num_train_epochs, and no other value below 1 is "
+                                                   "a number of steps"),
+    "warmup_steps": value_range(0, reason="it is a number of steps (a value below 1 is a ratio of the run's steps)"),
+    "eval_steps": value_range(0, open_low=True, reason=f"it evaluates {EVERY_N_STEPS}"),
+    "save_steps": value_range(0, open_low=True, reason=f"it saves a checkpoint {EVERY_N_STEPS}"),
+    "logging_steps": value_range(0, open_low=True, reason=f"it logs {EVERY_N_STEPS}"),
+    "max_grad_norm": value_range(0, reason="it is a norm (0 turns clipping off)"),
+    "weight_decay": value_range(0, reason="a negative decay pushes the weights away from 0"),
+    "dataloader_num_workers": value_range(0, reason="it is a number of processes (0 loads in the main process)"),
+    "seed": SEED_RANGE,
+    "data_seed": SEED_RANGE,
+    "cache_chunk_size": value_range(1, reason="it is a number of sentences per encoding chunk"),
+}
+
+
+def check_flag_ranges(arguments: Any) -> None:
+    """Refuse (:class:`UsageError`) a value of a flag of ``arguments`` (a parsed dataclass) outside its declared
+    range (:data:`FLAG_RANGES`); ``None`` means not given."""
+    defaults = {f.name: f.default for f in fields(arguments)}
+    for name in FLAG_RANGES.keys() & defaults.keys():
+        value, default = getattr(arguments, name), defaults[name]
+        if value is None:
+            continue
+        usual = f"The default is {number(default)}." if isinstance(default, (int, float)) else ""
+        with reraise_as(UsageError, ValueError):
+            check_value(f"--{name}", value, FLAG_RANGES[name], usual)
 
 
 @dataclass
@@ -54,6 +100,7 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N sentences."})
 
     def __post_init__(self) -> None:
+        check_flag_ranges(self)
         if self.senteval_dir is None:
             self.senteval_dir = os.environ.get("SENTEVAL_DIR", "data/senteval")
 
@@ -183,6 +230,7 @@ class CLTrainingArguments(TrainingArguments):
                 "the loss and gradients are the uncached step's with those masks, for any N. Off by default."})
 
     def __post_init__(self) -> None:
+        check_flag_ranges(self)
         refuse_single_process_launch()
         self.derive_evaluation_dependent_settings()
         if self.report_to is None:
@@ -242,12 +290,42 @@ def unknown_arguments_message(parser: HfArgumentParser, unknown: list[str]) -> s
     return f"unknown argument(s): {' '.join(unknown)}{hint}; --help lists the flags, --help_all all of them"
 
 
+class ScriptArgumentParser(HfArgumentParser):
+    """``HfArgumentParser`` whose refusals are the scripts' one-line :class:`UsageError`: a value of the wrong type
+    or not among the choices names the flag, the value and what to pass; argparse's other errors (a flag without
+    its value) keep argparse's text, without the usage line."""
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError:
+            raise UsageError(wrong_type_message(action, arg_string)) from None
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            shown = ", ".join(str(getattr(c, "value", c)) for c in action.choices)
+            raise UsageError(f"{action.option_strings[0]} {value!r}: choose one of {shown}")
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}; --help lists the flags")
+
+
+def wrong_type_message(action: argparse.Action, value: str) -> str:
+    """``--max_seq_length 'abc': expected an integer, e.g. --max_seq_length 32``."""
+    flag = action.option_strings[0]
+    if action.type is string_to_bool:
+        return f"{flag} {value!r}: expected true or false"
+    kind = {int: "an integer", float: "a number"}.get(action.type, "a valid value")
+    example = SETTINGS[action.dest].default if action.dest in SETTINGS else action.default
+    return f"{flag} {value!r}: expected {kind}" + (f", e.g. {flag} {example}" if example is not None else "")
+
+
 def build_parser(dataclass_types: tuple[type, ...], description: str | None = None) -> HfArgumentParser:
     """The parser of the training scripts: one help group per dataclass, inherited Trainer flags behind --help_all.
     ``description``: the script's docstring (its first paragraph is shown)."""
-    parser = HfArgumentParser(dataclass_types, description=(description or "").split("\n\n")[0] or None,
-                              usage=USAGE, formatter_class=CompactHelpFormatter,
-                              allow_abbrev=False)  # a misspelt flag (or config key) is an error, not a prefix match
+    # allow_abbrev=False: a misspelt flag (or config key) is an error, not a prefix match
+    parser = ScriptArgumentParser(dataclass_types, description=(description or "").split("\n\n")[0] or None,
+                                  usage=USAGE, formatter_class=CompactHelpFormatter, allow_abbrev=False)
     hide_inherited_trainer_flags(parser, dataclass_types)
     for action in parser._actions:  # the papers' spelling first in --help (--temp, not --temperature)
         if action.dest in SETTINGS and SETTINGS[action.dest].metadata["flag"]:

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
+from eval.backbone import in_hub_cache, model_problem
 from models.card import is_hub_name
 from trainers.errors import UserError
 
@@ -168,35 +169,6 @@ def complete_checkpoints_hint(folder: Path) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ corpus, models
-def model_problem(flag: str, name: str, cache_dir: str | None = None) -> str | None:
-    """Why ``name`` (a local folder or a Hub model name) cannot be loaded, if that is known without the network."""
-    path = Path(name).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            return f"{flag} {name}: is a file; pass a model folder (one with config.json) or a Hub model name"
-        if not (path / "config.json").is_file():
-            return (f"{flag} {name}: the folder has no config.json, so it is not a saved model; pass a folder "
-                    "written by save_pretrained (e.g. an export's hf/ folder) or a Hub model name")
-        return None
-    if not is_hub_name(name):
-        return (f"{flag} {name}: no such folder (and not a Hub model name); pass an existing model folder or a Hub "
-                "name such as bert-base-uncased")
-    if in_hub_cache(name, cache_dir):
-        return None
-    from huggingface_hub.constants import is_offline_mode
-
-    if is_offline_mode():
-        return (f"{flag} {name}: no such local folder, and not in the Hugging Face cache while the Hub is "
-                "offline (HF_HUB_OFFLINE=1); download it once with internet, or pass a local model folder")
-    return None
-
-
-def in_hub_cache(name: str, cache_dir: str | None) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    return isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir), str)
-
-
 def missing_inputs(train_file: str | None, corpus_hint: str, models: Mapping[str, str | None],
                    cache_dir: str | None = None) -> None:
     """Raise one :class:`UserError` listing every input that is missing: the corpus, models that cannot load."""

@@ -91,13 +91,24 @@ def detect_model_kind(model_name_or_path: str) -> ModelKind:
 @contextlib.contextmanager
 def _loading_errors(model_name_or_path: str) -> Iterator[None]:
     """Re-raise library loading errors as one :class:`ModelLoadingError` naming the model."""
+    missing = missing_model(model_name_or_path)
+    if missing:
+        raise ModelLoadingError(missing)
     try:
         yield
     except _LOADING_ERRORS as exc:
-        hint = ""
-        if not Path(model_name_or_path).exists() and any(c in model_name_or_path for c in "/\\."):
-            hint = " (no such local folder; offline hub names must be in the cache)"
-        raise ModelLoadingError(f"could not load {model_name_or_path!r}{hint}: {exc}") from exc
+        raise ModelLoadingError(f"could not load {model_name_or_path!r}: {exc}") from exc
+
+
+def missing_model(model_name_or_path: str) -> str | None:
+    """Why a model that is not a local path cannot load, said before any library tries (and words its failure):
+    no such folder, or a Hub name that is not in the cache while the Hub is offline (the training scripts' check,
+    :func:`eval.backbone.model_problem`). ``None`` for an existing path or a Hub name that can still be fetched."""
+    if Path(model_name_or_path).expanduser().exists():
+        return None
+    from .backbone import model_problem
+
+    return model_problem("--model_name_or_path", model_name_or_path)
 
 
 # ----------------------------------------------------------------------------------------------- backends

@@ -16,7 +16,8 @@ SimCSE code kept method settings in the argparse namespace only, so checkpoints 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+import math
+from typing import Any, Iterable, Mapping
 
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
@@ -52,9 +53,19 @@ def setting(default: Any, help: str, *, choices: Iterable[Any] | None = None,
         group: the paper it belongs to, for ``--help`` and docs.
     """
     return dataclasses.field(default=default, metadata={
-        "help": help, "choices": None if choices is None else tuple(choices), "low": low, "high": high,
-        "open_low": open_low, "open_high": open_high, "range_reason": range_reason, "flag": flag,
+        "help": help, "choices": None if choices is None else tuple(choices),
+        **value_range(low, high, open_low=open_low, open_high=open_high, reason=range_reason), "flag": flag,
         "aliases": tuple(aliases), "scripts": tuple(scripts), "group": group})
+
+
+def value_range(low: float | None = None, high: float | None = None, *, open_low: bool = False, open_high: bool = False,
+                reason: str | tuple[str, str] = "", also: Iterable[Any] = ()) -> dict[str, Any]:
+    """The range part of a declaration: ``[low, high]`` (open at an end with ``open_low`` / ``open_high``; ``None``:
+    unbounded), ``reason``: why (one text, or one for below and one for above), ``also``: values valid outside it
+    (a sentinel such as the Trainer's ``--max_steps -1``). A setting's (:func:`setting`) and a training flag's
+    (``command_line.arguments.FLAG_RANGES``), both checked by :func:`check_value`."""
+    return {"low": low, "high": high, "open_low": open_low, "open_high": open_high, "range_reason": reason,
+            "also": tuple(also)}
 
 
 @strict(accept_kwargs=True)
@@ -269,19 +280,35 @@ def check_setting(name: str, value: Any) -> None:
     if meta["choices"] is not None and value not in meta["choices"]:
         shown = ", ".join(str(c) for c in meta["choices"] if c is not None)
         raise ValueError(f"{flag_of(name)} {value!r}: choose one of {shown}")
-    low, high = meta["low"], meta["high"]
-    if low is None and high is None:
+    check_value(flag_of(name), value, meta, f"The papers use {number(SETTINGS[name].default)}."
+                if isinstance(SETTINGS[name].default, (int, float)) else "")
+
+
+def check_value(flag: str, value: Any, declared: Mapping[str, Any], usual: str) -> None:
+    """Raise ``ValueError`` if the number ``value`` of ``flag`` is NaN, infinite where no bound allows it, or
+    outside the declared range (:func:`value_range`): one line naming the flag, the value, the valid range, why,
+    and ``usual`` (the value to use, e.g. ``The papers use 0.05.``)."""
+    low, high = declared.get("low"), declared.get("high")
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if finite and (low is None and high is None or value in declared.get("also", ())):
         return
-    below = low is not None and (value <= low if meta["open_low"] else value < low)
-    above = high is not None and (value >= high if meta["open_high"] else value > high)
-    if below or above:
-        interval = f"{'(' if meta['open_low'] else '['}{low:g}, {'' if high is None else format(high, 'g')}" \
-                   f"{')' if meta['open_high'] or high is None else ']'}".replace(", )", ", inf)")
-        reason = meta["range_reason"]
+    below = low is not None and (value <= low if declared["open_low"] else value < low)
+    above = high is not None and (value >= high if declared["open_high"] else value > high)
+    if below or above or not finite:  # NaN compares false with every bound; no setting takes an infinity
+        opening = "(" if declared["open_low"] or low is None else "["
+        closing = ")" if declared["open_high"] or high is None else "]"
+        interval = f"{opening}{'-inf' if low is None else number(low)}, {'inf' if high is None else number(high)}" \
+                   f"{closing}" + "".join(f" or {number(v)}" for v in declared.get("also", ()))
+        reason = declared["range_reason"] if below or above else ""  # NaN: neither end's reason applies
         if isinstance(reason, tuple):
             reason = reason[0] if below else reason[1]
-        detail = f": {reason}. The papers use {SETTINGS[name].default:g}." if reason else ""
-        raise ValueError(f"{flag_of(name)} {value:g} is outside the valid range {interval}{detail}")
+        detail = f": {reason}." if reason else "."
+        raise ValueError(f"{flag} {number(value)} is outside the valid range {interval}{detail} {usual}".rstrip())
+
+
+def number(value: float) -> str:
+    """A bound or value as the user would type it: ``0.001``, ``1e-12``, ``4294967295`` (an int in full)."""
+    return str(value) if isinstance(value, int) else format(value, "g")
 
 
 def check_settings(values: dict[str, Any], where: str = "settings") -> None:
@@ -307,4 +334,4 @@ def check_combinations(config: "ContrastiveConfig") -> None:
 
 
 __all__ = ["BOTH", "ContrastiveConfig", "DIFFCSE", "PROJECTOR_TYPES", "SETTINGS", "UNSUP", "check_setting",
-           "check_settings", "flag_of", "setting"]
+           "check_settings", "check_value", "flag_of", "setting", "value_range"]

@@ -116,3 +116,33 @@ def test_a_finished_good_run_is_never_replaced_by_a_diverged_one(backbone, tmp_p
     diverged = in_process(run_unsup.main, common + DIVERGING + ["--overwrite_output_dir"], capsys)
     assert diverged.code == 3
     assert not Path(out / "export").exists()
+
+
+def test_a_nan_run_under_two_processes_exits_3_on_every_rank_and_names_the_step_once(backbone, tmp_path):
+    """torchrun, 2 gloo processes: both ranks see the NaN through the same collective, stop before writing
+    checkpoint-2 and exit 3 (torchrun's failure report lists each rank's status; torchrun itself exits 1); the
+    message is printed once (by rank 0), without a traceback; checkpoint-1 is finite, and there is no export or
+    result file."""
+    import re
+
+    from tests.launch import run_torchrun
+
+    out = tmp_path / "run"
+    # torchrun stops the other workers (SIGTERM) at the first poll after one failed: polling every second (default
+    # 0.1 s) leaves rank 1 time to exit on its own after the shared barrier, so its status is the run's, not -15
+    output = run_torchrun([
+        "--monitor-interval", "1", "run_unsup.py", "--model_name_or_path", str(backbone),
+        "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
+        "--output_dir", str(out), "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps",
+        "--save_steps", "1", *FAST_TRAINING_ARGS, "--per_device_train_batch_size", "4", "--logging_steps", "100",
+        *DIVERGING], returncode=1)
+    assert sorted(re.findall(r"rank\s*: (\d) \(local_rank: \d\)\s+exitcode\s*: (-?\d+)", output)) == \
+        [("0", "3"), ("1", "3")], output[-3000:]
+    message = ("run_unsup.py: error: training diverged: the training loss became NaN or inf at step 2; stopped "
+               "before writing checkpoint-2")
+    assert output.count("training diverged") == 1 and message in output, output[-3000:]
+    workers = output.split("] failed (exitcode:", 1)[0]  # before the launcher's own report (and its traceback)
+    assert "Traceback" not in workers, workers[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-1"]
+    weights = load_file(out / "checkpoint-1" / "model.safetensors")
+    assert all(torch.isfinite(tensor).all() for tensor in weights.values())

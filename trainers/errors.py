@@ -35,9 +35,14 @@ class UsageError(UserError):
 
 
 class TrainingDiverged(UserError):
-    """The loss or the weights became NaN/inf; nothing after the last finite state was written."""
+    """The loss or the weights became NaN/inf; nothing after the last finite state was written.
+
+    Decided by a collective (the first bad step and the weights' finiteness are gathered over every process), so
+    every process of a multi-process run raises it at the same point: the main process alone prints it, and every
+    process exits 3 (:func:`run_cli`)."""
 
     exit_code = 3
+    collective = True
 
 
 def debug_enabled() -> bool:
@@ -64,26 +69,38 @@ def run_cli(main: Callable[[], Any], prog: str | None = None) -> None:
     except user_error_types() as error:
         if debug_enabled():
             raise
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        collective = getattr(error, "collective", False)
+        if not collective or process_rank() == 0:
+            print(f"{prog}: error: {error}", file=sys.stderr)
+        exit_distributed_run(exit_code_of(error), meet=collective)
         raise SystemExit(exit_code_of(error)) from None
     exit_distributed_run()
 
 
-def exit_distributed_run() -> None:
-    """End a finished multi-process (torchrun) run: every rank meets, then the process exits at once. Left to the
-    interpreter's shutdown, gloo's threads intermittently abort a rank ("terminate called without an active
-    exception", SIGABRT) after everything is written, and ``destroy_process_group()`` intermittently hangs one rank
-    (pytorch#75097): the run's exit status would then depend on teardown luck, not on the run."""
+def process_rank() -> int:
+    """This process's rank in a multi-process run (0 in a single-process one)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def exit_distributed_run(code: int = 0, meet: bool = True) -> None:
+    """End a multi-process (torchrun) run with ``code``: every rank meets first (``meet``: a finished run, or an
+    error every rank raised at the same point), then the process exits at once. Left to the interpreter's shutdown,
+    gloo's threads intermittently abort a rank ("terminate called without an active exception", SIGABRT) after
+    everything is written, and ``destroy_process_group()`` intermittently hangs one rank (pytorch#75097): the run's
+    exit status would then depend on teardown luck, not on the run. A single-process run returns."""
     import os
 
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return
-    dist.barrier()
+    if meet:
+        dist.barrier()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 @contextmanager
@@ -98,4 +115,4 @@ def reraise_as(error_type: type[UserError], *exception_types: type[BaseException
 
 
 __all__ = ["DEBUG_ENV", "TrainingDiverged", "UsageError", "UserError", "debug_enabled", "exit_distributed_run",
-           "reraise_as", "run_cli", "user_error_types"]
+           "process_rank", "reraise_as", "run_cli", "user_error_types"]
