@@ -44,8 +44,6 @@ TWO_32 = float(1 << 32)
 _SIGN32 = -(1 << 31)  # int32 bit pattern 0x80000000: XOR with it maps unsigned order onto signed order
 #: Elements of a keep-mask computed at a time on CPU (int32: 512 KiB per temporary, inside a core's L2 cache).
 CPU_BLOCK_ELEMENTS = 1 << 17
-#: ``--dropout_masks``: torch's generator stream (the papers' code) or masks keyed by row (this module).
-DROPOUT_MASKS = ("stream", "row_seeded")
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
@@ -206,5 +204,5 @@ def fused_keep_mask(device_type: str):
     return _FUSED[device_type]
 
 
-__all__ = ["DROPOUT_MASKS", "FUSE_MASKS", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits", "keyed_keep_mask", "keyed_uniform",
-           "keyed_uniforms", "mix32", "mix32_int", "mix32_int32_"]
+__all__ = ["FUSE_MASKS", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits", "keyed_keep_mask",
+           "keyed_uniform", "keyed_uniforms", "mix32", "mix32_int", "mix32_int32_"]
