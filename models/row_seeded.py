@@ -164,11 +164,13 @@ def _int32_keep_mask(row_keys: torch.Tensor, thresholds: torch.Tensor, row_numel
                      or [torch.empty(0, row_numel, dtype=torch.bool, device=row_keys.device)])
 
 
-def _fused_cpu_rule(row_keys: torch.Tensor, thresholds: torch.Tensor, row_numel: int) -> torch.Tensor:
-    """:func:`_int32_rule` over all rows as one compiled CPU loop. Its keep-mask leaves the kernel as int8 0/1 (a
-    vectorised store; inductor's bool store is several times slower) and is viewed as bool."""
-    keys32, signed_thresholds, keeps_any = _int32_operands(row_keys, thresholds)
-    elements = torch.arange(row_numel, device=row_keys.device, dtype=torch.int32)
+def _fused_cpu_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
+                    row_numel: int) -> torch.Tensor:
+    """:func:`_int32_rule` over all rows, the body of the compiled CPU loop (its operands from
+    :func:`_int32_operands`, computed outside it: compiled together with those int64 -> int32 conversions, inductor's
+    AVX2 code gave wrong masks on torch 2.13). The keep-mask leaves the kernel as int8 0/1 (a vectorised store;
+    inductor's bool store is several times slower) and is viewed as bool."""
+    elements = torch.arange(row_numel, device=keys32.device, dtype=torch.int32)
     return torch.where(_int32_rule(keys32, signed_thresholds, keeps_any, elements), 1, 0).to(torch.int8)
 
 
@@ -181,27 +183,47 @@ def fused_keep_mask(device_type: str):
     """The keep rule compiled by ``torch.compile`` for ``device_type`` (dynamic shapes, built once per process):
     on CUDA :func:`_keep_rule` as one Triton kernel (nothing read, a byte written per element); on CPU
     :func:`_fused_cpu_rule` as one vectorised C++ loop. Returns a function ``(row_keys, thresholds, row_numel) ->
-    bool mask [rows, row_numel]``, or ``None`` where it cannot be compiled (no C++ compiler or Triton, say): then a
-    warning says so once and :func:`_int32_keep_mask` runs, with the same bits. tests/test_row_seeded.py (CPU) and
-    tests/test_cuda.py (GPU) check the compiled kernels equal the rule."""
+    bool mask [rows, row_numel]``, or ``None`` where it cannot be built or fails its check against the rule
+    (:func:`_mismatch`): then a warning says why, once, and :func:`_int32_keep_mask` runs, with the same bits."""
     if not FUSE_MASKS or device_type not in ("cpu", "cuda"):
         return None
     if device_type not in _FUSED:
-        rule = _keep_rule if device_type == "cuda" else _fused_cpu_rule
-        try:
-            kernel = torch.compile(rule, dynamic=True)
-            keys, thresholds = (torch.tensor(v, device=device_type) for v in ([1, 2**32 - 1, 7], [0, 2**32, 9]))
-            kernel(keys, thresholds, 3)  # compile now, so that a failure is caught here, not in a training step
-        except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same masks, said once
-            import logging
-
-            logging.getLogger(__name__).warning(
-                "keyed dropout masks: torch.compile could not build the fused %s kernel (%s: %s); running the int32 "
-                "route op by op instead (the same masks, slower)", device_type, type(error).__name__, error)
-            kernel = None
-        _FUSED[device_type] = kernel if device_type == "cuda" or kernel is None else (
-            lambda keys, thresholds, numel, _kernel=kernel: _kernel(keys, thresholds, numel).view(torch.bool))
+        _FUSED[device_type] = _build_fused(device_type)
     return _FUSED[device_type]
+
+
+def _build_fused(device_type: str):
+    rule = _keep_rule if device_type == "cuda" else _fused_cpu_rule
+    try:
+        compiled = torch.compile(rule, dynamic=True)
+        kernel = compiled if device_type == "cuda" else (
+            lambda keys, thresholds, numel: compiled(*_int32_operands(keys, thresholds), numel).view(torch.bool))
+        problem = _mismatch(kernel, device_type)  # compiles now: a failure is caught here, not in a training step
+    except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same masks, said once
+        problem = f"torch.compile could not build it ({type(error).__name__}: {error})"
+    if problem is None:
+        return kernel
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "keyed dropout masks: not using the fused %s kernel: %s; running the int32 route op by op instead (the "
+        "same masks, slower)", device_type, problem)
+    return None
+
+
+def _mismatch(kernel, device_type: str) -> str | None:
+    """Where a compiled kernel's masks differ from :func:`_keep_rule` on a probe: 24 rows with keys spread over the
+    32-bit range and thresholds at 0, 1, around 2**31, 2**32 - 1 and 2**32 (rate 1), rows of 1003 elements (no
+    multiple of a vector width, so both the vectorised body and the tail run). Generated code that is wrong for
+    this machine's instruction set is caught here (seen once: inductor's AVX2 code for the rule compiled together
+    with its operands' int64 -> int32 conversions, ``ATEN_CPU_CAPABILITY=avx2`` on torch 2.13)."""
+    keys = torch.randint(0, 2**32, (24,), generator=torch.Generator().manual_seed(0))
+    thresholds = torch.tensor([0, 1, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 1, 2**32, 429496730] * 3)
+    want = _keep_rule(keys, thresholds, 1003)
+    got = kernel(keys.to(device_type), thresholds.to(device_type), 1003).cpu()
+    if torch.equal(got, want):
+        return None
+    return f"its masks differ from the rule on {int((got != want).sum())} of {want.numel()} probe elements"
 
 
 __all__ = ["FUSE_MASKS", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits", "keyed_keep_mask",
