@@ -4,7 +4,7 @@ fp32 elsewhere. ``--bf16 true|false`` always wins; evaluation stays fp32 either 
 - CUDA: a bf16-capable GPU (Ampere or newer): bf16 autocast and TF32 matmuls (``CLTrainingArguments``).
 - CPU: bf16 where the cores have bf16 instructions: x86 with AVX512-BF16 or AMX (Intel Xeon since Cooper Lake /
   Sapphire Rapids, AMD EPYC since Zen 4), Arm with the BF16 extension (Neoverse V1/N2, Graviton3+). There, bf16
-  autocast runs the matrix products through oneDNN's bf16 kernels: measured 1.6-2.1x per training step
+  autocast runs the matrix products through oneDNN's bf16 kernels: measured 1.4-2.7x per training step
   (docs/benchmarks.md). On other CPUs torch would emulate bf16 in software, slower than fp32, so fp32 stays.
 
 torch says whether the x86 instructions exist through ``torch.cpu._is_avx512_bf16_supported`` and
