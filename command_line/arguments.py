@@ -237,15 +237,13 @@ class CLTrainingArguments(TrainingArguments):
             from transformers.integrations import is_tensorboard_available
 
             self.report_to = "tensorboard" if is_tensorboard_available() else "none"
-        gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         if not torch.accelerator.is_available():
             self.use_cpu = True  # the device it runs on anyway; the Trainer refuses bf16 on CPU unless told so
-        if self.bf16 is None:
-            self.bf16 = default_bf16(on_cpu=bool(self.use_cpu) or not torch.cuda.is_available()) and not self.fp16
-        if self.tf32 is None:
-            self.tf32 = True if gpu_bf16 else None
-        if not torch.accelerator.is_available():
             self.dataloader_pin_memory = False  # nothing to pin for; torch would warn on every dataloader
+        if self.bf16 is None:
+            self.bf16 = default_bf16(on_cpu=bool(self.use_cpu)) and not self.fp16
+        if self.tf32 is None:
+            self.tf32 = True if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else None
         if launched_world_size() > 1 and not torch.cuda.is_available():
             self.use_cpu = True  # accelerate only sets up multi-process CPU (gloo) training when asked for the CPU
         super().__post_init__()

@@ -159,9 +159,11 @@ def _int32_keep_mask(row_keys: torch.Tensor, thresholds: torch.Tensor, row_numel
     elements = torch.arange(row_numel, device=row_keys.device, dtype=torch.int32)
     on_cpu = row_keys.device.type == "cpu"
     block_rows = max(1, CPU_BLOCK_ELEMENTS // max(row_numel, 1)) if on_cpu else max(len(row_keys), 1)
-    return torch.cat([_int32_rule(keys32[rows], signed_thresholds[rows], keeps_any[rows], elements)
-                      for rows in (slice(s, s + block_rows) for s in range(0, len(row_keys), block_rows))]
-                     or [torch.empty(0, row_numel, dtype=torch.bool, device=row_keys.device)])
+    keep = torch.empty(len(row_keys), row_numel, dtype=torch.bool, device=row_keys.device)
+    for start in range(0, len(row_keys), block_rows):
+        rows = slice(start, start + block_rows)
+        keep[rows] = _int32_rule(keys32[rows], signed_thresholds[rows], keeps_any[rows], elements)
+    return keep
 
 
 def _fused_cpu_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
