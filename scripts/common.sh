@@ -24,7 +24,9 @@
 #   SENTEVAL_DIR=data/senteval/downstream  SentEval data (bash data/download_senteval.sh)
 #   NUM_PROCESSES=1              GPUs; the per-device batch is the paper's global batch / NUM_PROCESSES
 #   LAUNCH="accelerate launch"   the launcher (--num_processes is added when NUM_PROCESSES > 1)
-#   FIDELITY=paper|official_code overrides a script's --fidelity preset (see each script's header)
+#   FIDELITY=paper|official_code overrides a script's --fidelity preset (each script's header says which preset
+#                                it runs by default and why: the one whose code produced the table's printed numbers;
+#                                docs/fidelity.md "Table scripts"). The preset is recorded in every results JSON.
 #   EXTRA_TRAIN_ARGS="..."       appended to every training command (e.g. "--max_train_samples 1000")
 
 set -euo pipefail
@@ -117,14 +119,19 @@ run() {
 note() { echo "# $*"; }
 
 # table NAME FIDELITY DESCRIPTION: start a table (results go to $RESULTS_DIR/NAME/); FIDELITY is the
-# --fidelity preset its methods run under ($FIDELITY overrides it), or "-" for methods without one (SimCSE,
-# S-SimCSE), which $FIDELITY leaves alone.
+# --fidelity preset its methods run under by default, the one whose code produced the table's printed numbers
+# ($FIDELITY overrides it), or "-" for methods without one (SimCSE, S-SimCSE), which $FIDELITY leaves alone.
 table() {
   TABLE=$1
   TABLE_FIDELITY=$2
   if [ "$2" != "-" ]; then
     TABLE_FIDELITY=${FIDELITY:-$2}
   fi
+  case "$TABLE_FIDELITY" in
+    -|paper|official_code) ;;
+    *) echo "FIDELITY=$TABLE_FIDELITY: choose paper or official_code (or unset it for the script's default)" >&2
+       exit 2 ;;
+  esac
   note "$TABLE: $3"
   note "fidelity: $TABLE_FIDELITY; seeds: $SEEDS; results: $RESULTS_DIR/$TABLE/<row>/seed<S>.json; checkpoints: $OUTPUT_ROOT/$TABLE/<row>/seed<S>"
 }
