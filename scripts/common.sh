@@ -302,14 +302,16 @@ train() {
     "${CSE_EXTRA_TRAIN[@]}"
 }
 
-# evaluate MODEL_DIR OUT_JSON EVAL: the evaluation of one trained row (python -m eval, eval/cli.py):
+# evaluate RUN_DIR OUT_JSON EVAL: the evaluation of one trained row (python -m eval, eval/cli.py) of its export
+# RUN_DIR/export/hf; --training_run RUN_DIR records in OUT_JSON the row's --fidelity preset, its training command line
+# and the settings they resolved to (RUN_DIR/run_arguments.json; eval/provenance.py). EVAL is one of:
 #   sts            7 STS test sets, [CLS] without the MLP (unsupervised methods; the papers' main tables)
 #   sts_sup        7 STS test sets, [CLS] with the MLP (supervised SimCSE keeps it at test time)
 #   sts_dev        STS-B dev (+ SICK-R dev) of the best checkpoint (the ablation tables)
 #   dev_transfer   STS-B dev + the 7 transfer tasks' dev accuracies (DiffCSE's ablation tables)
 #   transfer       the 7 transfer tasks, test (SentEval's "test" classifier settings)
 evaluate() {
-  local model=$1/export/hf out=$2 kind=$3 mode task_set pooler=cls_before_pooler
+  local run_dir=$1 model=$1/export/hf out=$2 kind=$3 mode task_set pooler=cls_before_pooler
   case "$kind" in
     sts) mode=test; task_set=sts ;;
     sts_sup) mode=test; task_set=sts; pooler=cls ;;
@@ -319,7 +321,7 @@ evaluate() {
     *) echo "unknown evaluation kind: $kind" >&2; exit 2 ;;
   esac
   run python -m eval --model_name_or_path "$model" --pooler "$pooler" --mode "$mode" --task_set "$task_set" \
-    --output_json "$out"
+    --output_json "$out" --training_run "$run_dir"
 }
 
 # row NAME SCRIPT EVAL [FLAGS...]: for each seed S in $SEEDS, train one row of the current table with SCRIPT
