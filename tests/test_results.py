@@ -176,7 +176,8 @@ def test_render_keeps_the_papers_top_k_reduction(fixture_dirs: tuple[Path, Path]
     document = render_document(load_paper_numbers(numbers), results)
     paper, ours, ci = row_lines(document, "Seeded", 3)
     assert cells(paper)[2:5] == [NOT_REPORTED, "77.00 ± 0.30", "77.40"]
-    assert cells(ours)[1:5] == ["ours (n=4 seeds, no preset)", "76.50 ± 1.29", "77.00 ± 0.82 (+0.00)", "78.00 (+0.60)"]
+    assert cells(ours)[1:5] == ["ours (n=4 seeds, no preset)", "76.50 ± 1.29", "77.00 ± 0.82 (+0.00)",
+                                "78.00 (+0.60)"]
     assert cells(ci)[1:5] == ["95% CI", "[74.45, 78.55]", "", ""]
 
 
@@ -189,10 +190,19 @@ def test_both_result_layouts_at_once_are_refused(fixture_dirs: tuple[Path, Path]
 
 def test_seeds_of_one_preset_are_pooled_and_show_it(fixture_dirs: tuple[Path, Path]) -> None:
     numbers, results = fixture_dirs
-    write_json(results / "paper_a_table1" / "todo" / "seed42.json", {"STSBenchmark": 81.0, "fidelity": "official_code"})
-    write_json(results / "paper_a_table1" / "todo" / "seed43.json", {"STSBenchmark": 83.0, "fidelity": "official_code"})
+    for seed, stsb in ((42, 81.0), (43, 83.0)):
+        write_json(results / "paper_a_table1" / "todo" / f"seed{seed}.json",
+                   {"STSBenchmark": stsb, "fidelity": "official_code"})
     _, ours, ci = row_lines(render_document(load_paper_numbers(numbers), results), "Method-todo", 3)
     assert cells(ours)[1:3] == ["ours (n=2 seeds, official_code)", "82.00 ± 1.41 (+1.00)"]
+
+
+def add_mixed_presets(results: Path) -> None:
+    """A fourth seed of "three" (seeds 42-44: "paper") under official_code, and a third seed of "uneven" (seeds 1-2
+    record no preset) under paper."""
+    write_json(results / "paper_a_table1" / "three" / "seed45.json",
+               {"STSBenchmark": 90.0, "fidelity": "official_code"})
+    write_json(results / "paper_a_table1" / "uneven" / "seed3.json", {"STSBenchmark": 77.0, "fidelity": "paper"})
 
 
 MIXED = ("refusing to pool seeds trained under different --fidelity presets: paper_a_table1/three (paper: seed42, "
@@ -204,8 +214,7 @@ def test_seeds_of_different_presets_are_refused_in_one_line(fixture_dirs: tuple[
     """Two presets in one row, and a row mixing results that record no preset with one that does: both named, in
     one line, and nothing is rendered."""
     numbers, results = fixture_dirs
-    write_json(results / "paper_a_table1" / "three" / "seed45.json", {"STSBenchmark": 90.0, "fidelity": "official_code"})
-    write_json(results / "paper_a_table1" / "uneven" / "seed3.json", {"STSBenchmark": 77.0, "fidelity": "paper"})
+    add_mixed_presets(results)
     with pytest.raises(SystemExit) as refused:
         render_document(load_paper_numbers(numbers), results)
     message = str(refused.value)
@@ -216,8 +225,7 @@ def test_seeds_of_different_presets_are_refused_in_one_line(fixture_dirs: tuple[
 
 def test_the_cli_refuses_mixed_presets_with_one_line_and_a_non_zero_exit(fixture_dirs: tuple[Path, Path]) -> None:
     numbers, results = fixture_dirs
-    write_json(results / "paper_a_table1" / "three" / "seed45.json", {"STSBenchmark": 90.0, "fidelity": "official_code"})
-    write_json(results / "paper_a_table1" / "uneven" / "seed3.json", {"STSBenchmark": 77.0, "fidelity": "paper"})
+    add_mixed_presets(results)
     completed = subprocess.run([sys.executable, "-m", "eval.results", "--paper_numbers", str(numbers), "--results_dir",
                                 str(results), "--stdout"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert completed.returncode == 1 and completed.stdout == ""
