@@ -24,18 +24,18 @@ Inputs:
 Each table renders the paper's line and ours per row; ours shows the difference to the paper in parentheses and
 "—" for a row (or cell) not run yet. A column reduces a row's seeds (``Column.reduce``):
 
+- ``mean`` (the default): the mean; with n >= 2 seeds also the sample std, and a third line with the 95%
+  t-interval of the mean and whether the paper's number lies inside it (✓ / ✗; :mod:`eval.stats`). One seed shows
+  n=1 and no interval.
+- ``top_k_mean_std`` / ``max``: as S-SimCSE Table 1 reports its seeds: the mean +- standard deviation of the top 3
+  of 7 seeds' averages (:func:`top_k_mean_std`), and the maximum.
+
 Each "ours" line names the ``--fidelity`` preset its runs were trained under, as their results JSON records it
 (:mod:`eval.provenance`: ``paper``, ``official_code``, "no preset", or "preset unrecorded" for a JSON written before
 results recorded it). The seeds of one row are pooled only when they record the same preset: otherwise the report is
 refused with one line naming every such row and its presets (:func:`check_presets`), since their mean would average
 two different methods. A JSON that records no preset cannot be shown to match one that does, so that mix is refused
 too.
-
-- ``mean`` (the default): the mean; with n >= 2 seeds also the sample std, and a third line with the 95%
-  t-interval of the mean and whether the paper's number lies inside it (✓ / ✗; :mod:`eval.stats`). One seed shows
-  n=1 and no interval.
-- ``top_k_mean_std`` / ``max``: as S-SimCSE Table 1 reports its seeds: the mean +- standard deviation of the top 3
-  of 7 seeds' averages (:func:`top_k_mean_std`), and the maximum.
 
 Figures (:func:`render_standin_figures`), from the stand-in runs of ``--standin_dir`` (``scripts/standin.sh``'s
 ``outputs/standin/<method>[_seed<S>]/`` and ``<run>_test.json``; gitignored, so only where they were run): per
