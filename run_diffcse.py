@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         if data_args.max_train_samples is not None:
             train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
     return train_and_export(model, tokenizer, training_args, data_args,
-                            describe_arguments(model_args, data_args, diffcse_args, training_args),
+                            describe_arguments(model_args, data_args, diffcse_args, training_args, argv=argv),
                             train_dataset=train_dataset)
 
 

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                             cache_chunk_size=training_args.cache_chunk_size, **settings)
         tokenizer = load_tokenizer(model_args)
     return train_and_export(model, tokenizer, training_args, data_args,
-                            describe_arguments(model_args, data_args, method_args, training_args))
+                            describe_arguments(model_args, data_args, method_args, training_args, argv=argv))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import datasets
 import transformers
@@ -91,6 +91,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     the final metrics. ``train_dataset``: a corpus the script built itself (DiffCSE's ordered next-sentence pairs);
     default: the file."""
     check_contrast_batch(model, training_args)
+    run_arguments = {**run_arguments, "settings": model.config.settings()}  # what the preset and flags resolved to
     warnings = method_warnings(model)
     for warning in warnings:
         logger.warning(warning)
@@ -153,9 +154,12 @@ def process_wall_time() -> float:
     return time.time() - psutil.Process().create_time()
 
 
-def describe_arguments(*argument_objects: Any) -> dict[str, Any]:
-    """Every parsed argument, for the model card and ``run_arguments.json`` (enough to compare runs)."""
-    described: dict[str, Any] = {}
+def describe_arguments(*argument_objects: Any, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Every parsed argument, for the model card and ``run_arguments.json`` (enough to compare runs), and under
+    ``argv`` the command line exactly as the script received it (``argv``, else ``sys.argv[1:]``).
+    :func:`train_and_export` adds ``settings``: every method setting as resolved. ``python -m eval --training_run``
+    copies ``argv``, ``settings`` and the ``--fidelity`` preset into a results JSON (:mod:`eval.provenance`)."""
+    described: dict[str, Any] = {"argv": list(sys.argv[1:] if argv is None else argv)}
     for obj in argument_objects:
         values = obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)
         described[type(obj).__name__] = {k: v for k, v in values.items() if not k.startswith("_")}

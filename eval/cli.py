@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from eval.provenance import ProvenanceError, preset_of, training_record
 from eval.senteval_sizes import SIZES_ENV
 from eval.sts import DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, resolve_senteval_dir
 from models.poolers import POOLER_TYPES
@@ -95,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                         default=None, help="evaluate your own STS-format files: skip the check that every STS file "
                                            "has SentEval's line count (also: SENTEVAL_CHECK_SIZES=0)")
     parser.add_argument("--output_json", type=Path, default=None)
+    parser.add_argument("--training_run", type=Path, default=None, metavar="DIR",
+                        help="the training run's --output_dir: its --fidelity preset, command line and resolved "
+                             "settings (DIR/run_arguments.json) are recorded in --output_json (eval/provenance.py; "
+                             "the table scripts pass it)")
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--max_length", type=int, default=None)
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
@@ -234,17 +239,21 @@ def _report(results: Mapping[str, Any], wall_time: float, args: argparse.Namespa
     if any(key in results for key in STS_TASKS):
         print(format_table(results, STS_COLUMNS))
     transfer_keys = [key for key in results
-                     if key not in STS_COLUMNS and key not in ("analysis", "eval_dtype", "mteb_data", "mteb_version")
+                     if key not in STS_COLUMNS and key not in ("analysis", "eval_dtype", "mteb_data", "mteb_version",
+                                                               "fidelity", "training")
                      and not key.endswith("_dev")]
     if transfer_keys:
         print(format_table(results, {key: "Avg." if key == "transfer_avg" else key for key in transfer_keys}))
+    if "training" in results:
+        print(f"trained with --fidelity {preset_of(results)} (recorded from {results['training']['run_arguments']})")
     print(f"wall time: {wall_time:.1f} s")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse ``argv``, evaluate, print the table, write ``--output_json``; returns the rounded results.
 
-    Data and model-loading problems exit with a one-line ``error: ...`` message and status 1.
+    Data and model-loading problems (and an unreadable ``--training_run``) exit with a one-line ``error: ...``
+    message and status 1.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -256,9 +265,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from eval.mteb_suite import MTEBSuiteError, describe, run_mteb
 
     start = time.perf_counter()
-    try:
-        results = round_results(run_mteb(args) if args.suite == "mteb" else evaluate(args, plan))
-    except (SentEvalDataError, ModelLoadingError, MissingComponentError, MTEBSuiteError) as exc:
+    try:  # the training record first: a wrong --training_run fails before minutes of evaluation
+        record = training_record(args.training_run) if args.training_run is not None else {}
+        # the record goes first, after rounding (the recorded settings keep their exact values)
+        results = {**record, **round_results(run_mteb(args) if args.suite == "mteb" else evaluate(args, plan))}
+    except (SentEvalDataError, ModelLoadingError, MissingComponentError, MTEBSuiteError, ProvenanceError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         raise SystemExit(1) from None
     _report(results, time.perf_counter() - start, args)

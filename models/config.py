@@ -230,9 +230,14 @@ class ContrastiveConfig(PreTrainedConfig):
         unknown = sorted(set(kwargs) - set(TOLERATED_EXTRA_KEYS))
         if unknown:
             raise ValueError(unknown_settings_message(unknown, "ContrastiveConfig"))
-        check_settings({name: getattr(self, name) for name in SETTINGS})
+        check_settings(self.settings())
         check_combinations(self)
         super().__post_init__(**kwargs)
+
+    def settings(self) -> dict[str, Any]:
+        """Every declared method setting (:data:`SETTINGS`) with the value this model was built with: the defaults,
+        the method's own, the ``fidelity`` preset and the explicit flags, resolved (``trainers.methods``)."""
+        return {name: getattr(self, name) for name in SETTINGS}
 
     @property
     def hidden_size(self) -> int:

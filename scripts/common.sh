@@ -24,7 +24,9 @@
 #   SENTEVAL_DIR=data/senteval/downstream  SentEval data (bash data/download_senteval.sh)
 #   NUM_PROCESSES=1              GPUs; the per-device batch is the paper's global batch / NUM_PROCESSES
 #   LAUNCH="accelerate launch"   the launcher (--num_processes is added when NUM_PROCESSES > 1)
-#   FIDELITY=paper|official_code overrides a script's --fidelity preset (see each script's header)
+#   FIDELITY=paper|official_code overrides a script's --fidelity preset (each script's header says which preset
+#                                it runs by default and why: the one whose code produced the table's printed numbers;
+#                                docs/fidelity.md "Table scripts"). The preset is recorded in every results JSON.
 #   EXTRA_TRAIN_ARGS="..."       appended to every training command (e.g. "--max_train_samples 1000")
 
 set -euo pipefail
@@ -117,14 +119,19 @@ run() {
 note() { echo "# $*"; }
 
 # table NAME FIDELITY DESCRIPTION: start a table (results go to $RESULTS_DIR/NAME/); FIDELITY is the
-# --fidelity preset its methods run under ($FIDELITY overrides it), or "-" for methods without one (SimCSE,
-# S-SimCSE), which $FIDELITY leaves alone.
+# --fidelity preset its methods run under by default, the one whose code produced the table's printed numbers
+# ($FIDELITY overrides it), or "-" for methods without one (SimCSE, S-SimCSE), which $FIDELITY leaves alone.
 table() {
   TABLE=$1
   TABLE_FIDELITY=$2
   if [ "$2" != "-" ]; then
     TABLE_FIDELITY=${FIDELITY:-$2}
   fi
+  case "$TABLE_FIDELITY" in
+    -|paper|official_code) ;;
+    *) echo "FIDELITY=$TABLE_FIDELITY: choose paper or official_code (or unset it for the script's default)" >&2
+       exit 2 ;;
+  esac
   note "$TABLE: $3"
   note "fidelity: $TABLE_FIDELITY; seeds: $SEEDS; results: $RESULTS_DIR/$TABLE/<row>/seed<S>.json; checkpoints: $OUTPUT_ROOT/$TABLE/<row>/seed<S>"
 }
@@ -295,14 +302,16 @@ train() {
     "${CSE_EXTRA_TRAIN[@]}"
 }
 
-# evaluate MODEL_DIR OUT_JSON EVAL: the evaluation of one trained row (python -m eval, eval/cli.py):
+# evaluate RUN_DIR OUT_JSON EVAL: the evaluation of one trained row (python -m eval, eval/cli.py) of its export
+# RUN_DIR/export/hf; --training_run RUN_DIR records in OUT_JSON the row's --fidelity preset, its training command line
+# and the settings they resolved to (RUN_DIR/run_arguments.json; eval/provenance.py). EVAL is one of:
 #   sts            7 STS test sets, [CLS] without the MLP (unsupervised methods; the papers' main tables)
 #   sts_sup        7 STS test sets, [CLS] with the MLP (supervised SimCSE keeps it at test time)
 #   sts_dev        STS-B dev (+ SICK-R dev) of the best checkpoint (the ablation tables)
 #   dev_transfer   STS-B dev + the 7 transfer tasks' dev accuracies (DiffCSE's ablation tables)
 #   transfer       the 7 transfer tasks, test (SentEval's "test" classifier settings)
 evaluate() {
-  local model=$1/export/hf out=$2 kind=$3 mode task_set pooler=cls_before_pooler
+  local run_dir=$1 model=$1/export/hf out=$2 kind=$3 mode task_set pooler=cls_before_pooler
   case "$kind" in
     sts) mode=test; task_set=sts ;;
     sts_sup) mode=test; task_set=sts; pooler=cls ;;
@@ -312,7 +321,7 @@ evaluate() {
     *) echo "unknown evaluation kind: $kind" >&2; exit 2 ;;
   esac
   run python -m eval --model_name_or_path "$model" --pooler "$pooler" --mode "$mode" --task_set "$task_set" \
-    --output_json "$out"
+    --output_json "$out" --training_run "$run_dir"
 }
 
 # row NAME SCRIPT EVAL [FLAGS...]: for each seed S in $SEEDS, train one row of the current table with SCRIPT

@@ -5,7 +5,10 @@
 # The paper does not give the weight of the added BarlowTwins loss: BARLOW_WEIGHT (default 1, a plain sum as
 # "additive objective" reads) sets it.
 # Recipe: SimCSE++'s BERT-base training settings (scripts/common.sh simcse_pp_recipe) on plain SimCSE.
-# Fidelity: official_code (--fidelity official_code; see simcse_pp_table1.sh; inert for these rows).
+# Fidelity: official_code (FIDELITY=paper overrides it): the preset of the code that produced this table's printed
+# numbers: the released code (Jiahao004/SimCSE-plus-plus: first commit 2022-08-31, loss code last changed c171daa
+# 2022-12-23, both before the paper, arXiv / EMNLP Oct 2023; the README makes no reproduction claim) is the only code,
+# and the paper's tuned m, lambda and tau_DCL fit its loss forms (Table 5). Inert for these plain-SimCSE rows.
 #     bash scripts/simcse_pp_table2.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 BARLOW_WEIGHT=${BARLOW_WEIGHT:-1}

@@ -6,8 +6,10 @@
 # (large), tau 0.05, m 0.9, DCL lambda 0.1 and tau_DCL 5. The SBERT checkpoints follow "Zhang et al. (2022c)",
 # which the paper does not name further: SBERT_BASE / SBERT_LARGE (default sentence-transformers'
 # bert-{base,large}-nli-mean-tokens) set them.
-# Fidelity: official_code (--fidelity official_code): the released code's loss forms (m on the positive logit; DCL
-# on BatchNorm statistics / N), which the tuned m, lambda and tau_DCL fit (REFERENCE.md; the paper's Table 5).
+# Fidelity: official_code (FIDELITY=paper overrides it): the preset of the code that produced this table's printed
+# numbers: the released code (Jiahao004/SimCSE-plus-plus: first commit 2022-08-31, loss code last changed c171daa
+# 2022-12-23, both before the paper, arXiv / EMNLP Oct 2023; the README makes no reproduction claim) is the only code,
+# and the paper's tuned m, lambda and tau_DCL fit its loss forms (Table 5).
 #     bash scripts/simcse_pp_table3.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 SBERT_BASE=${SBERT_BASE:-sentence-transformers/bert-base-nli-mean-tokens}

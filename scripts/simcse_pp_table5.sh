@@ -4,7 +4,10 @@
 # {1, 2, 5, 10, 20, 50}, the others at 0.9 / 0.1 / 5. The optimum (0.9, 0.1, 5) appears in all three sweeps and is
 # trained once (row m_0.9).
 # Recipe: SimCSE++ BERT-base (scripts/common.sh simcse_pp_recipe).
-# Fidelity: official_code (--fidelity official_code; see simcse_pp_table3.sh).
+# Fidelity: official_code (FIDELITY=paper overrides it): the preset of the code that produced this table's printed
+# numbers: the released code (Jiahao004/SimCSE-plus-plus: first commit 2022-08-31, loss code last changed c171daa
+# 2022-12-23, both before the paper, arXiv / EMNLP Oct 2023; the README makes no reproduction claim) is the only code,
+# and the paper's tuned m, lambda and tau_DCL fit its loss forms (Table 5).
 #     bash scripts/simcse_pp_table5.sh [--dry_run] [--only REGEX] [--seeds 42,43,44] [--force]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 

@@ -365,6 +365,10 @@ def test_a_few_training_steps_and_an_encoder_only_export(paths, tmp_path):
                       "--max_steps", "2", "--output_dir", str(out), *FAST_TRAINING_ARGS])
     state = json.loads((out / "run_arguments.json").read_text())
     assert state["DiffCSEArguments"]["generator_name"] == str(paths.generator)
+    # the command line as given and the settings it resolved to (copied into results JSONs: eval/provenance.py)
+    assert state["argv"][:2] == ["--model_name_or_path", str(paths.encoder)]
+    assert state["settings"]["generator_name"] == str(paths.generator) and state["settings"]["fidelity"] is None
+    assert state["settings"]["sample_generator"] is True  # the declared default, without a preset
     exported = load_file(str(out / "export" / "hf" / "model.safetensors"))
     plain = AutoModel.from_pretrained(str(paths.encoder)).state_dict()
     assert set(exported) <= set(plain)  # nothing but the backbone's own tensors

@@ -81,6 +81,61 @@ def _expect_one_line_error(capsys, *argv: str) -> str:
     return err[-1]
 
 
+RUN_ARGUMENTS = {  # the shape command_line.pipeline writes (describe_arguments + train_and_export's settings)
+    "argv": ["--method", "esimcse", "--learning_rate", "3e-5", "--fidelity", "official_code", "--seed", "42"],
+    "ModelArguments": {"model_name_or_path": "bert-base-uncased"},
+    "MethodArguments": {"method": "esimcse", "fidelity": "official_code", "dup_rate": None},
+    "CLTrainingArguments": {"learning_rate": 3e-05, "seed": 42},
+    "settings": {"method": "esimcse", "fidelity": "official_code", "dup_length_rule": "code", "dup_rate": 0.32,
+                 "queue_through_mlp": True, "temperature": 0.05},
+}
+
+
+@pytest.mark.parametrize("recorded", ["now", "before_argv_and_settings"])
+def test_cli_records_how_the_model_was_trained(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path,
+                                               recorded: str, capsys):
+    """--training_run copies the run's preset, its exact command line and its resolved settings (unrounded) into
+    --output_json, first; a run recorded before argv/settings were gives null for both, explicitly."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    arguments = dict(RUN_ARGUMENTS) if recorded == "now" else {
+        key: value for key, value in RUN_ARGUMENTS.items() if key not in ("argv", "settings")}
+    (run_dir / "run_arguments.json").write_text(json.dumps(arguments))
+    _, written = run_cli(tmp_path, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev",
+                         "--senteval_dir", str(sts_fixture_dir), "--training_run", str(run_dir))
+    assert list(written)[:2] == ["fidelity", "training"] and written["fidelity"] == "official_code"
+    expected = {"run_arguments": str(run_dir / "run_arguments.json"), "argv": RUN_ARGUMENTS["argv"],
+                "settings": RUN_ARGUMENTS["settings"]} if recorded == "now" else {
+        "run_arguments": str(run_dir / "run_arguments.json"), "argv": None, "settings": None}
+    assert written["training"] == expected
+    assert "STSBenchmark_dev" in written or "STSBenchmark" in written
+    assert f"trained with --fidelity official_code (recorded from {run_dir / 'run_arguments.json'})" in (
+        capsys.readouterr().out)
+
+
+def test_cli_without_a_preset_records_null(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run_arguments.json").write_text(json.dumps(
+        {"argv": ["--method", "simcse"], "MethodArguments": {"method": "simcse", "fidelity": None},
+         "settings": {"method": "simcse", "fidelity": None}}))
+    _, written = run_cli(tmp_path, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev",
+                         "--senteval_dir", str(sts_fixture_dir), "--training_run", str(run_dir))
+    assert written["fidelity"] is None and written["training"]["argv"] == ["--method", "simcse"]
+
+
+@pytest.mark.parametrize("content", [None, "{not json", "[1, 2]"])
+def test_cli_unreadable_training_run_exits_with_one_line_before_evaluating(tmp_path: Path, tiny_bert_dir: Path,
+                                                                           content: str | None, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    if content is not None:
+        (run_dir / "run_arguments.json").write_text(content)
+    message = _expect_one_line_error(capsys, "--model_name_or_path", str(tiny_bert_dir), "--senteval_dir",
+                                     str(tmp_path / "no_senteval_needed_yet"), "--training_run", str(run_dir))
+    assert message.startswith(f"error: --training_run {run_dir}: {run_dir / 'run_arguments.json'}")
+
+
 def test_cli_missing_senteval_dir_exits_with_one_line(tmp_path: Path, tiny_bert_dir: Path, capsys):
     message = _expect_one_line_error(capsys, "--model_name_or_path", str(tiny_bert_dir),
                                      "--senteval_dir", str(tmp_path / "missing"))

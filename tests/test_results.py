@@ -3,6 +3,8 @@ by hand, and the repository's own ``results/paper_numbers.json`` / ``docs/result
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,14 +54,17 @@ def fixture_dirs(tmp_path: Path) -> tuple[Path, Path]:
     numbers = tmp_path / "paper_numbers.json"
     numbers.write_text(json.dumps(FIXTURE))
     results = tmp_path / "results"
-    # one run in the layout before seeds (<row>.json), three seeds, and two seeds of which one lacks "avg"
+    # one run in the layout before seeds (<row>.json), three seeds, and two seeds of which one lacks "avg"; the
+    # three seeds record the preset "paper", the S-SimCSE-like row none (null), the others were written before
+    # results recorded one
     write_json(results / "paper_a_table1" / "done.json", {"STSBenchmark": 79.5, "avg": 76.0, "STS12": 70.0})
     for seed, stsb, avg in ((42, 79.0, 75.0), (43, 80.0, 76.0), (44, 81.0, 77.5)):
-        write_json(results / "paper_a_table1" / "three" / f"seed{seed}.json", {"STSBenchmark": stsb, "avg": avg})
+        write_json(results / "paper_a_table1" / "three" / f"seed{seed}.json",
+                   {"STSBenchmark": stsb, "avg": avg, "fidelity": "paper"})
     write_json(results / "paper_a_table1" / "uneven" / "seed1.json", {"STSBenchmark": 75.0, "avg": 70.0})
     write_json(results / "paper_a_table1" / "uneven" / "seed2.json", {"STSBenchmark": 76.5})
     for seed, avg in zip((42, 43, 44, 45), (76.0, 77.0, 75.0, 78.0)):
-        write_json(results / "paper_b_table1" / "seeded" / f"seed{seed}.json", {"avg": avg})
+        write_json(results / "paper_b_table1" / "seeded" / f"seed{seed}.json", {"avg": avg, "fidelity": None})
     return numbers, results
 
 
@@ -131,7 +136,7 @@ def test_render_marks_run_and_not_run_rows(fixture_dirs: tuple[Path, Path]) -> N
     document = render_document(load_paper_numbers(numbers), results)
     paper, ours, after = row_lines(document, "Method-done", 3)
     assert "80.00" in paper and "76.25" in paper and "Paper A Table 1" in paper
-    assert "| ours (n=1 seed) |" in ours and "79.50 (-0.50)" in ours and "76.00 (-0.25)" in ours
+    assert "| ours (n=1 seed, preset unrecorded) |" in ours and "79.50 (-0.50)" in ours and "76.00 (-0.25)" in ours
     assert "±" not in ours and "CI" not in after  # one run: no std, no interval line
     paper, ours = row_lines(document, "Method-todo")
     assert f"| {NOT_REPORTED} |" in paper  # the paper has no Avg. for this row
@@ -150,7 +155,7 @@ def test_render_three_seeds_mean_std_and_interval(fixture_dirs: tuple[Path, Path
     numbers, results = fixture_dirs
     document = render_document(load_paper_numbers(numbers), results)
     _, ours, ci = row_lines(document, "Three seeds", 3)
-    assert cells(ours)[1:4] == ["ours (n=3 seeds)", "80.00 ± 1.00 (+0.00)", "76.17 ± 1.26 (-3.83)"]
+    assert cells(ours)[1:4] == ["ours (n=3 seeds, paper)", "80.00 ± 1.00 (+0.00)", "76.17 ± 1.26 (-3.83)"]
     assert cells(ci)[1:4] == ["95% CI", f"[77.52, 82.48] {INSIDE}", f"[73.04, 79.29] {OUTSIDE}"]
     assert "inside our 95% confidence interval in 1 of 3 cells" in document  # + the uneven row's STS-B
 
@@ -160,7 +165,7 @@ def test_render_uneven_seeds(fixture_dirs: tuple[Path, Path]) -> None:
     85.28], without the paper's 90.00) but one of Avg. (70.00, no interval)."""
     numbers, results = fixture_dirs
     _, ours, ci = row_lines(render_document(load_paper_numbers(numbers), results), "Uneven seeds", 3)
-    assert cells(ours)[1:4] == ["ours (n=1-2 seeds)", "75.75 ± 1.06 (-14.25)", "70.00"]
+    assert cells(ours)[1:4] == ["ours (n=1-2 seeds, preset unrecorded)", "75.75 ± 1.06 (-14.25)", "70.00"]
     assert cells(ci)[1:4] == ["95% CI", f"[66.22, 85.28] {OUTSIDE}", ""]
 
 
@@ -171,7 +176,8 @@ def test_render_keeps_the_papers_top_k_reduction(fixture_dirs: tuple[Path, Path]
     document = render_document(load_paper_numbers(numbers), results)
     paper, ours, ci = row_lines(document, "Seeded", 3)
     assert cells(paper)[2:5] == [NOT_REPORTED, "77.00 ± 0.30", "77.40"]
-    assert cells(ours)[1:5] == ["ours (n=4 seeds)", "76.50 ± 1.29", "77.00 ± 0.82 (+0.00)", "78.00 (+0.60)"]
+    assert cells(ours)[1:5] == ["ours (n=4 seeds, no preset)", "76.50 ± 1.29", "77.00 ± 0.82 (+0.00)",
+                                "78.00 (+0.60)"]
     assert cells(ci)[1:5] == ["95% CI", "[74.45, 78.55]", "", ""]
 
 
@@ -180,6 +186,50 @@ def test_both_result_layouts_at_once_are_refused(fixture_dirs: tuple[Path, Path]
     write_json(results / "paper_a_table1" / "done" / "seed42.json", {"STSBenchmark": 79.5})
     with pytest.raises(SystemExit, match=r"done.json and .*done/seed\*.json both exist: move done.json"):
         render_document(load_paper_numbers(numbers), results)
+
+
+def test_seeds_of_one_preset_are_pooled_and_show_it(fixture_dirs: tuple[Path, Path]) -> None:
+    numbers, results = fixture_dirs
+    for seed, stsb in ((42, 81.0), (43, 83.0)):
+        write_json(results / "paper_a_table1" / "todo" / f"seed{seed}.json",
+                   {"STSBenchmark": stsb, "fidelity": "official_code"})
+    _, ours, ci = row_lines(render_document(load_paper_numbers(numbers), results), "Method-todo", 3)
+    assert cells(ours)[1:3] == ["ours (n=2 seeds, official_code)", "82.00 ± 1.41 (+1.00)"]
+
+
+def add_mixed_presets(results: Path) -> None:
+    """A fourth seed of "three" (seeds 42-44: "paper") under official_code, and a third seed of "uneven" (seeds 1-2
+    record no preset) under paper."""
+    write_json(results / "paper_a_table1" / "three" / "seed45.json",
+               {"STSBenchmark": 90.0, "fidelity": "official_code"})
+    write_json(results / "paper_a_table1" / "uneven" / "seed3.json", {"STSBenchmark": 77.0, "fidelity": "paper"})
+
+
+MIXED = ("refusing to pool seeds trained under different --fidelity presets: paper_a_table1/three (paper: seed42, "
+         "seed43, seed44; official_code: seed45); paper_a_table1/uneven (unrecorded: seed1, seed2; paper: seed3). "
+         "Rerun the odd seeds under one preset")
+
+
+def test_seeds_of_different_presets_are_refused_in_one_line(fixture_dirs: tuple[Path, Path]) -> None:
+    """Two presets in one row, and a row mixing results that record no preset with one that does: both named, in
+    one line, and nothing is rendered."""
+    numbers, results = fixture_dirs
+    add_mixed_presets(results)
+    with pytest.raises(SystemExit) as refused:
+        render_document(load_paper_numbers(numbers), results)
+    message = str(refused.value)
+    assert MIXED in message and "\n" not in message
+    assert "paper_b_table1" not in message and "/done" not in message  # rows of one preset are not named
+    render_document(load_paper_numbers(numbers), results, ["paper_b_table1"])  # another table still renders
+
+
+def test_the_cli_refuses_mixed_presets_with_one_line_and_a_non_zero_exit(fixture_dirs: tuple[Path, Path]) -> None:
+    numbers, results = fixture_dirs
+    add_mixed_presets(results)
+    completed = subprocess.run([sys.executable, "-m", "eval.results", "--paper_numbers", str(numbers), "--results_dir",
+                                str(results), "--stdout"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert completed.returncode == 1 and completed.stdout == ""
+    assert completed.stderr.count("\n") == 1 and MIXED in completed.stderr and "Traceback" not in completed.stderr
 
 
 def test_cli_writes_and_checks(fixture_dirs: tuple[Path, Path], tmp_path: Path) -> None:

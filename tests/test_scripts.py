@@ -33,6 +33,19 @@ EXPECTED_SCRIPTS = (
 )
 TRAINING_SCRIPTS = ("run_unsup.py", "run_diffcse.py")
 
+#: The --fidelity every table script passes by default: the preset whose code produced the table's printed numbers
+#: (docs/fidelity.md "Table scripts"); None: the method has no preset and no --fidelity is passed. Written out, so
+#: changing a script's default fails here.
+DEFAULT_PRESETS: dict[str, str | None] = {
+    "simcse_table_unsup": None, "simcse_table_sup": None, "s_simcse_table1": None,
+    "esimcse_table3": "official_code", "esimcse_table4": "official_code", "esimcse_table5": "official_code",
+    "esimcse_table9": "official_code", "esimcse_table10": "official_code",
+    "simcse_pp_table1": "official_code", "simcse_pp_table2": "official_code", "simcse_pp_table3": "official_code",
+    "simcse_pp_table4": "official_code", "simcse_pp_table5": "official_code",
+    "diffcse_table1": "official_code", "diffcse_table2": "official_code", "diffcse_table5": "official_code",
+    "diffcse_table6": "official_code", "diffcse_table7": "official_code", "diffcse_table8": "official_code",
+}
+
 
 @dataclass(frozen=True)
 class Command:
@@ -189,13 +202,46 @@ def test_script_states_its_fidelity_and_pairs_training_with_evaluation(script: s
     for train, evaluate in zip(commands[::2], commands[1::2]):
         assert train.kind in TRAINING_SCRIPTS
         assert evaluate.flag("--model_name_or_path") == f"{train.flag('--output_dir')}/export/hf"
+        assert evaluate.flag("--training_run") == train.flag("--output_dir")  # the result records how it was trained
         fidelities = {train.flag("--fidelity")} if "--fidelity" in train.argv else set()
         assert len(fidelities) <= 1
+
+
+def passed_presets(commands: list[Command]) -> set[str | None]:
+    """The --fidelity of every training command (None: not passed)."""
+    return {c.flag("--fidelity") if "--fidelity" in c.argv else None for c in commands if c.kind != "eval"}
+
+
+def test_every_script_has_a_default_preset_written_out() -> None:
+    assert sorted(DEFAULT_PRESETS) == table_scripts()
+
+
+@pytest.mark.parametrize("script", sorted(DEFAULT_PRESETS))
+def test_default_preset_is_the_one_that_produced_the_table_and_fidelity_overrides_it(script: str, dry_runs,
+                                                                                     tmp_path: Path) -> None:
+    expected = DEFAULT_PRESETS[script]
+    assert passed_presets(dry_runs[script]) == {expected}
+    header = (SCRIPTS_DIR / f"{script}.sh").read_text().split("\nsource ", 1)[0]
+    assert f"# Fidelity: {expected or 'none'} " in header, f"{script}.sh's header must state its default preset"
+    numbers = json.loads((REPO / "results" / "paper_numbers.json").read_text())["tables"]
+    assert numbers[script]["fidelity"] == (expected or "none"), "the report's header names the script's default"
+    for override in ("paper", "official_code"):
+        commands = parse_commands(dry_run(script, tmp_path, FIDELITY=override))
+        assert passed_presets(commands) == {override if expected else None}, (script, override)
+
+
+def test_an_unknown_fidelity_is_refused(tmp_path: Path) -> None:
+    message = dry_run("diffcse_table7", tmp_path, expect_failure=True, FIDELITY="offical_code")
+    assert message.strip() == ("FIDELITY=offical_code: choose paper or official_code (or unset it for the script's "
+                               "default)")
 
 
 @pytest.mark.parametrize("script", table_scripts())
 def test_training_commands_parse_and_build_a_valid_config(script: str, dry_runs, patched_training_mains,
                                                           tmp_path: Path) -> None:
+    from models.config import flag_of
+    from models.presets import FIDELITY_PRESETS
+
     for command in dry_runs[script]:
         if command.kind == "eval":
             continue
@@ -206,6 +252,12 @@ def test_training_commands_parse_and_build_a_valid_config(script: str, dry_runs,
         assert built.name == command.flag("--model_name_or_path")
         if "--method" in command.argv:
             assert built.config.method == command.flag("--method")
+        if "--fidelity" in command.argv:  # the preset reaches the model, wherever the row sets no flag itself
+            preset = FIDELITY_PRESETS[command.flag("--fidelity")]
+            resolved = built.config.settings()
+            assert resolved["fidelity"] == command.flag("--fidelity")
+            assert {name: resolved[name] for name in preset if flag_of(name) not in command.argv} == {
+                name: value for name, value in preset.items() if flag_of(name) not in command.argv}, script
 
 
 @pytest.mark.parametrize("script", table_scripts())

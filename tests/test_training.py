@@ -101,9 +101,18 @@ def test_config_file_with_overrides(tmp_path, backbone):
     config.write_text(f"model_name_or_path: {backbone}\ntrain_file: {tiny_corpus(tmp_path / 'c.txt')}\n"
                       f"max_steps: 1\neval_strategy: 'no'\nsave_strategy: 'no'\nload_best_model_at_end: false\n"
                       f"temp: 0.1\noutput_dir: {tmp_path / 'o'}\n")
-    run_unsup.main([str(config), "--temp", "0.07"] + FAST_TRAINING_ARGS)
+    argv = [str(config), "--temp", "0.07", "--method", "esimcse", "--fidelity", "official_code",
+            "--dup_length_rule", "paper"] + FAST_TRAINING_ARGS
+    run_unsup.main(argv)
     saved = json.loads((tmp_path / "o" / "run_arguments.json").read_text())
     assert saved["MethodArguments"]["temperature"] == 0.07 and saved["CLTrainingArguments"]["max_steps"] == 1
+    # what a results JSON copies (eval/provenance.py): the command line as given, and the settings it resolved to:
+    # the preset's (queue through the online MLP), the explicit flag over the preset's, the declared defaults
+    assert saved["argv"] == argv
+    settings = saved["settings"]
+    assert (settings["fidelity"], settings["queue_through_mlp"], settings["dup_length_rule"]) == (
+        "official_code", True, "paper")
+    assert settings["temperature"] == 0.07 and settings["dup_rate"] == 0.32 and settings["method"] == "esimcse"
 
 
 def test_data_parallel_is_refused_with_the_launch_command():
