@@ -40,6 +40,8 @@ def export_plain(model: ContrastiveModel, tokenizer: PreTrainedTokenizerBase, ou
                            f"missing={missing} unexpected={unexpected}")
     if has_linear_tanh_pooler(plain) and isinstance(model.projector, MLPProjector):
         plain.pooler.dense.load_state_dict(model.projector[0].state_dict())
+    for key, value in model.export_config().items():
+        setattr(plain.config, key, value)
     plain.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     return out_dir
@@ -53,6 +55,10 @@ def export_sentence_transformers(
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
 
+    if not model.sentence_transformers_export:
+        logger.warning("no sentence-transformers export: %s's embedding has no sentence-transformers equivalent "
+                       "without remote code (the hf/ card says how to encode)", model.config.method)
+        return None
     pooler = test_time_pooler(model.config)
     if pooler not in ST_POOLING:
         logger.warning("no sentence-transformers export: pooler %r has no sentence-transformers Pooling mode", pooler)

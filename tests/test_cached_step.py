@@ -125,7 +125,7 @@ def uncached_at_chunk_masks(model, batch, chunk: int, seed: int = 7):
     torch.manual_seed(seed)
     rows = [model.encode_views(b["input_ids"], b["attention_mask"], b.get("token_type_ids"))
             for b in (cached_step.slice_rows(batch, s, e, BATCH) for s, e in cached_step.chunk_bounds(BATCH, chunk))]
-    loss, metrics = model.compute_loss(model.project_views(torch.cat(rows), batch["input_ids"].size(1)), batch)
+    loss, metrics = model.compute_loss(model.project_views(torch.cat(rows), batch["attention_mask"]), batch)
     loss.backward()
     return loss.detach(), metrics, grads(model)
 

@@ -24,12 +24,14 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from data.augment import LengthExtender, MaskedLMFiller
 from data.collators import ContrastiveCollator
 from data.diffcse_collator import DiffCSECollator
+from data.prompt_templates import PromptCollator, template_token_ids, tokenize_template
 from eval.backbone import load_auto_model
 from models.base import ContrastiveModel
-from models.config import DIFFCSE, UNSUP, ContrastiveConfig, check_settings
+from models.config import DIFFCSE, SETTINGS, UNSUP, ContrastiveConfig, check_settings
 from models.diffcse import DiffCSEModel, check_generator_vocabulary
 from models.esimcse import ESimCSEModel
 from models.presets import fidelity_overrides
+from models.promptbert import PromptBERTModel
 from models.s_simcse import SSimCSEModel
 from models.simcse import SimCSEModel, SupervisedSimCSEModel
 from models.simcse_pp import SimCSEPlusPlusModel
@@ -68,6 +70,22 @@ def diffcse_collator(model: ContrastiveModel, tokenizer, max_length: int) -> Dif
                            rtd_views=model.rtd_views, source=config.rtd_source, seed=torch.initial_seed())
 
 
+def promptbert_collator(model: ContrastiveModel, tokenizer, max_length: int) -> PromptCollator:
+    """PromptBERT: view 0 the sentence in ``prompt_template``, view 1 in ``prompt_template_positive``."""
+    config = model.config
+    templates = [tokenize_template(t, tokenizer) for t in (config.prompt_template, config.prompt_template_positive)]
+    return PromptCollator(tokenizer, templates, max_length=max_length)
+
+
+def promptbert_token_ids(model_name_or_path: str, settings: dict[str, Any], *, tokenizer=None,
+                         cache_dir: str | None = None) -> dict[str, Any]:
+    """PromptBERT: its templates' token ids (``prompt_token_ids``), made with the backbone's tokenizer."""
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_name_or_path, cache_dir=cache_dir)
+    return {"prompt_token_ids": template_token_ids(
+        [settings.get("prompt_template", SETTINGS["prompt_template"].default),
+         settings.get("prompt_template_positive", SETTINGS["prompt_template_positive"].default)], tokenizer)}
+
+
 # ------------------------------------------------------------------------------------------------ extra networks
 def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *, tokenizer=None,
                            cache_dir: str | None = None) -> dict[str, PreTrainedModel]:
@@ -87,13 +105,15 @@ def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *,
 # ------------------------------------------------------------------------------------------------ the table
 @dataclass(frozen=True)
 class Method:
-    """One method: its model class, its collator factory, the script that trains it, and a loader of pretrained
-    networks it needs besides the encoder (``None``: none)."""
+    """One method: its model class, its collator factory, the script that trains it, a loader of pretrained
+    networks it needs besides the encoder (``None``: none), and a reader of settings it derives from the backbone's
+    files (PromptBERT's template token ids, from the tokenizer; ``None``: none)."""
 
     model_class: type[ContrastiveModel]
     make_collator: Callable[[ContrastiveModel, Any, int], Any]
     script: str
     load_networks: Callable[..., dict[str, PreTrainedModel]] | None = None
+    derive_settings: Callable[..., dict[str, Any]] | None = None
 
 
 METHODS: dict[str, Method] = {
@@ -103,6 +123,7 @@ METHODS: dict[str, Method] = {
     "simcse_pp": Method(SimCSEPlusPlusModel, contrastive_collator, UNSUP),
     "s_simcse": Method(SSimCSEModel, contrastive_collator, UNSUP),
     "diffcse": Method(DiffCSEModel, diffcse_collator, DIFFCSE, load_networks=load_diffcse_generator),
+    "promptbert": Method(PromptBERTModel, promptbert_collator, UNSUP, derive_settings=promptbert_token_ids),
 }
 
 
@@ -147,6 +168,9 @@ def build_model(method: str, model_name_or_path: str | Path, *, attn_implementat
     folder) and the method's extra networks, then :func:`assemble_model`."""
     spec = method_spec(method)
     networks = {}
+    if spec.derive_settings is not None:
+        settings = {**settings, **spec.derive_settings(str(model_name_or_path), resolve_settings(method, settings),
+                                                       tokenizer=tokenizer, cache_dir=cache_dir)}
     if spec.load_networks is not None:
         networks = spec.load_networks(str(model_name_or_path), resolve_settings(method, settings),
                                       tokenizer=tokenizer, cache_dir=cache_dir)
