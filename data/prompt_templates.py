@@ -73,6 +73,12 @@ def template_token_ids(templates: Sequence[str], tokenizer: PreTrainedTokenizerB
             "mask_token_id": int(tokenizer.mask_token_id), "pad_token_id": int(tokenizer.pad_token_id or 0)}
 
 
+def add_period(sentence: str) -> str:
+    """The official evaluation's change to a test sentence (``evaluation.py``'s batcher): ``'.'`` after one that
+    does not end in ``. ? " '`` (an empty one stays empty)."""
+    return sentence + "." if sentence and sentence[-1] not in ".?\"'" else sentence
+
+
 @dataclass
 class PromptCollator:
     """Views of an unsupervised PromptBERT batch: view ``v`` is the row's sentence inside ``templates[v]``.
@@ -104,4 +110,4 @@ class PromptCollator:
         return pad_views(views, self.tokenizer.pad_token_id, with_token_type_ids=False)
 
 
-__all__ = ["PromptCollator", "PromptTemplate", "split_template", "template_token_ids", "tokenize_template"]
+__all__ = ["PromptCollator", "add_period", "PromptTemplate", "split_template", "template_token_ids", "tokenize_template"]

@@ -5,7 +5,9 @@ users got ~57 instead of ~76 that way).
 Plain folder: the backbone's weights. Where the architecture has a BERT-style pooler slot (Linear h->h + tanh),
 the trained MLP projector is written there, so ``pooler_output`` is "[CLS] + MLP" and
 ``last_hidden_state[:, 0]`` is "[CLS] before the MLP"; the card says which one the method uses at test time.
-Sentence-transformers folder: Transformer + Pooling (+ Dense/Tanh when the method keeps the MLP at test time).
+Sentence-transformers folder: Transformer + Pooling (+ Dense/Tanh when the method keeps the MLP at test time);
+none for a method whose embedding no sentence-transformers module computes without remote code (PromptBERT's [MASK]
+state inside a template: its ``config.json`` and card state the template instead, ``model.export_config()``).
 Everything auxiliary (momentum encoder, DiffCSE generator/discriminator, heads) is dropped.
 """
 from __future__ import annotations
@@ -107,5 +109,6 @@ def export_model(
         if st_dir is not None:
             (st_dir / "README.md").write_text(model_card(model, kind="sentence-transformers", **card))
     model.train(was_training)
-    logger.info("exported %s (pooler %s) and %s", plain, test_time_pooler(model.config), st_dir)
+    pooling = model.export_config().get("sentence_embedding", {}).get("pooling") or test_time_pooler(model.config)
+    logger.info("exported %s (pooler %s) and %s", plain, pooling, st_dir)
     return {"hf": plain, "sentence-transformers": st_dir}

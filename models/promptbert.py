@@ -33,6 +33,7 @@ from torch import nn
 
 from .base import ContrastiveModel
 from .config import ContrastiveConfig
+from .masks import prepare_attention_mask
 from .views import ViewLayout
 
 #: Template rows' dropout keys: template t's row n is key ``t * TEMPLATE_KEY_STRIDE + n``.
@@ -103,6 +104,24 @@ def template_mask_states(encoder: nn.Module, template: TemplateIds, rows: int, p
     return hidden[:, len(template.prefix) + template.mask_index]
 
 
+def prompt_embedding(encoder: nn.Module, template: TemplateIds, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     *, mask_token_id: int, pad_token_id: int, denoise: bool) -> torch.Tensor:
+    """The test-time embedding of right-padded ``[CLS] s [SEP]`` rows [N, L] with ``encoder`` (the trained model's,
+    or a plain export's ``AutoModel``): s inside ``template`` (:func:`insert_template`), the [MASK] state
+    (:func:`mask_token_states`), minus the template's own state at s's length when ``denoise``
+    (:func:`template_mask_states`) -> [N, h]."""
+    ids, mask = insert_template(input_ids, attention_mask, template, pad_token_id,
+                                getattr(encoder.config, "max_position_embeddings", None))
+    hidden = encoder(input_ids=ids, attention_mask=prepare_attention_mask(encoder, mask),
+                     return_dict=True).last_hidden_state
+    pooled = mask_token_states(hidden, ids, mask_token_id)
+    if denoise:
+        rows = ids.size(1) - len(template) + 1
+        states = template_mask_states(encoder, template, rows)
+        pooled = pooled - states[(mask.sum(-1) - len(template)).clamp(0, rows - 1)].to(pooled.dtype)
+    return pooled
+
+
 class PromptBERTModel(ContrastiveModel):
     """Unsupervised PromptBERT: [MASK] state in two templates, template denoising, MLP in training only, tau 0.05
     (every default of ``models.config`` is run.sh unsup-bert's; lr 1e-5, batch 256 and 1 epoch are training
@@ -164,12 +183,9 @@ class PromptBERTModel(ContrastiveModel):
         if pooler_type is not None:
             raise ValueError(f"PromptBERT's embedding is the [MASK] state inside its template; pooler "
                              f"{pooler_type!r} does not apply (run without --pooler)")
-        template = self.templates[0]
-        ids, mask = insert_template(input_ids, attention_mask, template, self.pad_token_id,
-                                    getattr(self.encoder.config, "max_position_embeddings", None))
-        pooled = self.encode(ids, mask)
-        if self.config.test_denoising if denoise is None else denoise:
-            pooled = pooled - self.template_bias(mask.sum(-1, keepdim=True), [0], ids.size(1))[:, 0]
+        pooled = prompt_embedding(self.encoder, self.templates[0], input_ids, attention_mask,
+                                  mask_token_id=self.mask_token_id, pad_token_id=self.pad_token_id,
+                                  denoise=self.config.test_denoising if denoise is None else denoise)
         return self.projector(pooled) if self.config.projects_at_test else pooled
 
     def dev_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -194,4 +210,5 @@ class PromptBERTModel(ContrastiveModel):
         super()._set_gradient_checkpointing(enable=enable, **kwargs)
 
 
-__all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "template_mask_states"]
+__all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",
+           "template_mask_states"]
