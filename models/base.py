@@ -79,6 +79,9 @@ class ContrastiveModel(PreTrainedModel):
     method_defaults: ClassVar[dict[str, Any]] = {}
     #: Row fields each view reads (unsupervised: the same sentence twice).
     view_columns: ClassVar[tuple[str, ...]] = ("text", "text")
+    #: The paper's training arguments where they differ from run_unsup.py's defaults (SimCSE's: lr 3e-5, batch 64,
+    #: 1 epoch); the command line puts them before the user's flags, so a flag given wins.
+    training_defaults: ClassVar[dict[str, Any]] = {}
     #: Whether a sentence-transformers folder can express the test-time embedding without remote code.
     sentence_transformers_export: ClassVar[bool] = True
 

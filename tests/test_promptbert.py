@@ -263,3 +263,17 @@ def test_export_and_eval_round_trip_use_the_template(quiet, tmp_path, caplog):
     tokenizer.save_pretrained(tmp_path / "checkpoint")
     again = load_encoder(tmp_path / "checkpoint", device="cpu").encode(sentences)
     torch.testing.assert_close(torch.from_numpy(again), torch.from_numpy(got), rtol=1e-4, atol=1e-5)
+
+
+def test_run_unsup_takes_the_papers_lr_and_batch_unless_given():
+    from command_line.arguments import CLTrainingArguments
+
+    def training(*flags):
+        return parse_args((MethodArguments, CLTrainingArguments), ["--output_dir", "unused", *flags])[1]
+
+    paper = training("--method", "promptbert")
+    assert (paper.learning_rate, paper.per_device_train_batch_size) == (1e-5, 256)  # run.sh unsup-bert
+    given = training("--method", "promptbert", "--learning_rate", "2e-5", "--per_device_train_batch_size", "64")
+    assert (given.learning_rate, given.per_device_train_batch_size) == (2e-5, 64)
+    simcse = training("--method", "simcse")
+    assert (simcse.learning_rate, simcse.per_device_train_batch_size) == (3e-5, 64)
