@@ -278,16 +278,22 @@ def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None = None,
     return tuple(parsed)
 
 
+def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | None:
+    """The last value given to ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``), else ``default``."""
+    value = default
+    for index, token in enumerate(argv):
+        if token == flag and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif token.startswith(flag + "="):
+            value = token.split("=", 1)[1]
+    return value
+
+
 def method_training_defaults(argv: list[str], parser: HfArgumentParser) -> list[str]:
     """The ``--method``'s own training-argument defaults (its class's ``training_defaults``: PromptBERT's lr 1e-5 and
     batch 256), as flags to place BEFORE ``argv`` so that any flag given wins (as ``--task_profile`` does in
     ``run_diffcse.py``); only flags this parser has."""
-    method = None
-    for index, token in enumerate(argv):
-        if token == "--method" and index + 1 < len(argv):
-            method = argv[index + 1]
-        elif token.startswith("--method="):
-            method = token.split("=", 1)[1]
+    method = flag_value(argv, "--method")
     if method not in METHODS:
         return []
     options = {option for action in parser._actions for option in action.option_strings}

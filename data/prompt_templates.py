@@ -110,4 +110,5 @@ class PromptCollator:
         return pad_views(views, self.tokenizer.pad_token_id, with_token_type_ids=False)
 
 
-__all__ = ["PromptCollator", "add_period", "PromptTemplate", "split_template", "template_token_ids", "tokenize_template"]
+__all__ = ["PromptCollator", "PromptTemplate", "add_period", "split_template", "template_token_ids",
+           "tokenize_template"]

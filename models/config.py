@@ -240,7 +240,8 @@ class ContrastiveConfig(PreTrainedConfig):
         "template denoising; the code's --mask_embedding_sentence_delta).", aliases=("mask_embedding_sentence_delta",),
         group="promptbert")
     test_denoising: bool = setting(
-        False, "PromptBERT: denoise the test-time embedding too (eval_only.sh unsup-bert does not).", group="promptbert")
+        False, "PromptBERT: denoise the test-time embedding too (eval_only.sh unsup-bert does not).",
+        group="promptbert")
     dev_denoising: bool = setting(
         True, "PromptBERT: denoise in the training-time dev evaluation that picks the best checkpoint (the code's "
         "sentemb_forward does).", group="promptbert")
@@ -385,5 +386,6 @@ def check_combinations(config: "ContrastiveConfig") -> None:
         raise ValueError("mask_style='bert' and generator_all_positions apply to rtd_edit='replace' only")
 
 
-__all__ = ["BOTH", "MASK_SLOT", "SENTENCE_SLOT", "TEMPLATE_SETTINGS", "check_template", "ContrastiveConfig", "DIFFCSE", "PROJECTOR_TYPES", "SETTINGS", "UNSUP", "check_setting",
+__all__ = ["BOTH", "ContrastiveConfig", "DIFFCSE", "MASK_SLOT", "PROJECTOR_TYPES", "SENTENCE_SLOT", "SETTINGS",
+           "TEMPLATE_SETTINGS", "UNSUP", "check_setting", "check_template",
            "check_settings", "check_value", "flag_of", "setting", "value_range"]

@@ -157,8 +157,9 @@ class PromptBERTModel(ContrastiveModel):
             plan = None
             if self.dropout_controller is not None:
                 device = lengths.device
+                keys = torch.arange(rows, device=device) + t * TEMPLATE_KEY_STRIDE
                 plan = self.dropout_controller.plan(torch.zeros(rows, dtype=torch.long, device=device), num_groups=1,
-                                                    row_keys=torch.arange(rows, device=device) + t * TEMPLATE_KEY_STRIDE)
+                                                    row_keys=keys)
             states[t] = template_mask_states(self.encoder, self.templates[t], rows, plan)
         columns = []
         for r, t in enumerate(row_templates):

@@ -287,8 +287,8 @@ promptbert_recipe() {
   batch_args 256
   RECIPE=(--method promptbert --model_name_or_path "$encoder" --learning_rate 1e-5 "${BATCH_ARGS[@]}"
           --num_train_epochs 1 --max_seq_length 32 --temp 0.05 --eval_steps 125 --mlp_only_train true
-          --prompt_template "${PROMPTBERT_TEMPLATE[$encoder]}" --prompt_template_positive "${PROMPTBERT_TEMPLATE2[$encoder]}"
-          --template_denoising true)
+          --prompt_template "${PROMPTBERT_TEMPLATE[$encoder]}"
+          --prompt_template_positive "${PROMPTBERT_TEMPLATE2[$encoder]}" --template_denoising true)
 }
 # ------------------------------------------------------------------------------------------------ rows
 
