@@ -277,3 +277,26 @@ def test_run_unsup_takes_the_papers_lr_and_batch_unless_given():
     assert (given.learning_rate, given.per_device_train_batch_size) == (2e-5, 64)
     simcse = training("--method", "simcse")
     assert (simcse.learning_rate, simcse.per_device_train_batch_size) == (3e-5, 64)
+
+
+def test_python_m_eval_scores_an_export_with_its_template(quiet, tmp_path, sts_fixture_dir, caplog):
+    """``python -m eval`` without --pooler: the export's template (logged); the same scores from the trained
+    checkpoint; --pooler cls_before_pooler (which ignores the template) scores something else."""
+    from eval.cli import main
+
+    model, _ = model_and_batch(quiet)
+    model = model.float().eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(quiet))
+    hf = export_model(model, tokenizer, tmp_path / "export")["hf"]
+    model.save_pretrained(tmp_path / "checkpoint")
+    tokenizer.save_pretrained(tmp_path / "checkpoint")
+
+    def scores(path, *flags):
+        return main(["--model_name_or_path", str(path), "--mode", "test", "--task_set", "sts", "--senteval_dir",
+                     str(sts_fixture_dir), "--device", "cpu", "--output_json", str(tmp_path / "out.json"), *flags])
+
+    with caplog.at_level(logging.INFO, logger="eval.loading"):
+        exported = scores(hf)
+    assert "PromptBERT export: the sentence inside the template" in caplog.text
+    assert scores(tmp_path / "checkpoint") == pytest.approx(exported, abs=0.02)
+    assert scores(hf, "--pooler", "cls_before_pooler") != exported
