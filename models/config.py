@@ -228,26 +228,17 @@ class ContrastiveConfig(PreTrainedConfig):
 
     # ------------------------------------------------------------------ PromptBERT (Jiang et al., 2022)
     prompt_template: str = setting(
-        '*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*', "PromptBERT: the template of view 0 and of test "
-        "time, in the code's syntax ('_' = space; run.sh unsup-bert's TEMPLATE; RoBERTa: docs/promptbert.md).",
+        '*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*', "PromptBERT: view 0's and the test template (Sec. 4).",
         aliases=("mask_embedding_sentence_template",), group="promptbert")
     prompt_template_positive: str = setting(
-        '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*', "PromptBERT: view 1's template (Sec. 5: two "
-        "different templates make the positive pair; run.sh unsup-bert's TEMPLATE2).",
+        '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*', "PromptBERT: view 1's template (Sec. 5).",
         aliases=("mask_embedding_sentence_different_template",), group="promptbert")
     template_denoising: bool = setting(
-        True, "PromptBERT: subtract the template's own [MASK] state, at the sentence's length, in training (Sec. 5, "
-        "template denoising; the code's --mask_embedding_sentence_delta).", aliases=("mask_embedding_sentence_delta",),
-        group="promptbert")
-    test_denoising: bool = setting(
-        False, "PromptBERT: denoise the test-time embedding too (eval_only.sh unsup-bert does not).",
-        group="promptbert")
-    dev_denoising: bool = setting(
-        True, "PromptBERT: denoise in the training-time dev evaluation that picks the best checkpoint (the code's "
-        "sentemb_forward does).", group="promptbert")
-    eval_add_period: bool = setting(
-        False, "PromptBERT: append '.' to a test sentence not ending in . ? \" ' (the code's evaluation.py; "
-        "--fidelity official_code).", group="promptbert")
+        True, "PromptBERT: template denoising in training (Sec. 5).",
+        aliases=("mask_embedding_sentence_delta",), group="promptbert")
+    test_denoising: bool = setting(False, "PromptBERT: denoise at test time too (eval_only.sh: no).", group="promptbert")
+    dev_denoising: bool = setting(True, "PromptBERT: denoise in the dev evaluation (the code: yes).", group="promptbert")
+    eval_add_period: bool = setting(False, "PromptBERT: '.' after a test sentence (evaluation.py).", group="promptbert")
     prompt_token_ids: dict | None = setting(
         None, "PromptBERT: the templates' token ids (filled by the builder from the tokenizer).", scripts=(),
         group="promptbert")
