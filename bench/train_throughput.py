@@ -323,17 +323,18 @@ def encoder_flops(backbone: torch.nn.Module, tokens: int, seq_len: int) -> float
     return 6.0 * non_embedding * tokens + 12.0 * config.num_hidden_layers * config.hidden_size * seq_len * tokens
 
 
-def build_method_model(method: str, backbone_config, **settings):
+def build_method_model(method: str, backbone_config, tokenizer=None, **settings):
     """The method's model around a random backbone (and a random generator for DiffCSE), assembled by the scripts'
-    own builder (``trainers.methods.assemble_model``: the method's defaults, auxiliary networks synced); ``settings``
-    override them (e.g. ``dropout_masks``)."""
+    own builder (``trainers.methods.assemble_model``: the method's defaults, settings derived from ``tokenizer``
+    such as PromptBERT's template ids, auxiliary networks synced); ``settings`` override them (e.g.
+    ``dropout_masks``)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
     from trainers.methods import assemble_model
 
     encoder = AutoModel.from_config(backbone_config, attn_implementation="sdpa")
     generator = (AutoModelForMaskedLM.from_config(generator_config(backbone_config)) if method == "diffcse" else None)
-    return assemble_model(method, encoder, generator=generator, **settings)
+    return assemble_model(method, encoder, generator=generator, tokenizer=tokenizer, **settings)
 
 
 def collate_batches(collate: Callable[[list[dict[str, str]]], Any], columns: Sequence[str], count: int,
@@ -353,7 +354,7 @@ def repo_runner(method: str, settings: BenchSettings, backbone_config, tokenizer
     from trainers.methods import build_collator
 
     torch.manual_seed(settings.seed)
-    model = build_method_model(method, backbone_config).to(device).train()
+    model = build_method_model(method, backbone_config, tokenizer).to(device).train()
     collator = build_collator(model, tokenizer, settings.seq_len)
     batches, collate_seconds = collate_batches(collator, model.view_columns, settings.warmup + settings.steps,
                                                settings, backbone_config.vocab_size)

@@ -270,11 +270,35 @@ def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None = None,
     """
     argv = expand_config_file(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser(dataclass_types, description)
+    argv = method_training_defaults(argv, parser) + argv
     with reraise_as(UsageError, ValueError):  # the Trainer's checks of flag combinations
         *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if unknown:
         raise UsageError(unknown_arguments_message(parser, unknown))
     return tuple(parsed)
+
+
+def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | None:
+    """The last value given to ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``), else ``default``."""
+    value = default
+    for index, token in enumerate(argv):
+        if token == flag and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif token.startswith(flag + "="):
+            value = token.split("=", 1)[1]
+    return value
+
+
+def method_training_defaults(argv: list[str], parser: HfArgumentParser) -> list[str]:
+    """The ``--method``'s own training-argument defaults (its class's ``training_defaults``: PromptBERT's lr 1e-5 and
+    batch 256), as flags to place BEFORE ``argv`` so that any flag given wins (as ``--task_profile`` does in
+    ``run_diffcse.py``); only flags this parser has."""
+    method = flag_value(argv, "--method")
+    if method not in METHODS:
+        return []
+    options = {option for action in parser._actions for option in action.option_strings}
+    return [item for key, value in METHODS[method].model_class.training_defaults.items()
+            if f"--{key}" in options for item in (f"--{key}", str(value))]
 
 
 def unknown_arguments_message(parser: HfArgumentParser, unknown: list[str]) -> str:

@@ -19,7 +19,7 @@ from models.config import DIFFCSE
 from models.presets import TASK_PROFILES
 from trainers.errors import UsageError
 
-from .arguments import CLTrainingArguments, SettingArguments, setting_fields
+from .arguments import CLTrainingArguments, SettingArguments, flag_value, setting_fields
 from .config_file import expand_config_file
 
 @dataclass
@@ -70,12 +70,7 @@ class DiffCSETrainingArguments(CLTrainingArguments):
 def expand_argv(argv: list[str] | None) -> list[str]:
     """``[config file] flags`` -> flags, with the task profile's defaults placed first (so any later flag wins)."""
     argv = expand_config_file(list(sys.argv[1:] if argv is None else argv))
-    profile = "sts"
-    for index, token in enumerate(argv):
-        if token == "--task_profile" and index + 1 < len(argv):
-            profile = argv[index + 1]
-        elif token.startswith("--task_profile="):
-            profile = token.split("=", 1)[1]
+    profile = flag_value(argv, "--task_profile", "sts")
     if profile not in TASK_PROFILES:
         raise UsageError(f"--task_profile {profile!r}; choose one of {', '.join(TASK_PROFILES)}")
     defaults = [item for key, value in TASK_PROFILES[profile].items() for item in (f"--{key}", str(value))]

@@ -88,6 +88,8 @@ class SentenceEncoder:
         device: where the inputs go; ``None`` = CUDA when available, else CPU.
         batch_size: sentences per forward pass.
         max_length: truncation length in tokens; ``None`` = the tokenizer's ``model_max_length``.
+        preprocess: a change to every sentence's text before tokenisation (PromptBERT's official evaluation
+            appends '.'); ``None``: none.
 
     The encoder never calls ``model.eval()``/``model.train()``: the caller owns the module's mode
     (:func:`eval.loading.load_encoder` sets eval mode; a trainer evaluating mid-training switches to eval and
@@ -105,6 +107,7 @@ class SentenceEncoder:
         batch_size: int = 128,
         max_length: int | None = None,
         eval_dtype: str = "fp32",
+        preprocess: Callable[[str], str] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -115,6 +118,7 @@ class SentenceEncoder:
         self.device = resolve_device(device)
         self.batch_size = batch_size
         self.max_length = max_length if max_length is not None else default_max_length(tokenizer)
+        self.preprocess = preprocess
 
     def encode(self, sentences: Sequence[str], show_progress: bool = False, desc: str | None = None) -> np.ndarray:
         """Embed ``sentences``; returns float32 ``[len(sentences), d]``, row ``i`` for ``sentences[i]``.
@@ -142,6 +146,8 @@ class SentenceEncoder:
 
     def _tokenize(self, sentences: list[str]) -> Mapping[str, list[list[int]]]:
         """Tokenize once, unpadded; padding happens per batch in :meth:`_collate`."""
+        if self.preprocess is not None:
+            sentences = [self.preprocess(sentence) for sentence in sentences]
         encoded = self.tokenizer(
             sentences, truncation=self.max_length is not None, max_length=self.max_length, padding=False
         )

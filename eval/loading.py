@@ -23,7 +23,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import torch
 
@@ -51,6 +51,7 @@ class _Backend:
     embed_fn: EmbedFn
     tokenizer: Any
     max_length: int | None = None
+    preprocess: Callable[[str], str] | None = None
 
 
 # ----------------------------------------------------------------------------------------------- detection
@@ -143,11 +144,41 @@ def _transformer_embed_fn(model: torch.nn.Module, pooler: str, name: str) -> Emb
     return embed
 
 
+def _prompt_backend(model: torch.nn.Module, embedding: dict[str, Any], name: str) -> tuple[EmbedFn, Any]:
+    """A plain export of PromptBERT (its ``config.json`` ``sentence_embedding`` entry, ``models/export.py``): the
+    sentence inside the stored template, the [MASK] state (``models.promptbert.prompt_embedding``), and the
+    official evaluation's '.' when the entry asks for it."""
+    from data.prompt_templates import add_period
+    from models.promptbert import TemplateIds, prompt_embedding
+
+    ids = embedding["prompt_token_ids"]
+    template = TemplateIds.from_config(ids["templates"][0], int(ids["mask_token_id"]))
+    denoise, period = bool(embedding.get("test_denoising")), bool(embedding.get("eval_add_period"))
+    logger.info("%s: PromptBERT export: the sentence inside the template %s from its config.json (token ids %s + "
+                "sentence + %s), the [MASK] state, %s, %s", name, embedding.get("template"), list(template.prefix),
+                list(template.suffix), "template denoising" if denoise else "no template denoising",
+                "'.' appended as the official evaluation does" if period else "sentences as given")
+
+    def embed(**features: torch.Tensor) -> torch.Tensor:
+        return prompt_embedding(model, template, features["input_ids"], features["attention_mask"],
+                                mask_token_id=int(ids["mask_token_id"]), pad_token_id=int(ids["pad_token_id"]),
+                                denoise=denoise)
+
+    return embed, add_period if period else None
+
+
 def _huggingface_backend(
     model_name_or_path: str, pooler: str | None, device: torch.device | None = None, subfolder: str = ""
 ) -> _Backend:
-    pooler = pooler or "cls"
     model = load_auto_model(model_name_or_path, subfolder)
+    embedding = getattr(model.config, "sentence_embedding", None)
+    if isinstance(embedding, dict) and embedding.get("pooling") == "mask_token":
+        if pooler is None:
+            embed, preprocess = _prompt_backend(model, embedding, model_name_or_path)
+            return _Backend(model, embed, _load_tokenizer(model_name_or_path, subfolder), preprocess=preprocess)
+        logger.warning("%s is a PromptBERT export (the [MASK] state in its template); --pooler %s ignores the "
+                       "template", model_name_or_path, pooler)
+    pooler = pooler or "cls"
     logger.info("%s: Hugging Face %s, pooler %s", model_name_or_path, type(model).__name__, pooler)
     return _Backend(model, _transformer_embed_fn(model, pooler, model_name_or_path),
                     _load_tokenizer(model_name_or_path, subfolder))
@@ -196,11 +227,21 @@ def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: to
     model = load_contrastive_model(model_name_or_path)  # the method's own class, from config.method
     logger.info("%s: cse_contrastive checkpoint, pooler %s", model_name_or_path,
                 pooler or "the method's own test-time embedding")
+    preprocess = None
+    embedding = model.export_config().get("sentence_embedding")
+    if embedding is not None:
+        from data.prompt_templates import add_period
+
+        preprocess = add_period if embedding.get("eval_add_period") else None
+        logger.info("%s: PromptBERT checkpoint: the sentence inside its template %s, the [MASK] state, %s, %s",
+                    model_name_or_path, embedding["template"],
+                    "template denoising" if embedding.get("test_denoising") else "no template denoising",
+                    "'.' appended as the official evaluation does" if preprocess else "sentences as given")
 
     def embed(**features: torch.Tensor) -> torch.Tensor:
         return model.embed(**features, pooler_type=pooler)
 
-    return _Backend(model, embed, _load_tokenizer(model_name_or_path))
+    return _Backend(model, embed, _load_tokenizer(model_name_or_path), preprocess=preprocess)
 
 
 # Each backend takes (model_name_or_path, pooler, device); load_encoder moves the module to the device and sets
@@ -252,4 +293,5 @@ def load_encoder(
         batch_size=batch_size,
         max_length=max_length if max_length is not None else backend.max_length,
         eval_dtype=eval_dtype,
+        preprocess=backend.preprocess,
     )

@@ -79,6 +79,11 @@ class ContrastiveModel(PreTrainedModel):
     method_defaults: ClassVar[dict[str, Any]] = {}
     #: Row fields each view reads (unsupervised: the same sentence twice).
     view_columns: ClassVar[tuple[str, ...]] = ("text", "text")
+    #: The paper's training arguments where they differ from run_unsup.py's defaults (SimCSE's: lr 3e-5, batch 64,
+    #: 1 epoch); the command line puts them before the user's flags, so a flag given wins.
+    training_defaults: ClassVar[dict[str, Any]] = {}
+    #: Whether a sentence-transformers folder can express the test-time embedding without remote code.
+    sentence_transformers_export: ClassVar[bool] = True
 
     def __init__(self, config: ContrastiveConfig, encoder: PreTrainedModel | None = None) -> None:
         super().__init__(config)
@@ -139,6 +144,12 @@ class ContrastiveModel(PreTrainedModel):
             return_dict=True,
             **extra,
         )
+        return self.pool_outputs(pooler_type, input_ids, attention_mask, outputs)
+
+    def pool_outputs(self, pooler_type: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     outputs: Any) -> torch.Tensor:
+        """Hook: the backbone's outputs -> one vector per row [N, h] (:func:`models.poolers.pool`; PromptBERT reads
+        the [MASK] token's hidden state instead)."""
         return pool(pooler_type, attention_mask, outputs.last_hidden_state, outputs.hidden_states)
 
     def embed(
@@ -162,6 +173,17 @@ class ContrastiveModel(PreTrainedModel):
         pooled = self.encode(input_ids, attention_mask, token_type_ids, pooler_type=pooler_type)
         return self.projector(pooled) if project else pooled
 
+    def export_config(self) -> dict[str, Any]:
+        """Hook: entries the plain export adds to its ``config.json`` (how to encode, where a pooler alone cannot
+        say it: PromptBERT's template); the base adds none."""
+        return {}
+
+    def dev_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Hook: the embedding the training-time dev evaluation ranks checkpoints by (``CLTrainer.evaluate``); the
+        base's is the test-time :meth:`embed` (PromptBERT's code denoised here but not at test)."""
+        return self.embed(input_ids, attention_mask, token_type_ids)
+
     def embed_views(
         self,
         input_ids: torch.Tensor,
@@ -173,7 +195,7 @@ class ContrastiveModel(PreTrainedModel):
         Config-driven extra rows ride in the same pass (:class:`models.views.ViewLayout`): SimCSE++'s dropout-off
         copy of view 0 and the noise study's K dropout samples; they come back as named fields.
         """
-        return self.project_views(self.encode_views(input_ids, attention_mask, token_type_ids), input_ids.size(1))
+        return self.project_views(self.encode_views(input_ids, attention_mask, token_type_ids), attention_mask)
 
     def encode_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -187,13 +209,23 @@ class ContrastiveModel(PreTrainedModel):
             pooled = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
         return pooled.view(batch_size, num_rows, -1)
 
-    def project_views(self, pooled_rows: torch.Tensor, num_views: int) -> ViewEmbeddings:
-        """The projector half of :meth:`embed_views`: pooled rows [B, num_rows, h] -> :class:`ViewEmbeddings`. It
-        sees all B sentences at once (DiffCSE's BatchNorm projector takes statistics over the batch)."""
-        layout = ViewLayout.from_config(self.config, num_views)
+    def project_views(self, pooled_rows: torch.Tensor, attention_mask: torch.Tensor) -> ViewEmbeddings:
+        """The projector half of :meth:`embed_views`: pooled rows [B, num_rows, h] of the views whose attention mask
+        is ``attention_mask`` [B, V, L] -> :class:`ViewEmbeddings`. It sees all B sentences at once (DiffCSE's
+        BatchNorm projector takes statistics over the batch; PromptBERT's template denoising,
+        :meth:`correct_pooled_rows`, runs the backbone once for the whole batch)."""
+        layout = ViewLayout.from_config(self.config, attention_mask.size(1))
+        pooled_rows = self.correct_pooled_rows(pooled_rows, attention_mask, layout)
         batch_size, num_rows, _ = pooled_rows.shape
         projected = self.projector(pooled_rows.reshape(batch_size * num_rows, -1)).view(batch_size, num_rows, -1)
         return layout.fold(projected, pooled_rows)
+
+    def correct_pooled_rows(self, pooled_rows: torch.Tensor, attention_mask: torch.Tensor,
+                            layout: ViewLayout) -> torch.Tensor:
+        """Hook: a correction of the pooled rows [B, num_rows, h] that needs the whole batch and may run the backbone
+        with gradients (PromptBERT's template denoising); it runs in :meth:`project_views`, so a cached step runs it
+        once, on the full set, inside the loss's graph. The base changes nothing."""
+        return pooled_rows
 
     # ------------------------------------------------------------------ objective
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:

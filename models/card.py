@@ -29,7 +29,10 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
     from the backbone's own card (``trainers/backbone_card.py``)."""
     config = model.config
     pooler = test_time_pooler(config)
-    usage = {
+    embedding = model.export_config().get("sentence_embedding")
+    if embedding is not None:
+        pooler = embedding["pooling"]
+    usage = prompt_usage(embedding) if embedding is not None and kind == "plain" else {
         "plain": (f"Load with `AutoModel.from_pretrained(path)` and pool with **`{pooler}`**: "
                   + ("`outputs.pooler_output` ([CLS] + the trained MLP)." if pooler == "cls" else
                      "`outputs.last_hidden_state[:, 0]` ([CLS] without the MLP; do NOT use `pooler_output`)."
@@ -71,6 +74,25 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
         lines += ["", "<details>", "<summary>Every training argument (run_arguments.json)</summary>", "", "```json",
                   json.dumps(training, indent=2, default=str), "```", "", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def prompt_usage(embedding: Mapping[str, Any]) -> str:
+    """How to encode with a PromptBERT export (its ``config.json`` ``sentence_embedding`` entry): no pooler of
+    ``AutoModel`` or sentence-transformers computes it, so the card spells it out."""
+    ids = embedding["prompt_token_ids"]["templates"][0]
+    return "\n".join([
+        f"The embedding is the **[MASK] token's last hidden state** with the sentence inside the template "
+        f"`{embedding['template']}` (`_` = space; `config.json` `sentence_embedding` holds it and its token ids: "
+        f"prefix `{ids['prefix']}`, suffix `{ids['suffix']}`).",
+        "Encode: tokenize the sentence WITHOUT special tokens, build `prefix + sentence_ids + suffix`, run "
+        "`AutoModel`, and read `last_hidden_state` at the [MASK] position; neither `pooler_output` nor any "
+        "sentence-transformers Pooling mode computes it, so no sentence-transformers folder is exported.",
+        ("Append '.' to a sentence not ending in . ? \" ' first (the official evaluation does). "
+         if embedding.get("eval_add_period") else "")
+        + ("Subtract the template's own [MASK] state (template denoising) as `models/promptbert.py` does."
+           if embedding.get("test_denoising") else "No template denoising at test time."),
+        "Evaluate: `python -m eval --model_name_or_path PATH --mode test` (it reads the template from `config.json` "
+        "and says so in its log)."])
 
 
 def provenance_lines(facts: Provenance) -> list[str]:

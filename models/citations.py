@@ -40,6 +40,14 @@ METHOD_BIBTEX: dict[str, str] = {
                Computational Linguistics (NAACL)},
   year = {2022}
 }""",
+    # Title and authors from the paper's first page (arXiv 2201.04337, as ar5iv renders it); venue EMNLP 2022.
+    "promptbert": """@inproceedings{jiang2022promptbert,
+  title = {{PromptBERT}: Improving {BERT} Sentence Embeddings with Prompts},
+  author = {Jiang, Ting and Jiao, Jian and Huang, Shaohan and Zhang, Zihan and Wang, Deqing and Zhuang, Fuzhen and
+            Wei, Furu and Huang, Haizhen and Deng, Denvy and Zhang, Qi},
+  booktitle = {Proceedings of the 2022 Conference on Empirical Methods in Natural Language Processing},
+  year = {2022}
+}""",
 }
 """Method (``ContrastiveConfig.method``) -> its paper's BibTeX. Every method builds on SimCSE, which the cards cite
 too."""
@@ -48,7 +56,8 @@ PAPER_OF: dict[str, str] = {"sup_simcse": "simcse"}
 """Methods that are a variant inside another method's paper (supervised SimCSE: the SimCSE paper)."""
 
 REPO_BIBTEX = """@software{cse_repro,
-  title = {cse-repro: unsupervised contrastive sentence embeddings (SimCSE, ESimCSE, SimCSE++, S-SimCSE, DiffCSE)
+  title = {cse-repro: unsupervised contrastive sentence embeddings (SimCSE, ESimCSE, SimCSE++, S-SimCSE, DiffCSE,
+           PromptBERT)
            on the Hugging Face stack},
   note = {Reference implementation; the model was trained and exported with it}
 }"""

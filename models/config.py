@@ -226,6 +226,23 @@ class ContrastiveConfig(PreTrainedConfig):
     use_contrastive_loss: bool = setting(
         True, "DiffCSE: false = Table 3's 'w/o contrastive loss' (RTD alone).", scripts=(DIFFCSE,), group="diffcse")
 
+    # ------------------------------------------------------------------ PromptBERT (Jiang et al., 2022)
+    prompt_template: str = setting(
+        '*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*', "PromptBERT: view 0's and the test template (Sec. 4).",
+        aliases=("mask_embedding_sentence_template",), group="promptbert")
+    prompt_template_positive: str = setting(
+        '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*', "PromptBERT: view 1's template (Sec. 5).",
+        aliases=("mask_embedding_sentence_different_template",), group="promptbert")
+    template_denoising: bool = setting(
+        True, "PromptBERT: template denoising in training (Sec. 5).",
+        aliases=("mask_embedding_sentence_delta",), group="promptbert")
+    test_denoising: bool = setting(False, "PromptBERT: denoise at test time too (eval_only.sh: no).", group="promptbert")
+    dev_denoising: bool = setting(True, "PromptBERT: denoise in the dev evaluation (the code: yes).", group="promptbert")
+    eval_add_period: bool = setting(False, "PromptBERT: '.' after a test sentence (evaluation.py).", group="promptbert")
+    prompt_token_ids: dict | None = setting(
+        None, "PromptBERT: the templates' token ids (filled by the builder from the tokenizer).", scripts=(),
+        group="promptbert")
+
     def __post_init__(self, **kwargs):
         unknown = sorted(set(kwargs) - set(TOLERATED_EXTRA_KEYS))
         if unknown:
@@ -287,6 +304,33 @@ def check_setting(name: str, value: Any) -> None:
         raise ValueError(f"{flag_of(name)} {value!r}: choose one of {shown}")
     check_value(flag_of(name), value, meta, f"The papers use {number(SETTINGS[name].default)}."
                 if isinstance(SETTINGS[name].default, (int, float)) else "")
+    if name in TEMPLATE_SETTINGS:
+        check_template(flag_of(name), value)
+
+
+#: PromptBERT's template settings (the code's syntax: ``*cls*``, ``*sent_0*``, ``*mask*``, ``*sep+*``, ``_`` = space).
+TEMPLATE_SETTINGS = ("prompt_template", "prompt_template_positive")
+SENTENCE_SLOT, MASK_SLOT = "*sent_0*", "*mask*"
+
+
+def check_template(flag: str, template: Any) -> None:
+    """Refuse a PromptBERT template the code could not have run: it needs one ``*sent_0*`` (the sentence), one
+    ``*mask*`` after it (the token whose state is the embedding) and no spaces (``_`` stands for one: the code
+    splits on the space that replaces ``*sent_0*``)."""
+    if not isinstance(template, str):
+        raise ValueError(f"{flag} {template!r}: a template is a string")
+    problems = []
+    if template.count(SENTENCE_SLOT) != 1:
+        problems.append(f"it needs exactly one {SENTENCE_SLOT} (the sentence's slot)")
+    if template.count(MASK_SLOT) != 1:
+        problems.append(f"it needs exactly one {MASK_SLOT} (the token whose state is the embedding)")
+    elif SENTENCE_SLOT in template and template.index(MASK_SLOT) < template.index(SENTENCE_SLOT):
+        problems.append(f"its {MASK_SLOT} must come after {SENTENCE_SLOT}")
+    if " " in template:
+        problems.append("it may not contain spaces (write _ for a space, as the code's templates do)")
+    if problems:
+        raise ValueError(f"{flag} {template!r}: " + "; ".join(problems) + ". The paper's BERT template is "
+                         f"{SETTINGS['prompt_template'].default!r}")
 
 
 def check_value(flag: str, value: Any, declared: Mapping[str, Any], usual: str) -> None:
@@ -338,5 +382,6 @@ def check_combinations(config: "ContrastiveConfig") -> None:
         raise ValueError("mask_style='bert' and generator_all_positions apply to rtd_edit='replace' only")
 
 
-__all__ = ["BOTH", "ContrastiveConfig", "DIFFCSE", "PROJECTOR_TYPES", "SETTINGS", "UNSUP", "check_setting",
+__all__ = ["BOTH", "ContrastiveConfig", "DIFFCSE", "MASK_SLOT", "PROJECTOR_TYPES", "SENTENCE_SLOT", "SETTINGS",
+           "TEMPLATE_SETTINGS", "UNSUP", "check_setting", "check_template",
            "check_settings", "check_value", "flag_of", "setting", "value_range"]

@@ -49,6 +49,9 @@ ROW_DROPOUT_ATTENTION = "cse_row_dropout"
 #: Kinds of keyed draws of one controller (with ``row_seeded`` masks): masks, per-module rates, per-pass rates, and
 #: uniforms a network's caller draws for its rows (DiffCSE's generator sampling).
 MASKS, RATES, PASS_RATES, UNIFORMS = range(4)
+#: Added to a controller's network stream for rows with explicit keys (:meth:`RowDropoutController.plan`'s
+#: ``row_keys``), so they never draw a sentence row's masks.
+KEYED_ROWS_STREAM = 64
 
 
 # ------------------------------------------------------------------------------------------------ S-SimCSE's rates
@@ -108,6 +111,9 @@ class _Plan:
     num_groups: int
     off: torch.Tensor | None
     pass_rates: torch.Tensor | None = None
+    #: Rows keyed by these ids (in their own key space) instead of by their sentences (a pass that is not over the
+    #: step's sentences: PromptBERT's template-only rows, keyed by the sentence length they stand for).
+    row_keys: torch.Tensor | None = None
 
 
 class RowDropoutController:
@@ -166,8 +172,10 @@ class RowDropoutController:
         groups = plan.groups.to(device)
         if self.row_seeded:
             draws = self._keyed()
-            keys = (draws.row_ids(groups.numel(), device) if self.sentence_wise
-                    else torch.arange(plan.num_groups, device=device))
+            if not self.sentence_wise:
+                keys = torch.arange(plan.num_groups, device=device)
+            else:
+                keys = draws.row_ids(groups.numel(), device) if plan.row_keys is None else plan.row_keys.to(device)
             uniform = draws.uniforms(4 * self.stream + kind, call, keys, 1).squeeze(1)
             rates = rates_from_uniform(self.distribution, self.low, self.high, uniform)
         else:
@@ -186,7 +194,7 @@ class RowDropoutController:
     # -------------------------------------------------------------------------------------------- planning
     @contextmanager
     def plan(self, groups: torch.Tensor, off: torch.Tensor | None = None,
-             num_groups: int | None = None) -> Iterator[None]:
+             num_groups: int | None = None, row_keys: torch.Tensor | None = None) -> Iterator[None]:
         """Within the block, the backbone's rows follow this plan.
 
         Args:
@@ -196,13 +204,17 @@ class RowDropoutController:
                 off.
             num_groups: how many distinct values ``groups`` holds (``max + 1``); give it, as training does, so that
                 the plan never reads the tensors' values on the host (a host-device sync).
+            row_keys: [rows] long; with row-seeded masks, key the rows by these ids (in their own stream,
+                :data:`KEYED_ROWS_STREAM`) instead of by the step's sentences: a pass that is not over sentences
+                (PromptBERT's template-only rows). Such a pass is not remembered for a recomputation in backward.
         """
-        self._plan = _Plan(groups, int(groups.max()) + 1 if num_groups is None else num_groups, off)
+        self._plan = _Plan(groups, int(groups.max()) + 1 if num_groups is None else num_groups, off,
+                           row_keys=row_keys)
         try:
             yield
         finally:
-            if self.row_seeded:  # keyed masks can be re-made after the block: for a recomputation in backward
-                self._last_plan = self._plan
+            if self.row_seeded and row_keys is None:  # keyed masks can be re-made after the block: for a
+                self._last_plan = self._plan          # recomputation in backward
             self._plan = None
 
     def _active_plan(self, rows: int, device: torch.device) -> _Plan | None:
@@ -250,7 +262,13 @@ class RowDropoutController:
         keep = (1.0 - rates).to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
         if self.row_seeded:
             draws = self._keyed()
-            mask = draws.keep_mask(4 * self.stream + MASKS, index, draws.row_ids(x.size(0), x.device), x.shape, rates)
+            keys = self._plan.row_keys if self._plan is not None else None
+            if keys is None:
+                mask = draws.keep_mask(4 * self.stream + MASKS, index, draws.row_ids(x.size(0), x.device), x.shape,
+                                       rates)
+            else:
+                mask = draws.keep_mask(4 * (self.stream + KEYED_ROWS_STREAM) + MASKS, index, keys.to(x.device),
+                                       x.shape, rates)
         else:
             mask = torch.rand_like(x) < keep
         return x * mask / keep
@@ -342,6 +360,7 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
     return len(targets)
 
 
-__all__ = ["KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION", "RowDropout", "RowDropoutController",
+__all__ = ["KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION", "RowDropout",
+           "RowDropoutController",
            "UNIFORMS", "controller_for", "install_row_dropout", "needs_row_dropout", "rates_from_uniform",
            "row_dropout_attention", "sample_dropout_rates"]

@@ -5,7 +5,9 @@ users got ~57 instead of ~76 that way).
 Plain folder: the backbone's weights. Where the architecture has a BERT-style pooler slot (Linear h->h + tanh),
 the trained MLP projector is written there, so ``pooler_output`` is "[CLS] + MLP" and
 ``last_hidden_state[:, 0]`` is "[CLS] before the MLP"; the card says which one the method uses at test time.
-Sentence-transformers folder: Transformer + Pooling (+ Dense/Tanh when the method keeps the MLP at test time).
+Sentence-transformers folder: Transformer + Pooling (+ Dense/Tanh when the method keeps the MLP at test time);
+none for a method whose embedding no sentence-transformers module computes without remote code (PromptBERT's [MASK]
+state inside a template: its ``config.json`` and card state the template instead, ``model.export_config()``).
 Everything auxiliary (momentum encoder, DiffCSE generator/discriminator, heads) is dropped.
 """
 from __future__ import annotations
@@ -40,6 +42,8 @@ def export_plain(model: ContrastiveModel, tokenizer: PreTrainedTokenizerBase, ou
                            f"missing={missing} unexpected={unexpected}")
     if has_linear_tanh_pooler(plain) and isinstance(model.projector, MLPProjector):
         plain.pooler.dense.load_state_dict(model.projector[0].state_dict())
+    for key, value in model.export_config().items():
+        setattr(plain.config, key, value)
     plain.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     return out_dir
@@ -53,6 +57,10 @@ def export_sentence_transformers(
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
 
+    if not model.sentence_transformers_export:
+        logger.warning("no sentence-transformers export: %s's embedding has no sentence-transformers equivalent "
+                       "without remote code (the hf/ card says how to encode)", model.config.method)
+        return None
     pooler = test_time_pooler(model.config)
     if pooler not in ST_POOLING:
         logger.warning("no sentence-transformers export: pooler %r has no sentence-transformers Pooling mode", pooler)
@@ -101,5 +109,6 @@ def export_model(
         if st_dir is not None:
             (st_dir / "README.md").write_text(model_card(model, kind="sentence-transformers", **card))
     model.train(was_training)
-    logger.info("exported %s (pooler %s) and %s", plain, test_time_pooler(model.config), st_dir)
+    pooling = model.export_config().get("sentence_embedding", {}).get("pooling") or test_time_pooler(model.config)
+    logger.info("exported %s (pooler %s) and %s", plain, pooling, st_dir)
     return {"hf": plain, "sentence-transformers": st_dir}

@@ -37,6 +37,8 @@ FIDELITY_PRESETS: dict[str, dict[str, Any]] = {
         "rtd_all_views": False,          # one edited sentence per sentence
         "rtd_include_padding": False,
         "rtd_condition_site": "inputs_embeds",
+        # PromptBERT (Jiang et al., 2022)
+        "eval_add_period": False,        # the sentence goes into the template as it is (Sec. 4)
     },
     "official_code": {
         # ESimCSE: github.com/caskcsg/ESimCSE
@@ -55,6 +57,10 @@ FIDELITY_PRESETS: dict[str, dict[str, Any]] = {
         "rtd_all_views": True,           # both dropout views edited
         "rtd_include_padding": True,     # the RTD loss over padding too
         "rtd_condition_site": "embeddings_output",  # h after the embeddings' LayerNorm/dropout
+        # PromptBERT: github.com/kongds/Prompt-BERT (evaluation.py, eval_only.sh, prompt_bert/models.py)
+        "eval_add_period": True,         # evaluation.py's batcher appends '.' to a sentence not ending in .?"'
+        "test_denoising": False,         # eval_only.sh unsup-bert passes no --mask_embedding_sentence_delta
+        "dev_denoising": True,           # sentemb_forward (the dev evaluation that picks the checkpoint) denoises
     },
 }
 

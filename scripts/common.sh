@@ -281,6 +281,22 @@ diffcse_recipe() {
           --temp 0.05 --batchnorm true --eval_steps 125)
 }
 
+# PromptBERT (Jiang et al., 2022), unsupervised, as the official run.sh runs it (unsup-bert / unsup-roberta): batch
+# 256, 1 epoch, lr 1e-5, max length 32, tau 0.05, MLP in training only, STS-B dev every 125 steps, template
+# denoising, two templates (BERT: 'of' / ':' and double quotes; RoBERTa: 'This' / 'The' and single quotes).
+declare -A PROMPTBERT_TEMPLATE=([bert-base-uncased]='*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*'
+                                [roberta-base]="*cls*_This_sentence_:_'_*sent_0*_'_means*mask*.*sep+*")
+declare -A PROMPTBERT_TEMPLATE2=([bert-base-uncased]='*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'
+                                 [roberta-base]="*cls*_The_sentence_:_'_*sent_0*_'_means*mask*.*sep+*")
+# promptbert_recipe ENCODER: unsupervised PromptBERT.
+promptbert_recipe() {
+  local encoder=$1
+  batch_args 256
+  RECIPE=(--method promptbert --model_name_or_path "$encoder" --learning_rate 1e-5 "${BATCH_ARGS[@]}"
+          --num_train_epochs 1 --max_seq_length 32 --temp 0.05 --eval_steps 125 --mlp_only_train true
+          --prompt_template "${PROMPTBERT_TEMPLATE[$encoder]}"
+          --prompt_template_positive "${PROMPTBERT_TEMPLATE2[$encoder]}" --template_denoising true)
+}
 # ------------------------------------------------------------------------------------------------ rows
 
 # row_selected ROW: whether --only/ONLY selects ROW.
@@ -306,6 +322,8 @@ train() {
 # RUN_DIR/export/hf; --training_run RUN_DIR records in OUT_JSON the row's --fidelity preset, its training command line
 # and the settings they resolved to (RUN_DIR/run_arguments.json; eval/provenance.py). EVAL is one of:
 #   sts            7 STS test sets, [CLS] without the MLP (unsupervised methods; the papers' main tables)
+#   sts_own        7 STS test sets with the export's own embedding, no --pooler (PromptBERT: the [MASK] state in
+#                  the template its config.json states)
 #   sts_sup        7 STS test sets, [CLS] with the MLP (supervised SimCSE keeps it at test time)
 #   sts_dev        STS-B dev (+ SICK-R dev) of the best checkpoint (the ablation tables)
 #   dev_transfer   STS-B dev + the 7 transfer tasks' dev accuracies (DiffCSE's ablation tables)
@@ -315,12 +333,15 @@ evaluate() {
   case "$kind" in
     sts) mode=test; task_set=sts ;;
     sts_sup) mode=test; task_set=sts; pooler=cls ;;
+    sts_own) mode=test; task_set=sts; pooler= ;;
     sts_dev) mode=dev; task_set=sts ;;
     dev_transfer) mode=dev; task_set=full ;;
     transfer) mode=test; task_set=transfer ;;
     *) echo "unknown evaluation kind: $kind" >&2; exit 2 ;;
   esac
-  run python -m eval --model_name_or_path "$model" --pooler "$pooler" --mode "$mode" --task_set "$task_set" \
+  local pooler_args=()
+  [ -z "$pooler" ] || pooler_args=(--pooler "$pooler")
+  run python -m eval --model_name_or_path "$model" "${pooler_args[@]}" --mode "$mode" --task_set "$task_set" \
     --output_json "$out" --training_run "$run_dir"
 }
 

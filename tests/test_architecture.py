@@ -83,7 +83,7 @@ def test_the_papers_flag_names_keep_working():
 # ----------------------------------------------------------------------------------------- one table, clean layers
 def test_the_registry_lists_every_method_class_once():
     classes = {spec.model_class for spec in METHODS.values()}
-    assert len(classes) == len(METHODS) == 6
+    assert len(classes) == len(METHODS) == 7
     assert all(issubclass(cls, ContrastiveModel) for cls in classes)
     assert {m for m, spec in METHODS.items() if spec.script == DIFFCSE} == {"diffcse"}
 

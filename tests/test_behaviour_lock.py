@@ -68,10 +68,15 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "s_simcse_cached": ("unsup", ["--method", "s_simcse", "--cache_chunk_size", "3"]),
     "diffcse_row_seeded": ("diffcse", ["--dropout_masks", "row_seeded"]),
     "diffcse_cached": ("diffcse", ["--cache_chunk_size", "3"]),
+    # Issue 23 (recorded when added): PromptBERT, its official-code preset, row-seeded masks and the cached step
+    "promptbert": ("unsup", ["--method", "promptbert"]),
+    "promptbert_official_code": ("unsup", ["--method", "promptbert", "--fidelity", "official_code"]),
+    "promptbert_row_seeded": ("unsup", ["--method", "promptbert", "--dropout_masks", "row_seeded"]),
+    "promptbert_cached": ("unsup", ["--method", "promptbert", "--cache_chunk_size", "3"]),
 }
 #: cached case -> the uncached case whose steps it must reproduce (to float rounding: the chunks sum in another order)
 CACHED_TWINS = {"simcse_cached": "simcse_row_seeded", "s_simcse_cached": "s_simcse_row_seeded",
-                "diffcse_cached": "diffcse_row_seeded"}
+                "diffcse_cached": "diffcse_row_seeded", "promptbert_cached": "promptbert_row_seeded"}
 
 
 @pytest.fixture(scope="module")

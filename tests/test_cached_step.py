@@ -55,6 +55,9 @@ CASES = {
     "diffcse_plus_simcse_pp": ("diffcse", {"off_dropout": True, "dcl_weight": 0.1, "lambda_weight": 0.05}),
     "diffcse_code_generator": ("diffcse", {"sample_generator": False, "generator_dropout": True,
                                            "generator_all_positions": True, "mask_style": "bert"}),
+    # PromptBERT: its template-only denoising pass runs once per step on the full set, with keyed rows of its own
+    "promptbert": ("promptbert", {}),
+    "promptbert_plus_simcse_pp": ("promptbert", {"off_dropout": True, "dcl_weight": 0.1}),
 }
 ROWS = [{"text": " ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(4 + i % 5))} for i in range(BATCH)]
 
@@ -90,7 +93,7 @@ def build(paths, case: str, encoder: str = "encoder", **extra):
 def make_batch(model, case: str, paths) -> dict:
     """The method's own collator on ROWS (DiffCSE: its rtd_* rows; ESimCSE: its repetition), or random ids."""
     method = CASES[case][0]
-    if method in ("diffcse", "esimcse"):
+    if method in ("diffcse", "esimcse", "promptbert"):
         collator = build_collator(model, BertTokenizerFast.from_pretrained(str(paths["encoder"])), 16)
         torch.manual_seed(5)
         return {k: v for k, v in collator(ROWS).items() if torch.is_tensor(v)}
@@ -125,7 +128,7 @@ def uncached_at_chunk_masks(model, batch, chunk: int, seed: int = 7):
     torch.manual_seed(seed)
     rows = [model.encode_views(b["input_ids"], b["attention_mask"], b.get("token_type_ids"))
             for b in (cached_step.slice_rows(batch, s, e, BATCH) for s, e in cached_step.chunk_bounds(BATCH, chunk))]
-    loss, metrics = model.compute_loss(model.project_views(torch.cat(rows), batch["input_ids"].size(1)), batch)
+    loss, metrics = model.compute_loss(model.project_views(torch.cat(rows), batch["attention_mask"]), batch)
     loss.backward()
     return loss.detach(), metrics, grads(model)
 
@@ -378,7 +381,7 @@ def test_trainer_steps_cached_equal_uncached_with_row_seeded_masks(paths, tmp_pa
 
 
 @pytest.mark.parametrize("masks", ["stream", "row_seeded"])
-@pytest.mark.parametrize("case", ["simcse", "esimcse_plus_simcse_pp", "s_simcse", "diffcse"])
+@pytest.mark.parametrize("case", ["simcse", "esimcse_plus_simcse_pp", "s_simcse", "diffcse", "promptbert"])
 def test_a_cached_step_has_no_host_sync(paths, case, masks):
     """Like tests/test_no_host_sync.py for the uncached step: chunking, the RNG replay, row-seeded masks (the step's
     seed is a host-side draw) and DiffCSE's chunked RTD never make a GPU wait for the host (two steps: the second
@@ -405,7 +408,7 @@ def test_refusals(paths):
 
 # ---------------------------------------------------------------------------------------------- DDP
 WORKER = Path(__file__).parent / "workers" / "cached_ddp_step.py"
-DDP_CASES = ["simcse", "sup_simcse", "esimcse", "simcse_pp", "diffcse"]
+DDP_CASES = ["simcse", "sup_simcse", "esimcse", "simcse_pp", "diffcse", "promptbert"]
 
 
 @pytest.mark.parametrize("encoder, masks", [("quiet", "stream"), ("encoder", "row_seeded")])
@@ -439,7 +442,18 @@ def test_two_processes_cached_equal_one_process_uncached(paths, tmp_path, encode
             # 2 processes cached = 1 process uncached with the global batch
             torch.testing.assert_close(got["loss"], want[0], rtol=1e-6, atol=1e-12, msg=case)
             for name, value in want[2].items():
-                torch.testing.assert_close(got["grads"][name], value, rtol=1e-6, atol=1e-10, msg=f"{case} {name}")
+                torch.testing.assert_close(got["grads"][name], value, rtol=1e-6, atol=shared_rows_atol(case, want[2]),
+                                           msg=f"{case} {name}")
+
+
+def shared_rows_atol(case: str, gradients: dict[str, torch.Tensor]) -> float:
+    """PromptBERT's template rows serve every sentence of a process, so their gradient is a sum over the process's
+    sentences, which 2 processes split in two; the row-dropout attention takes its softmax in float32, so the split
+    shows at float32's rounding (~1e-7) of the gradients' scale (the largest element of any), not float64's (a
+    parameter whose true gradient is 0, a key bias, shows it most). Other methods: float64's."""
+    if CASES[case][0] != "promptbert":
+        return 1e-10
+    return 1e-6 * max(float(g.abs().max()) for g in gradients.values())
 
 
 # ---------------------------------------------------------------------------------------------- the benchmark

