@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Train an unsupervised (or supervised) contrastive sentence encoder: SimCSE, ESimCSE, SimCSE++, S-SimCSE.
+"""Train an unsupervised (or supervised) contrastive sentence encoder: SimCSE, ESimCSE, SimCSE++, S-SimCSE,
+PromptBERT.
 
     accelerate launch run_unsup.py --method simcse                      # SimCSE paper recipe (BERT-base)
     accelerate launch run_unsup.py --method esimcse --dup_rate 0.32

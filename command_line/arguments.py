@@ -211,9 +211,9 @@ class CLTrainingArguments(TrainingArguments):
                                         "BF16; trainers/precision.py), else fp32. --bf16 false trains in fp32."})
     tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls; default: on with an Ampere+ GPU."})
     eval_dtype: str = field(default="fp32", metadata={
-        "help": "Precision of every evaluation of the run (STS-B dev during training, the final scores): fp32 "
-                "(default: autocast and TF32 off, as the papers evaluated, whatever bf16/tf32 training uses) or bf16 "
-                "autocast. Recorded in all_results.json and the model card.", "choices": ["fp32", "bf16"]})
+        "help": "Every evaluation's precision (STS-B dev, final scores; recorded): fp32 (autocast, TF32 off: as "
+                "the papers evaluated) or bf16 autocast.",
+        "choices": ["fp32", "bf16"]})
     check_senteval_sizes: bool | None = field(default=None, metadata={
         "help": "Require SentEval's line counts in every STS file evaluation reads (false: your own STS-format "
                 "files). Default: true unless SENTEVAL_CHECK_SIZES=0."})
@@ -225,9 +225,8 @@ class CLTrainingArguments(TrainingArguments):
         default=None, metadata={"help": "Where the plain HF + sentence-transformers exports go (default: "
                                         "<output_dir>/export)."})
     cache_chunk_size: int | None = field(default=None, metadata={
-        "help": "Cached step (GradCache, docs/cached_training.md): the backbone encodes at most N sentences at a "
-                "time and the loss still sees the whole batch. Turns on --dropout_masks row_seeded unless given, so "
-                "the loss and gradients are the uncached step's with those masks, for any N. Off by default."})
+        "help": "Cached step (GradCache, docs/cached_training.md): encode N sentences at a time, the loss over the "
+                "whole batch; implies --dropout_masks row_seeded (then equal to the uncached step, any N)."})
 
     def __post_init__(self) -> None:
         check_flag_ranges(self)
