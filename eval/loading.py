@@ -144,27 +144,39 @@ def _transformer_embed_fn(model: torch.nn.Module, pooler: str, name: str) -> Emb
     return embed
 
 
+def _prompt_sentences(embedding: dict[str, Any], name: str, kind: str,
+                      detail: str = "") -> Callable[[str], str] | None:
+    """A PromptBERT ``sentence_embedding`` entry (``ContrastiveModel.export_config``; a checkpoint's or a plain
+    export's ``config.json``): log how its embedding is made, and return the official evaluation's '.' rule when
+    the entry asks for it (``None``: sentences as given)."""
+    from data.prompt_templates import add_period
+
+    period = bool(embedding.get("eval_add_period"))
+    logger.info("%s: PromptBERT %s: the sentence inside the template %s%s, the [MASK] state, %s, %s", name, kind,
+                embedding.get("template"), detail,
+                "template denoising" if embedding.get("test_denoising") else "no template denoising",
+                "'.' appended as the official evaluation does" if period else "sentences as given")
+    return add_period if period else None
+
+
 def _prompt_backend(model: torch.nn.Module, embedding: dict[str, Any], name: str) -> tuple[EmbedFn, Any]:
     """A plain export of PromptBERT (its ``config.json`` ``sentence_embedding`` entry, ``models/export.py``): the
     sentence inside the stored template, the [MASK] state (``models.promptbert.prompt_embedding``), and the
     official evaluation's '.' when the entry asks for it."""
-    from data.prompt_templates import add_period
     from models.promptbert import TemplateIds, prompt_embedding
 
     ids = embedding["prompt_token_ids"]
     template = TemplateIds.from_config(ids["templates"][0], int(ids["mask_token_id"]))
-    denoise, period = bool(embedding.get("test_denoising")), bool(embedding.get("eval_add_period"))
-    logger.info("%s: PromptBERT export: the sentence inside the template %s from its config.json (token ids %s + "
-                "sentence + %s), the [MASK] state, %s, %s", name, embedding.get("template"), list(template.prefix),
-                list(template.suffix), "template denoising" if denoise else "no template denoising",
-                "'.' appended as the official evaluation does" if period else "sentences as given")
+    preprocess = _prompt_sentences(embedding, name, "export", f" from its config.json (token ids "
+                                   f"{list(template.prefix)} + sentence + {list(template.suffix)})")
+    denoise = bool(embedding.get("test_denoising"))
 
     def embed(**features: torch.Tensor) -> torch.Tensor:
         return prompt_embedding(model, template, features["input_ids"], features["attention_mask"],
                                 mask_token_id=int(ids["mask_token_id"]), pad_token_id=int(ids["pad_token_id"]),
                                 denoise=denoise)
 
-    return embed, add_period if period else None
+    return embed, preprocess
 
 
 def _huggingface_backend(
@@ -227,16 +239,8 @@ def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: to
     model = load_contrastive_model(model_name_or_path)  # the method's own class, from config.method
     logger.info("%s: cse_contrastive checkpoint, pooler %s", model_name_or_path,
                 pooler or "the method's own test-time embedding")
-    preprocess = None
     embedding = model.export_config().get("sentence_embedding")
-    if embedding is not None:
-        from data.prompt_templates import add_period
-
-        preprocess = add_period if embedding.get("eval_add_period") else None
-        logger.info("%s: PromptBERT checkpoint: the sentence inside its template %s, the [MASK] state, %s, %s",
-                    model_name_or_path, embedding["template"],
-                    "template denoising" if embedding.get("test_denoising") else "no template denoising",
-                    "'.' appended as the official evaluation does" if preprocess else "sentences as given")
+    preprocess = None if embedding is None else _prompt_sentences(embedding, model_name_or_path, "checkpoint")
 
     def embed(**features: torch.Tensor) -> torch.Tensor:
         return model.embed(**features, pooler_type=pooler)

@@ -261,7 +261,10 @@ def test_export_and_eval_round_trip_use_the_template(quiet, tmp_path, caplog):
     # the trained checkpoint itself evaluates the same way
     model.save_pretrained(tmp_path / "checkpoint")
     tokenizer.save_pretrained(tmp_path / "checkpoint")
-    again = load_encoder(tmp_path / "checkpoint", device="cpu").encode(sentences)
+    with caplog.at_level(logging.INFO, logger="eval.loading"):
+        again = load_encoder(tmp_path / "checkpoint", device="cpu").encode(sentences)
+    [checkpoint_line] = [r.getMessage() for r in caplog.records if "PromptBERT checkpoint" in r.getMessage()]
+    assert TEMPLATE in checkpoint_line and "'.' appended as the official evaluation does" in checkpoint_line
     torch.testing.assert_close(torch.from_numpy(again), torch.from_numpy(got), rtol=1e-4, atol=1e-5)
 
 
