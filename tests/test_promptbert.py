@@ -199,12 +199,22 @@ def official_cl_forward_loss(model, batch) -> torch.Tensor:
     return F.cross_entropy(cos_sim, torch.arange(cos_sim.size(0)))
 
 
-def test_the_training_loss_equals_the_official_code(quiet):
-    model, batch = model_and_batch(quiet)
+@pytest.fixture(scope="module")
+def quiet_roberta(tmp_path_factory):
+    """A tiny RoBERTa with dropout 0: its sentence pass numbers positions from padding_idx + 1 by itself, while the
+    template pass gets explicit ones from 0 (the code's get_delta does the same for RobertaForCL)."""
+    return save_tiny_backbone(tmp_path_factory.mktemp("pb") / "quiet_roberta", arch="roberta", seed=0, dropout=0.0)
+
+
+@pytest.mark.parametrize("backbone", ["quiet", "quiet_roberta"])
+def test_the_training_loss_equals_the_official_code(backbone, request):
+    path = request.getfixturevalue(backbone)
+    model, batch = model_and_batch(path)
+    assert model.encoder.config.model_type == {"quiet": "bert", "quiet_roberta": "roberta"}[backbone]
     want = official_cl_forward_loss(model, batch)
     got = model(**batch).loss
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-    model_off, _ = model_and_batch(quiet, template_denoising=False)
+    model_off, _ = model_and_batch(path, template_denoising=False)
     assert abs(model_off(**batch).loss.item() - want.item()) > 1e-6  # the comparison sees the denoising
 
 
