@@ -206,11 +206,11 @@ def quiet_roberta(tmp_path_factory):
     return save_tiny_backbone(tmp_path_factory.mktemp("pb") / "quiet_roberta", arch="roberta", seed=0, dropout=0.0)
 
 
-@pytest.mark.parametrize("backbone", ["quiet", "quiet_roberta"])
-def test_the_training_loss_equals_the_official_code(backbone, request):
+@pytest.mark.parametrize("backbone, model_type", [("quiet", "bert"), ("quiet_roberta", "roberta")])
+def test_the_training_loss_equals_the_official_code(backbone, model_type, request):
     path = request.getfixturevalue(backbone)
     model, batch = model_and_batch(path)
-    assert model.encoder.config.model_type == {"quiet": "bert", "quiet_roberta": "roberta"}[backbone]
+    assert model.encoder.config.model_type == model_type
     want = official_cl_forward_loss(model, batch)
     got = model(**batch).loss
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
