@@ -57,6 +57,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from eval.fp32_precision import enable_tf32
+
 REFERENCE = "st_mnrl"
 """The sentence-transformers MultipleNegativesRankingLoss recipe's runner name."""
 
@@ -238,8 +240,7 @@ def configure_device(settings: BenchSettings) -> torch.device:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise SystemExit("--device cuda but no CUDA device is visible")
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        enable_tf32()  # as the Trainer does (torch's per-backend API): never the legacy allow_tf32 flags
     return device
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from data.padding import pad_rows
+from eval.fp32_precision import full_fp32
 
 EmbedFn = Callable[..., torch.Tensor]
 """``embed_fn(input_ids=..., attention_mask=..., [token_type_ids=...]) -> Tensor[B, d]``."""
@@ -48,8 +49,9 @@ def evaluation_precision(eval_dtype: str, device: torch.device) -> Iterator[None
     """The numeric precision of an evaluation, whatever the training around it set.
 
     - ``"fp32"`` (default): the papers' setting. Autocast is disabled (also inside a bf16 training run's context)
-      and TF32 is off for the duration (``torch.set_float32_matmul_precision("highest")``, cuDNN TF32 off); the
-      previous settings are restored afterwards.
+      and every backend's fp32 math is IEEE for the duration (no TF32: :func:`eval.fp32_precision.full_fp32`, which
+      works whether the Trainer's ``--tf32`` set torch's per-backend or its legacy API); the previous settings are
+      restored exactly afterwards.
     - ``"bf16"``: bfloat16 autocast on ``device`` (faster on a GPU; scores may differ in the second decimal).
     """
     check_eval_dtype(eval_dtype)
@@ -57,15 +59,8 @@ def evaluation_precision(eval_dtype: str, device: torch.device) -> Iterator[None
         with torch.autocast(device.type, dtype=torch.bfloat16):
             yield
         return
-    matmul_precision, cudnn_tf32 = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        with torch.autocast(device.type, enabled=False):
-            yield
-    finally:
-        torch.set_float32_matmul_precision(matmul_precision)
-        torch.backends.cudnn.allow_tf32 = cudnn_tf32
+    with full_fp32(), torch.autocast(device.type, enabled=False):
+        yield
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
