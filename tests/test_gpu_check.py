@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,11 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     done = run_script("--dry_run", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    for number, name in enumerate(["cuda_tests", "throughput_b64", "throughput_b512", "cached_memory",
+    for number, name in enumerate(["end_to_end", "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory",
                                    "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
+    # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
+    assert "accelerate launch run_unsup.py --method esimcse --dup_rate 0.32 " in done.stdout
     assert "-m pytest -q -m cuda tests/test_cuda.py" in done.stdout
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
@@ -39,6 +42,13 @@ def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "no CUDA device" in done.stderr and "--dry_run" in done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_quick_keeps_what_users_run_the_cuda_tests_and_the_step_at_batch_64(tmp_path):
+    done = run_script("--dry_run", "--quick", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert re.findall(r"^  \d+\. (\w+): ", done.stdout, flags=re.MULTILINE) == [
+        "end_to_end", "cuda_tests", "throughput_b64"]
 
 
 def test_the_steps_write_where_the_report_reads(tmp_path):
@@ -67,7 +77,7 @@ def test_the_committed_gpu_report_renders():
         assert text.startswith(f"# GPU check: {report['environment']['device']}")
         assert f"{report['tests']['passed']} passed" in text
         sections = {"throughput_b64": "| simcse | 64 |", "cached_memory": "| 64 | uncached |",
-                    "keyed_masks": "| bert-base | 64 | bf16 | stream |"}
+                    "keyed_masks": "| bert-base | 64 | bf16 | stream |", "end_to_end": "## What users run"}
         assert any(key in report for key in sections)
         for key, row in sections.items():
             assert (row in text) == (key in report), (path.name, key)
