@@ -54,7 +54,7 @@ UNSUP_METHODS: dict[str, tuple[str, ...]] = {
     "esimcse": ("--dup_rate", "0.32"),  # the README's and the design's own example, verbatim
     "simcse_pp": (),
     "s_simcse": (),
-    "promptbert": ("--per_device_train_batch_size", "64"),  # its own default is the paper's 256
+    "promptbert": (),  # its own defaults: the paper's lr 1e-5 and batch 256
 }
 SUP_CHUNK = 32  # sup_simcse's --cache_chunk_size (its batch: 128 triplets, 4 chunks)
 
