@@ -12,7 +12,13 @@ Philox; Salmon et al., SC 2011): the key of an element of a dropout input is
 
 so the row of sentence ``i`` gets the same mask whether it is encoded alone, in a chunk, in the full batch, on
 another process (its global index includes the process's offset), on another device (integer arithmetic, exact on
-CPU and GPU), or again when gradient checkpointing recomputes a layer during backward. ``--dropout_masks
+CPU and GPU), or again when gradient checkpointing recomputes a layer during backward. "The element's index" is its
+coordinates inside the row, never an offset computed from the tensor's shape: a dropout input ``[rows, d1, ...,
+dk, n]`` keys each line ``(row, c1, ..., ck)`` by chaining the row's key through the coordinates
+(:func:`line_keys`) and element ``j`` of the line by ``line key + j``. So an attention-probability element (head,
+query position, key position) or a hidden-state element (position, feature) draws the same number whatever width
+the batch is padded to: a process padding its 4 sentences to 9 tokens and one padding the same sentences (among 8)
+to 12 give their real positions the same masks. ``--dropout_masks
 row_seeded`` (``models.config``) switches the backbone's dropout to these masks;
 :class:`models.dropout.RowDropoutController` applies them.
 
@@ -91,9 +97,7 @@ def call_seed(step_seed: int, stream: int, call: int) -> int:
 def keyed_bits(seed: int, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
     """32-bit random integers [rows, row_numel] (int64): element ``j`` of the row with global index ``row_ids[r]``
     under the draw ``seed``. A row's numbers depend on its id alone, never on the other rows of the tensor."""
-    row_keys = mix32((row_ids.long() * _GOLDEN + seed) & MASK32)
-    elements = torch.arange(row_numel, device=row_ids.device, dtype=torch.long)
-    return mix32((row_keys.unsqueeze(1) + elements) & MASK32)
+    return keyed_element_bits(seed, row_ids, torch.Size([len(row_ids), row_numel]))
 
 
 def keyed_uniforms(seed: int, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
@@ -114,34 +118,62 @@ def inverse_cdf_sample(probabilities: torch.Tensor, uniforms: torch.Tensor) -> t
     return picked.clamp_(max=probabilities.size(-1) - 1)  # u above a cdf that rounds to just below 1
 
 
+def _line_numel(shape: torch.Size) -> int:
+    """Elements per line of a dropout input of ``shape``: its last dimension (1 for a 1-D input, one per row)."""
+    return shape[-1] if len(shape) > 1 else 1
+
+
+def line_keys(seed: int, row_ids: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The keys [rows, lines] (int64) of the lines of a dropout input of ``shape`` whose dimension 0 are the rows
+    ``row_ids``: a line is an index ``(c1, ..., ck)`` into the dimensions between the first and the last, flattened
+    row-major (one line per row for a 2-D input). The row's key is ``mix32(row_id * golden + seed)``; each coordinate
+    chains it once more, ``key' = mix32(key + c * golden)``, so a line's key depends on its coordinates alone, never
+    on the sizes of the dimensions (how wide the batch is padded)."""
+    keys = mix32((row_ids.long() * _GOLDEN + seed) & MASK32)
+    for size in shape[1:-1]:
+        coordinates = torch.arange(size, device=row_ids.device, dtype=torch.long) * _GOLDEN
+        keys = mix32((keys.unsqueeze(-1) + coordinates) & MASK32)
+    return keys.reshape(len(row_ids), -1)
+
+
+def keyed_element_bits(seed: int, row_ids: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The 32-bit numbers (int64, ``shape``) of a dropout input's elements, the int64 reference of the masks:
+    element ``j`` of a line is ``mix32(line key + j)`` (:func:`line_keys`). For a 2-D input, :func:`keyed_bits`."""
+    keys = line_keys(seed, row_ids, shape)
+    elements = torch.arange(_line_numel(shape), device=row_ids.device, dtype=torch.long)
+    return mix32((keys.unsqueeze(-1) + elements) & MASK32).view(shape)
+
+
 def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: torch.Tensor) -> torch.Tensor:
     """Dropout keep-mask (bool, ``shape``) for an input whose dimension 0 are the rows ``row_ids``: an element is kept
-    when its 32-bit number (:func:`keyed_bits`) is at least ``rate * 2**32`` of its row, i.e. with probability
-    ``1 - rate`` (to within 2**-32). A row at rate 1 (threshold 2**32) keeps nothing.
+    when its 32-bit number (:func:`keyed_element_bits`) is at least ``rate * 2**32`` of its row, i.e. with
+    probability ``1 - rate`` (to within 2**-32). A row at rate 1 (threshold 2**32) keeps nothing.
 
     One fused kernel computes it where ``torch.compile`` can build one (:func:`fused_keep_mask`); elsewhere the int32
-    route runs op by op (:func:`_int32_keep_mask`). Same bits either way."""
-    row_numel = math.prod(shape[1:])
-    row_keys = mix32((row_ids.long() * _GOLDEN + seed) & MASK32)
+    route runs op by op (:func:`_int32_keep_mask`). Same bits either way; the line keys (:func:`line_keys`, one per
+    ``shape[-1]`` elements) come first, in int64."""
+    keys = line_keys(seed, row_ids, shape)
     thresholds = (rates.double() * TWO_32).ceil().long()
     fused = fused_keep_mask(row_ids.device.type)
-    if fused is not None and row_numel > 0 and len(row_ids) > 0:
-        return fused(row_keys, thresholds, row_numel).view(shape)
-    return _int32_keep_mask(row_keys, thresholds, row_numel).view(shape)
+    line_numel = _line_numel(shape)
+    if fused is not None and keys.numel() > 0 and line_numel > 0:
+        return fused(keys, thresholds, line_numel).view(shape)
+    return _int32_keep_mask(keys, thresholds, line_numel).view(shape)
 
 
-def _keep_rule(row_keys: torch.Tensor, thresholds: torch.Tensor, row_numel: int) -> torch.Tensor:
-    """The keep rule written out in int64 (compiled as is on CUDA): element ``j`` of row ``r`` is kept iff
-    ``mix32(row_keys[r] + j) >= thresholds[r]``."""
-    elements = torch.arange(row_numel, device=row_keys.device, dtype=torch.long)
-    return mix32((row_keys.unsqueeze(1) + elements) & MASK32) >= thresholds.unsqueeze(1)
+def _keep_rule(line_keys: torch.Tensor, thresholds: torch.Tensor, line_numel: int) -> torch.Tensor:
+    """The keep rule written out in int64 (compiled as is on CUDA): element ``j`` of line ``l`` of row ``r``
+    (``line_keys`` [rows, lines], ``thresholds`` [rows]) is kept iff ``mix32(line_keys[r, l] + j) >=
+    thresholds[r]``; -> bool [rows, lines, line_numel]."""
+    elements = torch.arange(line_numel, device=line_keys.device, dtype=torch.long)
+    return mix32((line_keys.unsqueeze(-1) + elements) & MASK32) >= thresholds.view(-1, 1, 1)
 
 
-def _int32_operands(row_keys: torch.Tensor, thresholds: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """[rows, 1] int32 keys, signed thresholds (``threshold - 2**31``, clamped into int32) and whether the row keeps
-    anything at all (threshold below 2**32)."""
+def _int32_operands(line_keys: torch.Tensor, thresholds: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """[rows, lines, 1] int32 keys, and [rows, 1, 1] signed thresholds (``threshold - 2**31``, clamped into int32)
+    and whether the row keeps anything at all (threshold below 2**32)."""
     signed = (thresholds.clamp(max=(1 << 32) - 1) + _SIGN32).int()
-    return _to_int32(row_keys).unsqueeze(1), signed.unsqueeze(1), (thresholds < 1 << 32).unsqueeze(1)
+    return _to_int32(line_keys).unsqueeze(-1), signed.view(-1, 1, 1), (thresholds < 1 << 32).view(-1, 1, 1)
 
 
 def _int32_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
@@ -153,26 +185,27 @@ def _int32_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any
     return (bits >= signed_thresholds) & keeps_any
 
 
-def _int32_keep_mask(row_keys: torch.Tensor, thresholds: torch.Tensor, row_numel: int) -> torch.Tensor:
+def _int32_keep_mask(line_keys: torch.Tensor, thresholds: torch.Tensor, line_numel: int) -> torch.Tensor:
     """:func:`_int32_rule` op by op; on CPU in blocks of :data:`CPU_BLOCK_ELEMENTS` (the passes stay in cache)."""
-    keys32, signed_thresholds, keeps_any = _int32_operands(row_keys, thresholds)
-    elements = torch.arange(row_numel, device=row_keys.device, dtype=torch.int32)
-    on_cpu = row_keys.device.type == "cpu"
-    block_rows = max(1, CPU_BLOCK_ELEMENTS // max(row_numel, 1)) if on_cpu else max(len(row_keys), 1)
-    keep = torch.empty(len(row_keys), row_numel, dtype=torch.bool, device=row_keys.device)
-    for start in range(0, len(row_keys), block_rows):
-        rows = slice(start, start + block_rows)
-        keep[rows] = _int32_rule(keys32[rows], signed_thresholds[rows], keeps_any[rows], elements)
+    keys32, signed_thresholds, keeps_any = _int32_operands(line_keys, thresholds)
+    elements = torch.arange(line_numel, device=line_keys.device, dtype=torch.int32)
+    rows, row_numel = line_keys.size(0), line_keys.size(1) * line_numel
+    on_cpu = line_keys.device.type == "cpu"
+    block_rows = max(1, CPU_BLOCK_ELEMENTS // max(row_numel, 1)) if on_cpu else max(rows, 1)
+    keep = torch.empty(rows, line_keys.size(1), line_numel, dtype=torch.bool, device=line_keys.device)
+    for start in range(0, rows, block_rows):
+        block = slice(start, start + block_rows)
+        keep[block] = _int32_rule(keys32[block], signed_thresholds[block], keeps_any[block], elements)
     return keep
 
 
 def _fused_cpu_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
-                    row_numel: int) -> torch.Tensor:
+                    line_numel: int) -> torch.Tensor:
     """:func:`_int32_rule` over all rows, the body of the compiled CPU loop (its operands from
     :func:`_int32_operands`, computed outside it: compiled together with those int64 -> int32 conversions, inductor's
     AVX2 code gave wrong masks on torch 2.13). The keep-mask leaves the kernel as int8 0/1 (a vectorised store;
     inductor's bool store is several times slower) and is viewed as bool."""
-    elements = torch.arange(row_numel, device=keys32.device, dtype=torch.int32)
+    elements = torch.arange(line_numel, device=keys32.device, dtype=torch.int32)
     return torch.where(_int32_rule(keys32, signed_thresholds, keeps_any, elements), 1, 0).to(torch.int8)
 
 
@@ -184,8 +217,8 @@ FUSE_MASKS = True
 def fused_keep_mask(device_type: str):
     """The keep rule compiled by ``torch.compile`` for ``device_type`` (dynamic shapes, built once per process):
     on CUDA :func:`_keep_rule` as one Triton kernel (nothing read, a byte written per element); on CPU
-    :func:`_fused_cpu_rule` as one vectorised C++ loop. Returns a function ``(row_keys, thresholds, row_numel) ->
-    bool mask [rows, row_numel]``, or ``None`` where it cannot be built or fails its check against the rule
+    :func:`_fused_cpu_rule` as one vectorised C++ loop. Returns a function ``(line_keys, thresholds, line_numel)
+    -> bool mask [rows, lines, line_numel]``, or ``None`` where it cannot be built or fails its check against the rule
     (:func:`_mismatch`): then a warning says why, once, and :func:`_int32_keep_mask` runs, with the same bits."""
     if not FUSE_MASKS or device_type not in ("cpu", "cuda"):
         return None
@@ -214,12 +247,13 @@ def _build_fused(device_type: str):
 
 
 def _mismatch(kernel, device_type: str) -> str | None:
-    """Where a compiled kernel's masks differ from :func:`_keep_rule` on a probe: 24 rows with keys spread over the
-    32-bit range and thresholds at 0, 1, around 2**31, 2**32 - 1 and 2**32 (rate 1), rows of 1003 elements (no
-    multiple of a vector width, so both the vectorised body and the tail run). Generated code that is wrong for
-    this machine's instruction set is caught here (seen once: inductor's AVX2 code for the rule compiled together
-    with its operands' int64 -> int32 conversions, ``ATEN_CPU_CAPABILITY=avx2`` on torch 2.13)."""
-    keys = torch.randint(0, 2**32, (24,), generator=torch.Generator().manual_seed(0))
+    """Where a compiled kernel's masks differ from :func:`_keep_rule` on a probe: 24 rows of 3 lines with keys spread
+    over the 32-bit range and thresholds at 0, 1, around 2**31, 2**32 - 1 and 2**32 (rate 1), lines of 1003 elements
+    (no multiple of a vector width, so both the vectorised body and the tail run; several lines per row, so a
+    row's threshold must reach each of its lines). Generated code that is wrong for this machine's instruction set
+    is caught here (seen once: inductor's AVX2 code for the rule compiled together with its operands' int64 ->
+    int32 conversions, ``ATEN_CPU_CAPABILITY=avx2`` on torch 2.13)."""
+    keys = torch.randint(0, 2**32, (24, 3), generator=torch.Generator().manual_seed(0))
     thresholds = torch.tensor([0, 1, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 1, 2**32, 429496730] * 3)
     want = _keep_rule(keys, thresholds, 1003)
     got = kernel(keys.to(device_type), thresholds.to(device_type), 1003).cpu()
@@ -228,5 +262,5 @@ def _mismatch(kernel, device_type: str) -> str | None:
     return f"its masks differ from the rule on {int((got != want).sum())} of {want.numel()} probe elements"
 
 
-__all__ = ["FUSE_MASKS", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits", "keyed_keep_mask",
-           "keyed_uniform", "keyed_uniforms", "mix32", "mix32_int", "mix32_int32_"]
+__all__ = ["FUSE_MASKS", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits", "keyed_element_bits",
+           "keyed_keep_mask", "keyed_uniform", "keyed_uniforms", "line_keys", "mix32", "mix32_int", "mix32_int32_"]

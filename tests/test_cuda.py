@@ -65,11 +65,11 @@ def test_the_fused_kernel_compiled_and_the_int32_route_agrees_on_cuda():
     from models import row_seeded
 
     assert row_seeded.fused_keep_mask("cuda") is not None, "torch.compile could not build the fused mask kernel"
-    row_keys = row_seeded.mix32(torch.arange(50) * 7919 + 3)
+    line_keys = row_seeded.mix32(torch.arange(150) * 7919 + 3).view(50, 3)  # 50 rows of 3 lines
     thresholds = torch.tensor([0, 2**32, 2**31, 429496730] * 12 + [1, 2**32 - 1])
-    want = row_seeded._keep_rule(row_keys, thresholds, 777)
-    got_fused = row_seeded.fused_keep_mask("cuda")(row_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
-    got_int32 = row_seeded._int32_keep_mask(row_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
+    want = row_seeded._keep_rule(line_keys, thresholds, 777)
+    got_fused = row_seeded.fused_keep_mask("cuda")(line_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
+    got_int32 = row_seeded._int32_keep_mask(line_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
     assert torch.equal(got_fused, want) and torch.equal(got_int32, want)
 
 

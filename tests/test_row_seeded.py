@@ -15,8 +15,8 @@ import torch
 
 import models.row_seeded as row_seeded
 from models.dropout import RowDropout, RowDropoutController, rates_from_uniform
-from models.row_seeded import (CPU_BLOCK_ELEMENTS, call_seed, inverse_cdf_sample, keyed_bits, keyed_keep_mask,
-                                keyed_uniform, mix32, mix32_int, mix32_int32_)
+from models.row_seeded import (CPU_BLOCK_ELEMENTS, call_seed, inverse_cdf_sample, keyed_bits, keyed_element_bits,
+                                keyed_keep_mask, keyed_uniform, mix32, mix32_int, mix32_int32_)
 from tests.tiny import save_tiny_backbone, token_batch
 from trainers.keyed_dropout import StepDraws, keyed_controllers, keyed_step, pass_sentences, step_draws
 from trainers.methods import build_model, resolve_settings
@@ -79,18 +79,18 @@ def test_a_kernel_that_differs_from_the_rule_is_refused():
 
     def one_flipped(keys, thresholds, numel):
         mask = row_seeded._keep_rule(keys, thresholds, numel)
-        mask[3, 500] = ~mask[3, 500]
+        mask[3, 1, 500] = ~mask[3, 1, 500]
         return mask
 
     assert row_seeded._mismatch(rule, "cpu") is None
-    assert row_seeded._mismatch(one_flipped, "cpu") == "its masks differ from the rule on 1 of 24072 probe elements"
+    assert row_seeded._mismatch(one_flipped, "cpu") == "its masks differ from the rule on 1 of 72216 probe elements"
 
 
 @pytest.mark.parametrize("seed", [0, 99, 0xFFFFFFFF])
 @pytest.mark.parametrize("shape", [(5, 7), (16, 3, 4, 4), (3, CPU_BLOCK_ELEMENTS + 5), (40, 12, 32, 32), (1, 9)])
 def test_keep_masks_are_the_reference_bits_against_the_threshold(seed, shape, mask_route):
-    """keyed_keep_mask (int32, in place, in cache-sized blocks) = the written-out rule on the int64 reference bits:
-    kept iff bits >= ceil(rate * 2**32). Rates include 0 (keep all), 1 (keep none; a threshold outside int32), 0.5
+    """keyed_keep_mask (int32, in place, in cache-sized blocks) = the written-out rule on the int64 reference bits
+    (keyed_element_bits): kept iff bits >= ceil(rate * 2**32). Rates include 0 (keep all), 1 (keep none; a threshold outside int32), 0.5
     (a threshold at 2**31, where signed and unsigned order part) and values just around it."""
     shape = torch.Size(shape)
     rows = shape[0]
@@ -98,8 +98,8 @@ def test_keep_masks_are_the_reference_bits_against_the_threshold(seed, shape, ma
     specials = torch.tensor([0.0, 1.0, 0.5, 0.5 - 2**-33, 0.5 + 2**-33, 2**-32, 1 - 2**-32], dtype=torch.float64)
     rates[:min(rows, len(specials))] = specials[:rows]
     row_ids = torch.arange(rows) * 37 + 11
-    bits = keyed_bits(seed, row_ids, shape[1:].numel())
-    thresholds = (rates * 2.0**32).ceil().long().unsqueeze(1)
+    bits = keyed_element_bits(seed, row_ids, shape)
+    thresholds = (rates * 2.0**32).ceil().long().view(-1, *[1] * (len(shape) - 1))
     assert torch.equal(keyed_keep_mask(seed, row_ids, shape, rates), (bits >= thresholds).view(shape))
 
 
@@ -129,6 +129,34 @@ def test_keyed_bits_follow_their_written_out_key():
     for r, row in enumerate(row_ids.tolist()):
         row_key = lowbias32((row * 0x9E3779B9 + seed) & 0xFFFFFFFF)
         assert bits[r].tolist() == [lowbias32((row_key + j) & 0xFFFFFFFF) for j in range(numel)]
+
+
+def test_element_bits_follow_their_written_out_coordinates():
+    """An element's number is keyed by its coordinates: the row's key chained through each coordinate but the last
+    (line keys), then the last coordinate added, as written out here on Python ints."""
+    seed, row_ids, shape = 777, torch.tensor([3, 40]), torch.Size([2, 2, 3, 4])
+    bits = keyed_element_bits(seed, row_ids, shape)
+    for r, row in enumerate(row_ids.tolist()):
+        row_key = lowbias32((row * 0x9E3779B9 + seed) & 0xFFFFFFFF)
+        for head in range(2):
+            head_key = lowbias32((row_key + head * 0x9E3779B9) & 0xFFFFFFFF)
+            for query in range(3):
+                line_key = lowbias32((head_key + query * 0x9E3779B9) & 0xFFFFFFFF)
+                assert bits[r, head, query].tolist() == [lowbias32((line_key + j) & 0xFFFFFFFF) for j in range(4)]
+    assert torch.equal(keyed_element_bits(seed, row_ids, torch.Size([2, 5])), keyed_bits(seed, row_ids, 5))
+
+
+def test_a_mask_does_not_depend_on_the_padded_width(mask_route):
+    """Attention probabilities [rows, heads, L, L] of the same sentences padded to 12 and to 9 positions: the real
+    positions get the same masks (a process pads its own batch to its own longest sentence; issue 33: keyed by the
+    flat index inside the row, they differed). Hidden states [rows, L, hidden] too (their flat index l * hidden + f
+    never depended on L; kept as a guard)."""
+    rates = torch.full((6,), 0.3)
+    for padded, narrower in (((6, 2, 12, 12), (6, 2, 9, 9)), ((6, 12, 32), (6, 9, 32))):
+        wide = keyed_keep_mask(5, torch.arange(6) + 4, torch.Size(padded), rates)
+        narrow = keyed_keep_mask(5, torch.arange(6) + 4, torch.Size(narrower), rates)
+        assert torch.equal(wide[tuple(slice(0, size) for size in narrower)], narrow), padded
+        assert 0.6 < narrow.float().mean() < 0.8
 
 
 def test_a_rows_mask_does_not_depend_on_the_other_rows():
