@@ -92,21 +92,29 @@ def test_a_checkpoint_missing_a_piece_is_refused_naming_it_and_the_newest_comple
     assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
 
 
-def drop_tensors(checkpoint: Path, prefix: str) -> None:
-    """The weights without the tensors under ``prefix`` (an older run's checkpoint: no marker)."""
+def drop_tensors(checkpoint: Path, prefixes: list[str]) -> None:
+    """The weights without the tensors under ``prefixes`` (an older run's checkpoint: no marker)."""
     weights = load_file(checkpoint / "model.safetensors")
-    assert any(name.startswith(prefix) for name in weights)  # the test can fail: the method saves them
-    save_file({k: v for k, v in weights.items() if not k.startswith(prefix)}, checkpoint / "model.safetensors",
-              metadata={"format": "pt"})
+    for prefix in prefixes:
+        assert any(name.startswith(prefix) for name in weights), prefix  # the test can fail: the method saves them
+    save_file({k: v for k, v in weights.items() if not k.startswith(tuple(prefixes))},
+              checkpoint / "model.safetensors", metadata={"format": "pt"})
     (checkpoint / MARKER).unlink(missing_ok=True)  # (absent before the marker existed)
 
 
-@pytest.mark.parametrize("method, prefix, expected", [
-    ("esimcse", "queue.", "model.safetensors lacks the model's queue.* (3 tensors)"),
-    ("esimcse", "momentum_encoder.", "model.safetensors lacks the model's momentum_encoder.* ("),
-    ("diffcse", "generator.", "model.safetensors lacks the model's generator.* ("),
+@pytest.mark.parametrize("method, prefixes, expected", [
+    ("simcse", ["projector."], "projector.* ("),
+    ("simcse_pp", ["encoder."], "encoder.* ("),
+    ("s_simcse", ["encoder."], "encoder.* ("),
+    ("promptbert", ["encoder."], "encoder.* ("),
+    ("esimcse", ["queue.", "momentum_encoder."], "momentum_encoder.* (39 tensors), queue.* (3 tensors)"),
+    ("diffcse", ["generator."], "generator.* ("),
 ])
-def test_a_method_state_missing_from_the_weights_is_refused(method, prefix, expected, backbone, tmp_path, capsys):
+def test_every_method_resumes_a_complete_checkpoint_and_refuses_one_lacking_its_tensors(method, prefixes, expected,
+                                                                                       backbone, tmp_path, capsys):
+    """A complete checkpoint of every method is accepted (every tensor of the model is in its weights, tied ones
+    once); one lacking a part (ESimCSE's queue and momentum encoder, DiffCSE's generator, ...) is refused once
+    the model is built, before any step."""
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
     if method == "diffcse":
         main, prog = run_diffcse.main, "run_diffcse.py"
@@ -115,14 +123,20 @@ def test_a_method_state_missing_from_the_weights_is_refused(method, prefix, expe
         main, prog, extra = run_unsup.main, "run_unsup.py", ["--method", method]
     out = tmp_path / "out"
     assert in_process(main, run_args(backbone, corpus, out, max_steps=2) + extra, capsys, prog=prog).code == 0
-    drop_tensors(out / "checkpoint-2", prefix)
+    checkpoint = out / "checkpoint-2"
+    whole = in_process(main, run_args(backbone, corpus, tmp_path / "whole", max_steps=3) + extra + [
+        "--resume_from_checkpoint", str(checkpoint)], capsys, prog=prog)
+    assert whole.code == 0, whole.err
+    assert " for 1 steps (resumed at step 2)" in whole.out
+
+    drop_tensors(checkpoint, prefixes)
     resumed = in_process(main, run_args(backbone, corpus, tmp_path / "resumed") + extra + [
-        "--resume_from_checkpoint", str(out / "checkpoint-2")], capsys, prog=prog)
+        "--resume_from_checkpoint", str(checkpoint)], capsys, prog=prog)
     assert resumed.code == 1
     errors = [line for line in resumed.err.splitlines() if "error:" in line]  # after the model's loading bar
     assert len(errors) == 1 and errors[0].startswith(f"{prog}: error: --resume_from_checkpoint "), resumed.err
-    assert f"an incomplete checkpoint ({expected}" in errors[0] and "Traceback" not in resumed.err
-    assert not (tmp_path / "resumed" / "checkpoint-4").exists()
+    assert f"an incomplete checkpoint (model.safetensors lacks the model's {expected}" in errors[0]
+    assert "Traceback" not in resumed.err and not (tmp_path / "resumed" / "checkpoint-4").exists()
 
 
 def test_latest_with_no_complete_checkpoint_is_refused(finished, tmp_path, capsys):
