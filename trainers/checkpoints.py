@@ -84,18 +84,19 @@ def marker_files(folder: Path) -> dict[str, int] | None:
         return None
 
 
-def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (8-byte length, then the header); ``ValueError`` if unreadable."""
+def safetensors_header(path: Path) -> tuple[int, dict[str, Any]]:
+    """(header length, header) of a safetensors file: an 8-byte length, then the JSON header; ``ValueError`` names
+    the file when it is truncated or its header unreadable."""
+    size = path.stat().st_size
     with path.open("rb") as handle:
         prefix = handle.read(8)
         if len(prefix) < 8:
-            raise ValueError(f"{path} is truncated ({path.stat().st_size} bytes)")
+            raise ValueError(f"{path} is truncated ({size} bytes)")
         (header_len,) = struct.unpack("<Q", prefix)
-        if header_len > path.stat().st_size - 8:
-            raise ValueError(f"{path} is truncated ({path.stat().st_size} bytes; its header alone needs "
-                             f"{header_len + 8})")
+        if header_len > size - 8:
+            raise ValueError(f"{path} is truncated ({size} bytes; its header alone needs {header_len + 8})")
         try:
-            return {"__header_len__": header_len, **json.loads(handle.read(header_len))}
+            return header_len, json.loads(handle.read(header_len))
         except ValueError:
             raise ValueError(f"{path} is corrupt (its header is not valid JSON)") from None
 
@@ -103,11 +104,11 @@ def safetensors_header(path: Path) -> dict[str, Any]:
 def safetensors_problem(path: Path) -> str | None:
     """Why a safetensors file is not whole (its header gives the size it must have), or ``None``."""
     try:
-        header = safetensors_header(path)
+        header_len, header = safetensors_header(path)
     except ValueError as error:
         return str(error)
-    end = max((entry["data_offsets"][1] for key, entry in header.items() if not key.startswith("__")), default=0)
-    expected = 8 + header["__header_len__"] + end
+    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    expected = 8 + header_len + end
     size = path.stat().st_size
     return f"{path} is truncated ({size} bytes of {expected})" if size < expected else None
 
@@ -170,7 +171,7 @@ def missing_model_tensors(folder: Path, model: Any) -> list[str]:
         return []
     saved: set[str] = set()
     for path in files:
-        saved |= {key for key in safetensors_header(path) if not key.startswith("__")}
+        saved |= set(safetensors_header(path)[1]) - {"__metadata__"}
     groups: dict[int, list[str]] = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
         groups.setdefault(id(tensor), []).append(name)
@@ -194,6 +195,7 @@ def complete_checkpoints(output_dir: str | Path, processes: int, model: Any = No
 
 
 def newest_complete_checkpoint(output_dir: str | Path, processes: int, model: Any = None) -> Path | None:
+    """The complete ``checkpoint-N`` of ``output_dir`` with the highest N, or ``None``."""
     complete = complete_checkpoints(output_dir, processes, model)
     return complete[-1] if complete else None
 
