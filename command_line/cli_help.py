@@ -23,7 +23,7 @@ HIDDEN_REDECLARED = frozenset({"remove_unused_columns", "logging_nan_inf_filter"
 SHORT_HELP = {
     "max_steps": "Train exactly N optimizer steps (overrides --num_train_epochs; -1: use epochs).",
     "save_steps": "Checkpoint every N steps (with --save_strategy steps).",
-    "resume_from_checkpoint": "Continue a run from its checkpoint-N folder (weights, optimizer, data position).",
+    "resume_from_checkpoint": "Continue a run from its checkpoint-N folder, or latest (the newest complete one).",
     "gradient_accumulation_steps": "Accumulate N micro-batches per step (negatives still come from one micro-batch).",
     "per_device_eval_batch_size": "Evaluation batch per process (x16 sentences per encoding batch).",
     "max_grad_norm": "Gradient clipping (0: off).",

@@ -22,6 +22,7 @@ from data.corpus import CorpusStats
 from models.base import ContrastiveModel
 from models.card_metadata import run_argument
 from models.export import export_model
+from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
 from trainers.cl_trainer import CLTrainer
 from trainers.errors import UsageError
 from trainers.methods import build_collator
@@ -106,10 +107,14 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         processing_class=tokenizer,
         senteval_dir=data_args.senteval_dir,
     )
+    resume = training_args.resume_from_checkpoint
+    if resume and (error := incomplete_checkpoint_error(resume, training_args.world_size, model)):
+        raise error  # the files were checked before loading; the model's tensors (a method's own state) now
+    first_step = resumed_step(resume) if resume else 0
     metrics: dict[str, Any] = {}
-    if training_args.eval_strategy != "no" and training_args.evaluate_at_start and not training_args.resume_from_checkpoint:
+    if training_args.eval_strategy != "no" and training_args.evaluate_at_start and not resume:
         metrics.update(trainer.evaluate(metric_key_prefix="before"))  # the pretrained model's STS-B dev
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = trainer.train(resume_from_checkpoint=resume)
     metrics.update(train_result.metrics)
     metrics["train_precision"] = training_precision(training_args.bf16, training_args.fp16)
     metrics["evaluation_seconds"] = round(trainer.evaluation_seconds, 2)  # of train_runtime (not training throughput)
@@ -132,7 +137,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             json.dumps(run_arguments, indent=2, default=str))
         print(format_summary(RunSummary(
             method=model.config.method, metrics=metrics, output_dir=training_args.output_dir, export=exported,
-            corpus=corpus, train_rows=len(train_dataset), steps=trainer.state.global_step,
+            corpus=corpus, train_rows=len(train_dataset), steps=trainer.state.global_step - first_step,
+            resumed_at=first_step,
             evaluation_seconds=trainer.evaluation_seconds,
             wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
             tensorboard_dir=tensorboard_dir(training_args), warnings=warnings,

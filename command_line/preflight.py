@@ -3,7 +3,8 @@ with one message instead of after minutes of loading (or, worse, after training 
 
 - :func:`check_output_dir`: a folder holding a previous run is refused unless the run is resumed or
   ``--overwrite_output_dir`` replaces it (which then deletes the old run's checkpoints, results and export first).
-- :func:`check_resume_checkpoint`: ``--resume_from_checkpoint`` names a complete, untruncated Trainer checkpoint.
+- :func:`check_resume_checkpoint`: ``--resume_from_checkpoint`` names a checkpoint holding everything a resume
+  loads, whole (``latest``: the newest such checkpoint of ``--output_dir``; :mod:`trainers.checkpoints`).
 - :func:`missing_inputs`: the corpus exists and every model named on the command line is a local model folder or
   a Hub name that can be reached (in the cache, or the Hub is not switched offline).
 - :func:`check_evaluation_data`: the dev sets evaluation reads (STS-B dev and SICK-R dev) load, with SentEval's
@@ -11,17 +12,16 @@ with one message instead of after minutes of loading (or, worse, after training 
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import struct
-import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
 from eval.backbone import in_hub_cache, model_problem
 from models.card import is_hub_name
+from trainers.checkpoints import (checkpoint_step, incomplete_checkpoint_error, newest_complete_checkpoint,
+                                  resolve_latest)
 from trainers.errors import UserError
 
 logger = logging.getLogger("cse_repro")
@@ -50,11 +50,6 @@ def previous_run(output_dir: str | Path, export_dir: str | Path | None) -> list[
     return found
 
 
-def checkpoint_step(path: Path) -> int:
-    suffix = path.name.rsplit("-", 1)[-1]
-    return int(suffix) if suffix.isdigit() else -1
-
-
 def check_output_dir(training_args: Any) -> None:
     """Refuse to start in a folder holding a previous run, unless this run resumes it or replaces it.
 
@@ -68,7 +63,8 @@ def check_output_dir(training_args: Any) -> None:
     resuming_here = bool(resume) and Path(resume).resolve().parent == out.resolve()
     overwrite = bool(found) and not resuming_here and training_args.overwrite_output_dir
     if found and not resuming_here and not overwrite:
-        raise UserError(output_dir_message(out, found, resume))
+        resumable = newest_complete_checkpoint(out, training_args.world_size)
+        raise UserError(output_dir_message(out, found, resume, resumable))
     PartialState().wait_for_everyone()
     if overwrite and training_args.process_index == 0:
         for path in found:
@@ -78,8 +74,9 @@ def check_output_dir(training_args: Any) -> None:
     PartialState().wait_for_everyone()
 
 
-def output_dir_message(out: Path, found: list[Path], resume: str | None) -> str:
-    """Why the folder is refused and the ways on: resume (an unfinished run), another folder, or overwrite."""
+def output_dir_message(out: Path, found: list[Path], resume: str | None, resumable: Path | None = None) -> str:
+    """Why the folder is refused and the ways on: resume (an unfinished run: from ``resumable``, its newest complete
+    checkpoint), another folder, or overwrite."""
     names = ", ".join(p.name for p in found[:6]) + (", ..." if len(found) > 6 else "")
     checkpoints = [p for p in found if p.name.startswith("checkpoint-")]
     finished = any(p.name == "all_results.json" or (p.is_dir() and p not in checkpoints) for p in found)
@@ -92,80 +89,22 @@ def output_dir_message(out: Path, found: list[Path], resume: str | None) -> str:
         return (f"--output_dir {out} holds a finished run ({names}): starting a new one there would delete its "
                 f"checkpoints and overwrite its export. Choose another --output_dir, or pass --overwrite_output_dir "
                 f"to delete that run first.")
-    resume_it = f"Resume it with --resume_from_checkpoint {checkpoints[-1]}, choose" if checkpoints else "Choose"
+    resume_it = (f"Resume it with --resume_from_checkpoint {resumable} (its newest complete checkpoint), choose"
+                 if resumable else "None of its checkpoints is complete. Choose" if checkpoints else "Choose")
     return (f"--output_dir {out} holds an unfinished run ({names}): starting a new one there would delete its "
             f"checkpoints. {resume_it} another --output_dir, or pass --overwrite_output_dir to delete that run first.")
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
-def check_resume_checkpoint(path: str | None) -> None:
-    """``--resume_from_checkpoint``: an existing folder with a readable ``trainer_state.json`` and complete weights
-    (a ``model.safetensors`` as long as its header says, optimizer/scheduler archives that are whole zip files)."""
-    if not path:
-        return
-    folder = Path(path)
-    flag = f"--resume_from_checkpoint {path}"
-    if not folder.is_dir():
-        raise UserError(f"{flag}: no such folder.{complete_checkpoints_hint(folder)}")
-    state = folder / "trainer_state.json"
-    if not state.is_file():
-        raise UserError(f"{flag}: no trainer_state.json in it, so it is not a complete Trainer checkpoint (its save "
-                        f"was interrupted, or it is an export).{complete_checkpoints_hint(folder)}")
-    try:
-        json.loads(state.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise UserError(f"{flag}: {state} is not valid JSON (a truncated save?).{complete_checkpoints_hint(folder)}")
-    problem = weights_problem(folder)
-    if problem:
-        raise UserError(f"{flag}: {problem}.{complete_checkpoints_hint(folder)}")
-
-
-def weights_problem(folder: Path) -> str | None:
-    """Why the checkpoint's weights or optimizer state cannot be loaded (``None`` if they look complete)."""
-    weights = [folder / name for name in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")]
-    if not any(p.is_file() for p in weights):
-        return f"no model weights (model.safetensors) in {folder}"
-    safetensors = folder / "model.safetensors"
-    if safetensors.is_file():
-        problem = safetensors_problem(safetensors)
-        if problem:
-            return problem
-    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "pytorch_model.bin"):
-        archive = folder / name
-        if archive.is_file() and not zipfile.is_zipfile(archive):
-            return f"{archive} is truncated or corrupt (not a complete torch archive)"
-    return None
-
-
-def safetensors_problem(path: Path) -> str | None:
-    """A safetensors file is an 8-byte header length, a JSON header and the tensors; the header gives the size."""
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            return f"{path} is truncated ({size} bytes)"
-        (header_len,) = struct.unpack("<Q", prefix)
-        if header_len > size - 8:
-            return f"{path} is truncated ({size} bytes; its header alone needs {header_len + 8})"
-        try:
-            header = json.loads(handle.read(header_len))
-        except ValueError:
-            return f"{path} is corrupt (its header is not valid JSON)"
-    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
-    expected = 8 + header_len + end
-    if size < expected:
-        return f"{path} is truncated ({size} bytes of {expected})"
-    return None
-
-
-def complete_checkpoints_hint(folder: Path) -> str:
-    """`` Complete checkpoints in PARENT: a, b; resume from one, or start again.`` (or a shorter hint)."""
-    parent = folder.parent
-    complete = sorted((p for p in parent.glob("checkpoint-*") if p != folder and (p / "trainer_state.json").is_file()
-                       and weights_problem(p) is None), key=checkpoint_step) if parent.is_dir() else []
-    if complete:
-        return f" Complete checkpoints in {parent}: {', '.join(p.name for p in complete)}; resume from one of them."
-    return " Resume from a complete checkpoint-N folder, or start again without --resume_from_checkpoint."
+def check_resume_checkpoint(training_args: Any) -> None:
+    """``--resume_from_checkpoint``: ``latest`` (or ``true``) becomes the newest complete checkpoint of
+    ``--output_dir``; a folder must hold everything a resume loads, whole (:mod:`trainers.checkpoints`), or the run
+    is refused in one line naming what is missing and the newest complete checkpoint."""
+    processes = training_args.world_size
+    path = resolve_latest(training_args.resume_from_checkpoint, training_args.output_dir, processes)
+    training_args.resume_from_checkpoint = path
+    if path and (error := incomplete_checkpoint_error(path, processes)):
+        raise error
 
 
 # ------------------------------------------------------------------------------------------------ corpus, models
@@ -212,7 +151,7 @@ def preflight(training_args: Any, data_args: Any, models: Mapping[str, str | Non
               cache_dir: str | None = None) -> None:
     """Every check of this module, cheapest and most basic first; nothing is loaded or written before they pass
     (except what ``--overwrite_output_dir`` asks to delete)."""
-    check_resume_checkpoint(training_args.resume_from_checkpoint)
+    check_resume_checkpoint(training_args)
     missing_inputs(data_args.train_file, corpus_hint, models, cache_dir)
     check_evaluation_data(training_args, data_args.senteval_dir)
     check_output_dir(training_args)

@@ -22,7 +22,9 @@ class RunSummary:
     export: Mapping[str, Any] | None = None
     corpus: CorpusStats | None = None
     train_rows: int | None = None
+    #: The optimizer steps this process ran (after a resume: from ``resumed_at`` on).
     steps: int | None = None
+    resumed_at: int = 0
     evaluation_seconds: float = 0.0  # of train_runtime, spent evaluating
     wall_seconds: float = 0.0
     selected_best: bool = True
@@ -84,7 +86,8 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"corpus: {summary.train_rows:,} training rows")
     steps, runtime = summary.steps, m.get("train_runtime")
     if runtime is not None:
-        lines.append(f"training: {duration(runtime)}" + (f" for {steps} steps" if steps else "")
+        resumed = f" (resumed at step {summary.resumed_at})" if summary.resumed_at else ""
+        lines.append(f"training: {duration(runtime)}" + (f" for {steps} steps{resumed}" if steps is not None else "")
                      + (f" ({duration(summary.evaluation_seconds)} of it evaluating)" if summary.evaluation_seconds
                         else "") + throughput(m, summary.evaluation_seconds))
     if summary.step:

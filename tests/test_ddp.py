@@ -86,6 +86,20 @@ def test_torchrun_training_equals_single_process_training(tmp_path, method, cach
     assert len(shared) > 10
     moved = [n for n in shared if not torch.equal(initial[n], one_w["encoder." + n])]
     assert moved, "training did not change the weights, so the comparison above proves nothing"
+    assert_complete_for(tmp_path / "two" / "checkpoint-2", processes=2)
+
+
+def assert_complete_for(checkpoint: Path, processes: int) -> None:
+    """The completion marker was written after every process's RNG state (a barrier), and a resume by this many
+    processes finds everything it loads (trainers/checkpoints.py); one by another count does not."""
+    import json
+
+    from trainers.checkpoints import MARKER, checkpoint_problems, rng_state_files
+
+    listed = json.loads((checkpoint / MARKER).read_text())["files"]
+    assert {name: (checkpoint / name).stat().st_size for name in rng_state_files(processes)}.items() <= listed.items()
+    assert checkpoint_problems(checkpoint, processes) == []
+    assert "missing rng_state.pth (its RNG states are those of 2 process(es)" in checkpoint_problems(checkpoint, 1)[0]
 
 
 # ------------------------------------------------------------------------- row-seeded masks, dropout on, 2 vs 1

@@ -127,7 +127,7 @@ def test_missing_or_broken_inputs_name_what_and_where(case, backbone, corpus, tm
     elif case == "no_trainer_state":
         checkpoint = truncated_checkpoint(tmp_path / "old" / "checkpoint-3", state=False)
         args += ["--resume_from_checkpoint", str(checkpoint)]
-        expected = "no trainer_state.json in it, so it is not a complete Trainer checkpoint"
+        expected = f"--resume_from_checkpoint {checkpoint}: an incomplete checkpoint (missing trainer_state.json, "
     else:
         args += ["--resume_from_checkpoint", str(tmp_path / "old" / "checkpoint-7")]
         expected = f"--resume_from_checkpoint {tmp_path / 'old' / 'checkpoint-7'}: no such folder"

@@ -5,7 +5,10 @@ member when the installed library changes one of them (:data:`RELIED_ON`).
 - ``Trainer._save_checkpoint(model, trial)``: the only point that runs before every checkpoint is written. The public
   ``on_save`` callback runs after the folder exists, and with ``save_strategy="best"`` the decision to save is taken
   inside the loop after the evaluation, where no callback sees it; :meth:`TrainerAdapter.before_checkpoint` runs
-  there (the divergence check of the weights: a non-finite checkpoint is never written).
+  there (the divergence check of the weights: a non-finite checkpoint is never written). It is also the only point
+  that runs after every file of a checkpoint is written (model, optimizer, scheduler, each process's RNG state,
+  ``trainer_state.json``): there the main process writes the completion marker
+  (:func:`trainers.checkpoints.write_completion_marker`) that a resume checks.
 - ``TensorBoardCallback.logging_dir`` and ``transformers.integrations.integration_utils.default_logdir``: the
   callback picks its folder at ``on_train_begin``, but a run's 'before training' evaluation logs earlier;
   :func:`pin_tensorboard_dir` gives it the folder the Trainer would, up front.
@@ -22,6 +25,9 @@ from typing import Any
 from transformers import Trainer
 from transformers.integrations import TensorBoardCallback
 from transformers.integrations.integration_utils import default_logdir
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .checkpoints import write_completion_marker
 
 WRITTEN_FOR = "5.23.0"
 #: (owner, member, its parameters) this module relies on; checked by tests/test_trainer_adapter.py.
@@ -32,7 +38,8 @@ RELIED_ON: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
 
 
 class TrainerAdapter(Trainer):
-    """``Trainer`` with a hook before every checkpoint is written (:meth:`before_checkpoint`)."""
+    """``Trainer`` with a hook before every checkpoint is written (:meth:`before_checkpoint`), whose checkpoints end
+    with a completion marker once every process has written its part."""
 
     def before_checkpoint(self) -> None:
         """Hook: runs before every checkpoint is written (``checkpoint-<global_step>``). Does nothing here."""
@@ -40,6 +47,10 @@ class TrainerAdapter(Trainer):
     def _save_checkpoint(self, model, trial) -> None:
         self.before_checkpoint()
         super()._save_checkpoint(model, trial)
+        self.accelerator.wait_for_everyone()  # every process's rng_state_<rank>.pth is written
+        if self.args.should_save:
+            folder = os.path.join(self.args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            write_completion_marker(folder, processes=self.args.world_size)
 
 
 def pin_tensorboard_dir(trainer: Trainer) -> None:

@@ -1,0 +1,214 @@
+"""A resume never silently starts part of its state over (issue 33): through run_unsup.py / run_diffcse.py, a
+checkpoint missing anything a resume loads (weights, optimizer, scheduler, RNG states, trainer state, a method's
+own tensors) is refused in one line naming what is missing and the newest complete checkpoint; ``latest`` / ``true``
+take the newest complete one; the "resume it" hint names only complete ones; a kill at any point of a save leaves
+no folder that is accepted; the summary counts the steps the resumed process ran."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import run_diffcse
+import run_unsup
+from tests.cli import in_process
+from tests.tiny import FAST_TRAINING_ARGS, save_tiny_generator, tiny_corpus
+from trainers.checkpoints import MARKER
+
+#: What Trainer._save_checkpoint writes, in its order (save_model: config, weights, tokenizer, training
+#: arguments; then optimizer, scheduler, RNG state, trainer state), before this repo's marker.
+WRITE_ORDER = ["config.json", "model.safetensors", "tokenizer_config.json", "tokenizer.json", "training_args.bin",
+               "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"]
+
+
+def run_args(backbone: Path, corpus: Path, out: Path, max_steps: int = 4) -> list[str]:
+    return ["--model_name_or_path", str(backbone), "--train_file", str(corpus), "--output_dir", str(out),
+            "--max_steps", str(max_steps), "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
+            "--save_total_limit", "10", "--load_best_model_at_end", "false", *FAST_TRAINING_ARGS]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_bert_dir) -> dict[str, Path]:
+    """One 4-step SimCSE run with checkpoint-2 and checkpoint-4 (the tests copy them, never change them)."""
+    root = tmp_path_factory.mktemp("finished")
+    corpus = tiny_corpus(root / "corpus.txt", n=96)
+    run_unsup.main(run_args(tiny_bert_dir, corpus, root / "run"))
+    return {"run": root / "run", "corpus": corpus, "backbone": tiny_bert_dir}
+
+
+def unfinished_run(finished: dict[str, Path], out: Path) -> Path:
+    """``out`` holding copies of the finished run's checkpoint-2 and checkpoint-4 (no results, no export)."""
+    for name in ("checkpoint-2", "checkpoint-4"):
+        shutil.copytree(finished["run"] / name, out / name)
+    return out
+
+
+def one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("run_unsup.py: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+def two_process_rng_states(checkpoint: Path) -> None:
+    """A checkpoint written by 2 processes (rng_state_0/1.pth), resumed by 1 (which loads rng_state.pth)."""
+    (checkpoint / "rng_state.pth").rename(checkpoint / "rng_state_0.pth")
+    shutil.copy(checkpoint / "rng_state_0.pth", checkpoint / "rng_state_1.pth")
+    (checkpoint / MARKER).unlink(missing_ok=True)  # (absent before the marker existed)
+
+
+@pytest.mark.parametrize("piece, expected", [
+    ("optimizer.pt", "missing optimizer.pt"),
+    ("scheduler.pt", "missing scheduler.pt"),
+    ("rng_state.pth", "missing rng_state.pth"),
+    ("trainer_state.json", "missing trainer_state.json"),
+    ("model.safetensors", "missing model.safetensors"),
+    ("tokenizer.json", "missing tokenizer.json"),  # not loaded, but listed in the marker: an interrupted deletion
+    ("issue_33", "missing optimizer.pt, scheduler.pt, rng_state.pth"),  # what the kill left in the issue
+    ("two_processes", "missing rng_state.pth (its RNG states are those of 2 process(es): resume with 2)"),
+])
+def test_a_checkpoint_missing_a_piece_is_refused_naming_it_and_the_newest_complete(piece, expected, finished,
+                                                                                   tmp_path, capsys):
+    out = unfinished_run(finished, tmp_path / "out")
+    broken = out / "checkpoint-4"
+    if piece == "issue_33":
+        for path in broken.iterdir():
+            if path.name not in ("config.json", "model.safetensors", "trainer_state.json"):
+                path.unlink()
+    elif piece == "two_processes":
+        two_process_rng_states(broken)
+    else:
+        (broken / piece).unlink()
+    result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out, max_steps=6) + [
+        "--resume_from_checkpoint", str(broken)], capsys)
+    assert result.code == 1
+    line = one_line_error(result.err)
+    assert f"--resume_from_checkpoint {broken}: an incomplete checkpoint ({expected}" in line
+    assert f"The newest complete checkpoint in {out} is {out / 'checkpoint-2'}: resume from it" in line
+    assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
+
+
+def drop_tensors(checkpoint: Path, prefixes: list[str]) -> None:
+    """The weights without the tensors under ``prefixes`` (an older run's checkpoint: no marker)."""
+    weights = load_file(checkpoint / "model.safetensors")
+    for prefix in prefixes:
+        assert any(name.startswith(prefix) for name in weights), prefix  # the test can fail: the method saves them
+    save_file({k: v for k, v in weights.items() if not k.startswith(tuple(prefixes))},
+              checkpoint / "model.safetensors", metadata={"format": "pt"})
+    (checkpoint / MARKER).unlink(missing_ok=True)  # (absent before the marker existed)
+
+
+@pytest.mark.parametrize("method, prefixes, expected", [
+    ("simcse", ["projector."], "projector.* ("),
+    ("simcse_pp", ["encoder."], "encoder.* ("),
+    ("s_simcse", ["encoder."], "encoder.* ("),
+    ("promptbert", ["encoder."], "encoder.* ("),
+    ("esimcse", ["queue.", "momentum_encoder."], "momentum_encoder.* (39 tensors), queue.* (3 tensors)"),
+    ("diffcse", ["generator."], "generator.* ("),
+])
+def test_every_method_resumes_a_complete_checkpoint_and_refuses_one_lacking_its_tensors(method, prefixes, expected,
+                                                                                       backbone, tmp_path, capsys):
+    """A complete checkpoint of every method is accepted (every tensor of the model is in its weights, tied ones
+    once); one lacking a part (ESimCSE's queue and momentum encoder, DiffCSE's generator, ...) is refused once
+    the model is built, before any step."""
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
+    if method == "diffcse":
+        main, prog = run_diffcse.main, "run_diffcse.py"
+        extra = ["--generator_name", str(save_tiny_generator(tmp_path / "generator"))]
+    else:
+        main, prog, extra = run_unsup.main, "run_unsup.py", ["--method", method]
+    out = tmp_path / "out"
+    assert in_process(main, run_args(backbone, corpus, out, max_steps=2) + extra, capsys, prog=prog).code == 0
+    checkpoint = out / "checkpoint-2"
+    whole = in_process(main, run_args(backbone, corpus, tmp_path / "whole", max_steps=3) + extra + [
+        "--resume_from_checkpoint", str(checkpoint)], capsys, prog=prog)
+    assert whole.code == 0, whole.err
+    assert " for 1 steps (resumed at step 2)" in whole.out
+
+    drop_tensors(checkpoint, prefixes)
+    resumed = in_process(main, run_args(backbone, corpus, tmp_path / "resumed") + extra + [
+        "--resume_from_checkpoint", str(checkpoint)], capsys, prog=prog)
+    assert resumed.code == 1
+    errors = [line for line in resumed.err.splitlines() if "error:" in line]  # after the model's loading bar
+    assert len(errors) == 1 and errors[0].startswith(f"{prog}: error: --resume_from_checkpoint "), resumed.err
+    assert f"an incomplete checkpoint (model.safetensors lacks the model's {expected}" in errors[0]
+    assert "Traceback" not in resumed.err and not (tmp_path / "resumed" / "checkpoint-4").exists()
+
+
+def test_latest_with_no_complete_checkpoint_is_refused(finished, tmp_path, capsys):
+    out = unfinished_run(finished, tmp_path / "out")
+    for name in ("checkpoint-2", "checkpoint-4"):
+        (out / name / "optimizer.pt").unlink()
+    result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out, max_steps=6) + [
+        "--resume_from_checkpoint", "latest"], capsys)
+    assert result.code == 1
+    assert (f"--resume_from_checkpoint latest: no complete checkpoint in --output_dir {out} (its checkpoints "
+            f"(checkpoint-2, checkpoint-4) are incomplete)") in one_line_error(result.err)
+
+
+# ------------------------------------------------------------------------------------------------ latest, hints
+@pytest.mark.parametrize("value", ["latest", "true", "checkpoint-2"])
+def test_latest_resumes_the_newest_complete_checkpoint_and_counts_its_own_steps(value, finished, tmp_path, capsys):
+    out = unfinished_run(finished, tmp_path / "out")
+    (out / "checkpoint-4" / "optimizer.pt").unlink()  # the newest folder is broken: latest is checkpoint-2
+    resume = str(out / value) if value.startswith("checkpoint-") else value
+    result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out) + [
+        "--resume_from_checkpoint", resume], capsys)
+    assert result.code == 0, result.err
+    assert " for 2 steps (resumed at step 2)" in result.out  # this process ran steps 3 and 4, not 4 steps
+    uninterrupted = load_file(finished["run"] / "checkpoint-4" / "model.safetensors")
+    resumed = load_file(out / "checkpoint-4" / "model.safetensors")
+    for name, tensor in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)
+    assert (out / "checkpoint-4" / MARKER).is_file() and (out / "checkpoint-4" / "optimizer.pt").is_file()
+
+
+def test_the_resume_hint_names_only_complete_checkpoints(finished, tmp_path, capsys):
+    out = unfinished_run(finished, tmp_path / "out")
+    (out / "checkpoint-4" / "scheduler.pt").unlink()
+    result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out), capsys)
+    assert result.code == 1
+    line = one_line_error(result.err)
+    assert (f"Resume it with --resume_from_checkpoint {out / 'checkpoint-2'} (its newest complete checkpoint)"
+            in line)
+    assert f"--resume_from_checkpoint {out / 'checkpoint-4'}" not in line
+
+
+# ------------------------------------------------------------------------------------------------ a kill at any point
+def test_a_kill_at_any_point_of_a_save_leaves_no_folder_accepted_as_complete(finished, tmp_path, capsys):
+    """Every prefix of the Trainer's write order (a kill between files), and every prefix with its next file cut in
+    half (a kill inside a file), is refused; the folder with every file but no marker (a kill just before the
+    marker, or a checkpoint of an older run) is accepted, because everything a resume loads is there and whole."""
+    written = finished["run"] / "checkpoint-4"
+    files = sorted(p.name for p in written.iterdir())
+    assert sorted(WRITE_ORDER + [MARKER]) == files  # the test knows every file the save writes
+    marker = json.loads((written / MARKER).read_text())
+    assert marker == {"processes": 1, "files": {name: (written / name).stat().st_size for name in WRITE_ORDER}}
+    assert (written / MARKER).stat().st_mtime_ns >= max((written / n).stat().st_mtime_ns for n in WRITE_ORDER)
+
+    def resume_from(folder: Path):
+        return in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], folder.parent,
+                                                   max_steps=6) + ["--resume_from_checkpoint", str(folder)], capsys)
+
+    for count in range(len(WRITE_ORDER)):
+        for cut in (False, True):
+            folder = tmp_path / f"kill-{count}-{int(cut)}" / "checkpoint-4"
+            folder.mkdir(parents=True)
+            for name in WRITE_ORDER[:count]:
+                shutil.copy(written / name, folder / name)
+            if cut:
+                data = (written / WRITE_ORDER[count]).read_bytes()
+                (folder / WRITE_ORDER[count]).write_bytes(data[:len(data) // 2])
+            result = resume_from(folder)
+            assert result.code == 1 and "an incomplete checkpoint (" in one_line_error(result.err), (count, cut)
+
+    legacy = tmp_path / "legacy" / "checkpoint-4"
+    shutil.copytree(written, legacy)
+    (legacy / MARKER).unlink()
+    accepted = resume_from(legacy)
+    assert accepted.code == 0, accepted.err
+    assert " for 2 steps (resumed at step 4)" in accepted.out and (legacy.parent / "checkpoint-6" / MARKER).is_file()
