@@ -219,8 +219,11 @@ def _without_flag(argv: Sequence[str], flag: str) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- running
 def first_checkpoint_complete(output_dir: Path, step: int) -> bool:
-    """Whether ``checkpoint-<step>`` is complete (what a resume will accept)."""
-    return (output_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    """Whether ``checkpoint-<step>`` is complete: its completion marker, written last, exists
+    (:mod:`trainers.checkpoints`)."""
+    from trainers.checkpoints import MARKER
+
+    return (output_dir / f"checkpoint-{step}" / MARKER).is_file()
 
 
 def run(command: Command, log_dir: Path, stop_at_checkpoint: int | None = None, timeout: float = 900) -> None:
@@ -240,7 +243,6 @@ def run(command: Command, log_dir: Path, stop_at_checkpoint: int | None = None, 
                 os.killpg(process.pid, signal.SIGKILL)
                 break
             if stop_at_checkpoint and first_checkpoint_complete(Path(command.output_dir), stop_at_checkpoint):
-                time.sleep(1.0)  # let the Trainer finish its own writes after trainer_state.json
                 os.killpg(process.pid, signal.SIGKILL)
                 killed = True
                 break

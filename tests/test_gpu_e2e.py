@@ -42,7 +42,7 @@ def test_without_senteval_the_runs_train_without_evaluation_and_nothing_is_score
 def test_the_runner_kills_at_the_first_complete_checkpoint_and_records_failures(tmp_path):
     out = tmp_path / "run"
     writes_then_hangs = (f"import pathlib, time; p = pathlib.Path({str(out)!r}) / 'checkpoint-2'; "
-                         "p.mkdir(parents=True); (p / 'trainer_state.json').write_text('{}'); time.sleep(120)")
+                         "p.mkdir(parents=True); (p / 'checkpoint_complete.json').write_text('{}'); time.sleep(120)")
     stopped = Command("stopped", [sys.executable, "-c", writes_then_hangs], str(out))
     run(stopped, tmp_path / "logs", stop_at_checkpoint=2)
     assert stopped.exit == 0 and stopped.seconds < 60 and "SIGKILL" in stopped.figures["stopped_by"]
