@@ -133,3 +133,27 @@ def test_evaluation_defaults_to_the_gpu(monkeypatch):
     threads = torch.get_num_threads()
     with _cpu_threads(torch.device("cuda"), threads + 1):
         assert torch.get_num_threads() == threads
+
+
+@pytest.mark.usefixtures("restore_precision")
+def test_the_transfer_classifier_trains_in_ieee_fp32_inside_a_gpu_training_run(monkeypatch):
+    """``--eval_transfer`` in a GPU run: the Trainer has turned TF32 on (transformers' ``enable_tf32``, as
+    tests/test_tf32_state.py simulates); the classifier still trains in IEEE float32, like the embeddings it reads,
+    and the run's TF32 state is back afterwards."""
+    import numpy as np
+
+    import eval.classifier as classifier
+    from eval import fp32_precision
+    from tests.test_tf32_state import set_by_transformers_enable_tf32
+
+    seen = []
+    fit = classifier._fit_many
+    monkeypatch.setattr(classifier, "_fit_many", lambda *args: seen.append(fp32_precision.matmul_precision()) or
+                        fit(*args))
+    set_by_transformers_enable_tf32()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 4)).astype(np.float32)
+    classifier.fit_many(X, (X[:, 0] > 0).astype(np.int64), [classifier.FitSpec(np.arange(30), np.arange(30, 40), 1e-5)],
+                        2, classifier.SENTEVAL_CONFIGS["fasttest"], device="cpu")
+    assert seen == ["ieee"]
+    assert fp32_precision.matmul_precision() == "tf32"
