@@ -157,3 +157,22 @@ def test_the_transfer_classifier_trains_in_ieee_fp32_inside_a_gpu_training_run(m
                         2, classifier.SENTEVAL_CONFIGS["fasttest"], device="cpu")
     assert seen == ["ieee"]
     assert fp32_precision.matmul_precision() == "tf32"
+
+
+def test_every_test_docs_cuda_paths_names_exists():
+    """docs/cuda_paths.md names the test covering each branch (``file.py::name``, or ``::name`` in the file named
+    before it in the same row): each must be a test function of that file."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rows = [line for line in (root / "docs" / "cuda_paths.md").read_text().splitlines() if line.startswith("| ")]
+    named = 0
+    for row in rows:
+        file = None
+        for found_file, name in re.findall(r"`(test_\w+\.py)?::(\w+)", row):
+            file = found_file or file
+            assert file, row
+            assert re.search(rf"^def {name}\(", (root / "tests" / file).read_text(), re.M), f"{file}::{name}"
+            named += 1
+    assert named > 40
