@@ -47,6 +47,8 @@ from typing import Literal, Protocol, Sequence
 import numpy as np
 import torch
 
+from eval.encoder import evaluation_precision
+
 OptimName = Literal["adam", "rmsprop"]
 
 
@@ -303,11 +305,15 @@ def fit_many(
         seed: SentEval's seed (1111): same initialisation and batch order for every spec.
         device: where to train; CUDA when available by default.
         num_threads: CPU intra-op threads while training (None: leave PyTorch's setting).
+
+    Training runs in IEEE float32 whatever the caller set (:func:`eval.encoder.evaluation_precision`'s fp32: no
+    autocast, no TF32), as the sentence embeddings are computed: inside a GPU training run (``--eval_transfer``) the
+    Trainer has turned TF32 on.
     """
     if not specs:
         return []
     device = torch.device(device) if device is not None else default_device()
-    with _cpu_threads(device, num_threads):
+    with _cpu_threads(device, num_threads), evaluation_precision("fp32", device):
         return _fit_many(X, y, specs, nclasses, config, seed, device)
 
 

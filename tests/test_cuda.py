@@ -13,17 +13,27 @@ What a CPU test cannot reach is checked here on the device itself:
   is the GPU's own verdict, beside the dispatch-level recorder of tests/test_no_host_sync.py;
 - the Trainer on CUDA: bf16 autocast, TF32 and fused AdamW are on by default (``CLTrainingArguments``), and a short
   ``CLTrainer`` run trains with them;
-- two processes over NCCL train the same objective as one process with the global batch (needs two GPUs).
+- two processes over NCCL train the same objective as one process with the global batch (needs two GPUs);
+- the cached step with stream masks replays each chunk on its captured CUDA generator state;
+- the scripts (run_unsup.py, run_diffcse.py) with the GPU's defaults (no --use_cpu / --bf16 / pin-memory flags):
+  evaluation before, during and after training, the export, the recorded peak GPU memory; a diverging run stops;
+- evaluation on the device: the encoder (inputs moved to the GPU, fp32 even with TF32 on) and the transfer
+  classifier equal the CPU's.
+
+docs/cuda_paths.md lists every CUDA-only branch and the test covering it (these, or tests/test_cuda_paths.py's CPU
+simulations).
 """
 from __future__ import annotations
 
 import copy
+import json
 import random
 
 import pytest
 import torch
 
 from models.row_seeded import inverse_cdf_sample, keyed_bits, keyed_keep_mask, keyed_uniforms
+from tests.test_tf32_state import restore_precision  # noqa: F401  (a fixture: the Trainer's TF32 is global)
 from tests.tiny import save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
 from trainers.keyed_dropout import keyed_step
 from trainers.methods import build_collator, build_model
@@ -74,7 +84,8 @@ def test_the_fused_kernel_compiled_and_the_int32_route_agrees_on_cuda():
 
 
 # ------------------------------------------------------------------------------------ cached = uncached on CUDA
-CACHED_CASES = ["simcse", "sup_simcse", "esimcse", "simcse_pp", "s_simcse", "diffcse", "diffcse_official_code"]
+CACHED_CASES = ["simcse", "sup_simcse", "esimcse", "simcse_pp", "s_simcse", "diffcse", "diffcse_official_code",
+                "promptbert"]
 
 
 @pytest.mark.parametrize("case", CACHED_CASES)
@@ -200,7 +211,7 @@ def test_the_sync_check_catches_a_sync():
 
 
 # ------------------------------------------------------------------------------------------- Trainer on CUDA
-def test_the_trainer_trains_with_bf16_tf32_and_fused_adamw_by_default(tmp_path):
+def test_the_trainer_trains_with_bf16_tf32_and_fused_adamw_by_default(tmp_path, restore_precision):
     """``CLTrainingArguments`` on a bf16-capable GPU: bf16 autocast and TF32 on, the Trainer's fused AdamW; a
     5-step CLTrainer run on the device moves the weights and logs finite losses."""
     from command_line.arguments import CLTrainingArguments
@@ -245,3 +256,136 @@ def test_two_processes_over_nccl_equal_one_process_with_global_batch(tmp_path):
         for name, param in reference.named_parameters():
             if param.grad is not None:
                 torch.testing.assert_close(rank["grads"][name].cpu(), param.grad, atol=1e-4, rtol=1e-3, msg=name)
+
+
+# ------------------------------------------------------------------------------- the cached step's CUDA RNG replay
+@pytest.mark.parametrize("case", ["simcse", "s_simcse"])
+def test_stream_mask_cached_step_replays_the_cuda_generator(case, tmp_path_factory, monkeypatch):
+    """``--dropout_masks stream`` draws every mask (and S-SimCSE's rates) from the CUDA generator: three chunks of a
+    batch of 8 equal the uncached step at the chunks' masks only if each replay restores its chunk's CUDA state;
+    with the restore switched off the comparison fails (the check can fail)."""
+    from tests.test_cached_step import assert_same_step, build, cached, make_batch, uncached_at_chunk_masks
+    import trainers.cached_step as cached_step
+
+    root = tmp_path_factory.mktemp("cuda_stream")
+    paths = {"encoder": save_tiny_backbone(root / "encoder", seed=0)}
+    model = build(paths, case).to(CUDA)
+    batch = on_cuda(make_batch(model, case, paths))
+    twin, fresh = copy.deepcopy(model), copy.deepcopy(model)
+    want = uncached_at_chunk_masks(model, batch, 3)
+    assert_same_step(cached(twin, batch, 3), want)
+    monkeypatch.setattr(cached_step, "restore_rng", lambda state: None)
+    with pytest.raises(AssertionError):
+        assert_same_step(cached(fresh, batch, 3), want)
+
+
+# -------------------------------------------------------------------------------------- the scripts, GPU defaults
+GPU_DEFAULT_ARGS = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
+                    "--report_to", "none", "--max_seq_length", "24", "--max_steps", "2", "--eval_steps", "2"]
+"""tests/tiny.FAST_TRAINING_ARGS without --use_cpu, --bf16 false and --dataloader_pin_memory false: what a user
+types on a GPU, so the Trainer's defaults (bf16, TF32, pinned memory, fused AdamW) all run."""
+
+
+@pytest.fixture
+def gpu_run(tmp_path, sts_fixture_dir, restore_precision):
+    """``(main, prog, argv, capsys) -> (Result, output folder, all_results or None)``: a script's ``main`` in this
+    process, on the GPU's defaults."""
+    import transformers.training_args as training_args
+
+    from tests.cli import in_process
+
+    training_args.enable_tf32.cache_clear()  # once per process (lru_cache): this run turns TF32 on itself
+
+    def run(main, prog: str, argv: list[str], capsys):
+        out = tmp_path / "run"
+        result = in_process(main, [*argv, "--train_file", str(tiny_corpus(tmp_path / "corpus.txt", n=32)),
+                                   "--senteval_dir", str(sts_fixture_dir), "--output_dir", str(out),
+                                   *GPU_DEFAULT_ARGS], capsys, prog=prog)
+        results = out / "all_results.json"
+        return result, out, json.loads(results.read_text()) if results.is_file() else None
+
+    return run
+
+
+@pytest.mark.parametrize("method, extra", [("simcse", []), ("esimcse", ["--queue_size", "8"]), ("promptbert", []),
+                                           ("simcse", ["--cache_chunk_size", "4"]), ("diffcse", [])],
+                         ids=["simcse", "esimcse", "promptbert", "simcse_cached", "diffcse"])
+def test_the_scripts_train_evaluate_and_export_on_the_gpu_defaults(method, extra, gpu_run, tmp_path, capsys):
+    """The user's default GPU run (it once crashed at its first evaluation): bf16 autocast, TF32, pinned memory and
+    fused AdamW; STS-B dev before, during and after training (fp32 on the device), the export, the peak GPU memory.
+    PromptBERT: its template-only pass on the device; DiffCSE: the generator's edit on the device; cached: the
+    Trainer's autocast around the chunks and the keyed masks' CUDA kernel."""
+    import run_diffcse
+    import run_unsup
+    from tests.tiny import save_tiny_generator
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0)
+    argv = ["--model_name_or_path", str(backbone), *extra]
+    if method == "diffcse":
+        argv += ["--generator_name", str(save_tiny_generator(tmp_path / "generator"))]
+        result, out, metrics = gpu_run(run_diffcse.main, "run_diffcse.py", argv, capsys)
+    else:
+        result, out, metrics = gpu_run(run_unsup.main, "run_unsup.py", ["--method", method, *argv], capsys)
+    assert result.code == 0, result.err[-3000:] + result.out[-3000:]
+    assert metrics["train_precision"] == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
+    assert metrics["peak_gpu_memory_mib"] > 0 and metrics["eval_dtype"] == "fp32"
+    assert {"before_stsb_spearman", "eval_stsb_spearman", "best_model_checkpoint"} <= set(metrics)
+    assert (out / "export" / "hf" / "model.safetensors").is_file()
+
+
+def test_a_diverging_gpu_run_stops_with_exit_3(gpu_run, tmp_path, capsys):
+    """The divergence monitor's device tensor (trainers/divergence.py) on the GPU: a NaN run names its step, exits 3
+    and exports nothing."""
+    import run_unsup
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0)
+    result, out, _ = gpu_run(run_unsup.main, "run_unsup.py", [
+        "--model_name_or_path", str(backbone), "--learning_rate", "1e10", "--evaluate_at_start", "false"], capsys)
+    assert result.code == 3, result.err[-3000:]
+    assert "training diverged" in result.err and "Traceback" not in result.err
+    assert not (out / "export").exists()
+
+
+# --------------------------------------------------------------------------------------------- evaluation on CUDA
+def test_the_encoder_on_cuda_equals_the_cpu_encoder_with_tf32_on(tiny_bert_dir, restore_precision):
+    """load_encoder on the device (module moved, inputs sent with non_blocking): fp32 embeddings equal the CPU's to
+    1e-5 although TF32 is on (as after a GPU training run: full_fp32 on the device); bf16 autocast differs within
+    bf16's precision."""
+    from eval import fp32_precision
+    from eval.loading import load_encoder
+    from tests.test_tf32_state import set_by_transformers_enable_tf32
+
+    sentences = ["the cat sits on the big red chair", "a dog runs in the park", "music is good", "a dog"] * 3
+    want = load_encoder(str(tiny_bert_dir), "avg", device="cpu").encode(sentences)
+    set_by_transformers_enable_tf32()
+    encoder = load_encoder(str(tiny_bert_dir), "avg")  # the default device: CUDA
+    assert encoder.device.type == "cuda"
+    seen = []
+    embed = encoder.embed_fn
+    encoder.embed_fn = lambda **batch: seen.append({t.device.type for t in batch.values()}) or embed(**batch)
+    torch.testing.assert_close(encoder.encode(sentences), want, rtol=1e-5, atol=1e-5)
+    assert seen and all(devices == {"cuda"} for devices in seen)
+    assert fp32_precision.matmul_precision() == "tf32"  # restored after the evaluation
+    bf16 = load_encoder(str(tiny_bert_dir), "avg", eval_dtype="bf16").encode(sentences)
+    torch.testing.assert_close(bf16, want, rtol=5e-2, atol=5e-2)
+
+
+def test_the_transfer_classifier_on_cuda_equals_the_cpu_classifier_with_tf32_on(restore_precision):
+    """eval/classifier.py on the device (its default there), after the Trainer's TF32: the same models as on the
+    CPU (IEEE fp32 on both)."""
+    import numpy as np
+
+    from eval.classifier import SENTEVAL_CONFIGS, FitSpec, fit_many
+    from tests.test_tf32_state import set_by_transformers_enable_tf32
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(240, 6)).astype(np.float32)
+    y = (X @ rng.normal(size=(6, 3)) + rng.normal(size=(240, 3))).argmax(1)
+    specs = [FitSpec(np.arange(160), np.arange(160, 240), 1e-5), FitSpec(np.arange(40, 240), None, 1e-3)]
+    want = fit_many(X, y, specs, 3, SENTEVAL_CONFIGS["fasttest"], device="cpu")
+    set_by_transformers_enable_tf32()
+    got = fit_many(X, y, specs, 3, SENTEVAL_CONFIGS["fasttest"])
+    for model, reference in zip(got, want):
+        assert model.val_accuracy == pytest.approx(reference.val_accuracy)
+        np.testing.assert_allclose(model.weight, reference.weight, atol=1e-4)
+        np.testing.assert_allclose(model.bias, reference.bias, atol=1e-4)
