@@ -8,6 +8,7 @@ with one message instead of after minutes of loading (or, worse, after training 
   a Hub name that can be reached (in the cache, or the Hub is not switched offline).
 - :func:`check_evaluation_data`: the dev sets evaluation reads (STS-B dev and SICK-R dev) load, with SentEval's
   line counts, before the first training step.
+- :func:`command_line.writable.check_creatable`: ``--output_dir`` (and ``--export_dir``) can be created and written.
 """
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ import json
 import logging
 import os
 import shutil
-import struct
-import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
 from eval.backbone import in_hub_cache, model_problem
+from eval.model_files import WEIGHT_FILES, archive_problem, saved_weights_problem
 from models.card import is_hub_name
 from trainers.errors import UserError
+
+from .writable import check_creatable
 
 logger = logging.getLogger("cse_repro")
 
@@ -122,40 +124,11 @@ def check_resume_checkpoint(path: str | None) -> None:
 
 def weights_problem(folder: Path) -> str | None:
     """Why the checkpoint's weights or optimizer state cannot be loaded (``None`` if they look complete)."""
-    weights = [folder / name for name in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")]
-    if not any(p.is_file() for p in weights):
+    if not any((folder / name).is_file() for name in WEIGHT_FILES):
         return f"no model weights (model.safetensors) in {folder}"
-    safetensors = folder / "model.safetensors"
-    if safetensors.is_file():
-        problem = safetensors_problem(safetensors)
-        if problem:
-            return problem
-    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "pytorch_model.bin"):
-        archive = folder / name
-        if archive.is_file() and not zipfile.is_zipfile(archive):
-            return f"{archive} is truncated or corrupt (not a complete torch archive)"
-    return None
-
-
-def safetensors_problem(path: Path) -> str | None:
-    """A safetensors file is an 8-byte header length, a JSON header and the tensors; the header gives the size."""
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            return f"{path} is truncated ({size} bytes)"
-        (header_len,) = struct.unpack("<Q", prefix)
-        if header_len > size - 8:
-            return f"{path} is truncated ({size} bytes; its header alone needs {header_len + 8})"
-        try:
-            header = json.loads(handle.read(header_len))
-        except ValueError:
-            return f"{path} is corrupt (its header is not valid JSON)"
-    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
-    expected = 8 + header_len + end
-    if size < expected:
-        return f"{path} is truncated ({size} bytes of {expected})"
-    return None
+    archives = [folder / name for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth")]
+    problems = [saved_weights_problem(folder), *(archive_problem(path) for path in archives if path.is_file())]
+    return next((problem for problem in problems if problem), None)
 
 
 def complete_checkpoints_hint(folder: Path) -> str:
@@ -215,6 +188,8 @@ def preflight(training_args: Any, data_args: Any, models: Mapping[str, str | Non
     check_resume_checkpoint(training_args.resume_from_checkpoint)
     missing_inputs(data_args.train_file, corpus_hint, models, cache_dir)
     check_evaluation_data(training_args, data_args.senteval_dir)
+    check_creatable("--output_dir", training_args.output_dir)
+    check_creatable("--export_dir", training_args.export_dir)
     check_output_dir(training_args)
 
 
