@@ -26,8 +26,6 @@ from trainers.errors import UsageError, UserError
 PADDING_OFFSET_MODEL_TYPES = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
                               "data2vec-text", "xmod", "longformer", "mpnet", "ibert", "luke", "markuplm", "lilt",
                               "layoutlmv3", "esm")
-#: The poolers that read position 0 (``models.poolers.pool``).
-POSITION_ZERO_POOLERS = ("cls", "cls_before_pooler")
 
 
 def check_tokenizer(flag: str, name: str, tokenizer: Any) -> None:
@@ -78,14 +76,14 @@ def check_position_limit(flag: str, name: str, config: Any, max_seq_length: int,
 
 
 def check_backbone(model_args: Any, max_seq_length: int, method: str, settings: dict[str, Any], tokenizer: Any,
-                   generator_name: str | None = None) -> None:
+                   generator: str | None = None) -> None:
     """The checks that need no weights, for ``--model_name_or_path`` (its ``tokenizer``, already loaded, and its
     config) and DiffCSE's ``--generator_name`` (its config: it reads the same views)."""
     from transformers import AutoConfig
 
     name = model_args.model_name_or_path
     check_tokenizer("--model_name_or_path", name, tokenizer)
-    models = {"--model_name_or_path": name, "--generator_name": generator_name}
+    models = {"--model_name_or_path": name, "--generator_name": generator}
     added = template_tokens(method, settings, tokenizer)
     for flag, model in models.items():
         if model:
@@ -95,10 +93,9 @@ def check_backbone(model_args: Any, max_seq_length: int, method: str, settings: 
 
 def check_pooler(model: ContrastiveModel, flag: str, name: str) -> None:
     """Refuse a position-0 pooler (``--pooler_type cls``/``cls_before_pooler``) on a backbone whose position 0 sees
-    only the first token; methods that pool their own way (PromptBERT's [MASK] state) are not concerned."""
-    pooler = model.config.pooler_type
-    pools_by_type = type(model).pool_outputs is ContrastiveModel.pool_outputs
-    if not pools_by_type or pooler not in POSITION_ZERO_POOLERS or not position_zero_sees_only_itself(model.encoder):
+    only the first token; methods that pool elsewhere (PromptBERT's [MASK] state) are not concerned."""
+    pooler = model.position_zero_pooler()
+    if pooler is None or not position_zero_sees_only_itself(model.encoder):
         return
     raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}) is a causal (decoder-only) backbone: its "
                      f"position 0 sees only the first token, so --pooler_type {pooler} would give every sentence "
