@@ -15,6 +15,7 @@ non-zero (docs/errors.md; CSE_DEBUG=1 shows the traceback).
 """
 from __future__ import annotations
 
+from safetensors import SafetensorError
 from transformers import set_seed
 
 from data.corpus import UNSUP_HINT, load_next_sentence_corpus
@@ -24,6 +25,7 @@ from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model, resolve_settings
 from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
 from command_line.preflight import preflight
+from command_line.backbone_checks import check_backbone, check_pooler
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -39,13 +41,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
               corpus_hint=UNSUP_HINT, cache_dir=model_args.cache_dir)
     set_seed(training_args.seed)  # the RTD head's initialisation and the collator's edits follow the run's seed
 
-    with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, prefix=(
+    with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, SafetensorError, prefix=(
             f"could not load --model_name_or_path {model_args.model_name_or_path} or --generator_name "
             f"{generator_name}: ")):
         tokenizer = load_tokenizer(model_args)
+        check_backbone(model_args, data_args.max_seq_length, "diffcse", settings, tokenizer, generator_name)
         model = build_model("diffcse", model_args.model_name_or_path,
                             attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
                             tokenizer=tokenizer, cache_chunk_size=training_args.cache_chunk_size, **settings)
+    check_pooler(model, "--model_name_or_path", model_args.model_name_or_path)
     train_dataset = None
     if model.config.rtd_source == "next":  # Table 3: pairs of consecutive sentences from an ordered corpus
         train_dataset = load_next_sentence_corpus(data_args.train_file)

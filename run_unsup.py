@@ -13,6 +13,7 @@ and exits non-zero (docs/errors.md; CSE_DEBUG=1 shows the traceback).
 """
 from __future__ import annotations
 
+from safetensors import SafetensorError
 from transformers import set_seed
 
 from data.corpus import SUP_HINT, UNSUP_HINT
@@ -21,6 +22,7 @@ from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model
 from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
 from command_line.preflight import preflight
+from command_line.backbone_checks import check_backbone, check_pooler
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -35,11 +37,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     set_seed(training_args.seed)  # before the model: the projector's initialisation is part of the run
 
     with reraise_as(UsageError, ValueError), reraise_as(
-            UserError, OSError, prefix=f"could not load --model_name_or_path {model_args.model_name_or_path}: "):
+            UserError, OSError, SafetensorError,
+            prefix=f"could not load --model_name_or_path {model_args.model_name_or_path}: "):
+        tokenizer = load_tokenizer(model_args)
+        check_backbone(model_args, data_args.max_seq_length, method_args.method, settings, tokenizer)
         model = build_model(method_args.method, model_args.model_name_or_path,
                             attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
-                            cache_chunk_size=training_args.cache_chunk_size, **settings)
-        tokenizer = load_tokenizer(model_args)
+                            tokenizer=tokenizer, cache_chunk_size=training_args.cache_chunk_size, **settings)
+    check_pooler(model, "--model_name_or_path", model_args.model_name_or_path)
     return train_and_export(model, tokenizer, training_args, data_args,
                             describe_arguments(model_args, data_args, method_args, training_args, argv=argv))
 

@@ -9,11 +9,11 @@ with one message instead of after minutes of loading (or, worse, after training 
   a Hub name that can be reached (in the cache, or the Hub is not switched offline).
 - :func:`check_evaluation_data`: the dev sets evaluation reads (STS-B dev and SICK-R dev) load, with SentEval's
   line counts, before the first training step.
+- :func:`command_line.writable.check_creatable`: ``--output_dir`` (and ``--export_dir``) can be created and written.
 """
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,6 +23,8 @@ from models.card import is_hub_name
 from trainers.checkpoints import (checkpoint_step, incomplete_checkpoint_error, newest_complete_checkpoint,
                                   resolve_latest)
 from trainers.errors import UserError
+
+from .writable import check_creatable
 
 logger = logging.getLogger("cse_repro")
 
@@ -154,6 +156,8 @@ def preflight(training_args: Any, data_args: Any, models: Mapping[str, str | Non
     check_resume_checkpoint(training_args)
     missing_inputs(data_args.train_file, corpus_hint, models, cache_dir)
     check_evaluation_data(training_args, data_args.senteval_dir)
+    check_creatable("--output_dir", training_args.output_dir)
+    check_creatable("--export_dir", training_args.export_dir)
     check_output_dir(training_args)
 
 

@@ -1,6 +1,8 @@
-"""THE backbone loader of training and evaluation (``trainers.methods.build_model`` and ``eval.loading``), and the
-offline check of a model name both run before loading (:func:`model_problem`): a module of its own so that both
-import it without importing each other."""
+"""THE backbone loader of training and evaluation (``trainers.methods.build_model`` and ``eval.loading``), the
+offline check of a model name both run before loading (:func:`model_problem`), and the two checks both run on what
+they loaded, before using it: a tokenizer that knows words (:func:`tokenizer_problem`) and a backbone whose position
+0 sees the sentence (:func:`position_zero_sees_only_itself`). A module of its own so that both import it without
+importing each other."""
 from __future__ import annotations
 
 import logging
@@ -9,6 +11,7 @@ from typing import Any
 
 import torch
 
+from eval.model_files import saved_weights_problem
 from models.card import is_hub_name
 
 logger = logging.getLogger(__name__)
@@ -47,7 +50,8 @@ def model_problem(flag: str, name: str, cache_dir: str | None = None) -> str | N
         if not (path / "config.json").is_file():
             return (f"{flag} {name}: the folder has no config.json, so it is not a saved model; pass a folder "
                     "written by save_pretrained (e.g. an export's hf/ folder) or a Hub model name")
-        return None
+        broken = weights_file_problem(path)
+        return f"{flag} {name}: {broken}" if broken else None
     if not is_hub_name(name):
         return (f"{flag} {name}: no such folder (and not a Hub model name); pass an existing model folder or a Hub "
                 "name such as bert-base-uncased")
@@ -61,6 +65,46 @@ def model_problem(flag: str, name: str, cache_dir: str | None = None) -> str | N
     return None
 
 
+def weights_file_problem(folder: Path) -> str | None:
+    """``DIR/model.safetensors is truncated (N bytes of M), so ...`` when a weight file in ``folder`` is not whole
+    (:func:`eval.model_files.saved_weights_problem`); ``None`` when they are."""
+    problem = saved_weights_problem(folder)
+    if problem is None:
+        return None
+    return f"{problem}, so the model cannot load (an interrupted download or save?); download or save it again"
+
+
+def tokenizer_problem(flag: str, name: str, tokenizer: Any) -> str | None:
+    """Why ``tokenizer`` (loaded from ``name``) cannot read text: it knows no token besides its special tokens,
+    which is what transformers builds for a model folder without tokenizer files, so every word becomes [UNK]."""
+    special = set(tokenizer.all_special_ids)
+    if len(tokenizer) > len(special):
+        return None
+    return (f"{flag} {name}: its tokenizer knows only its {len(tokenizer)} special tokens ("
+            f"{', '.join(tokenizer.all_special_tokens)}), so every word would become {tokenizer.unk_token}: the "
+            "folder has no tokenizer files. Copy the backbone's tokenizer files into it (e.g. "
+            "AutoTokenizer.from_pretrained(ORIGINAL).save_pretrained(FOLDER)) or pass the model it was saved from")
+
+
+def position_zero_sees_only_itself(encoder: torch.nn.Module) -> bool:
+    """Whether ``encoder``'s last hidden state at position 0 ignores every later token, as in a causal
+    (decoder-only) backbone such as GPT-2: two rows that share their first token and differ after it are encoded
+    (eval mode, no gradient) and their position-0 states compared. Then a pooler that reads position 0 gives every
+    sentence that starts with the same token the same vector."""
+    vocab_size = int(encoder.get_input_embeddings().num_embeddings)
+    pad_token_id = getattr(encoder.config, "pad_token_id", None)
+    ids = [i for i in range(min(vocab_size, 64)) if i != pad_token_id][:9]
+    input_ids = torch.tensor([ids[:5], [ids[0], *ids[5:9]]], device=encoder.device)
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        with torch.no_grad():
+            states = encoder(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).last_hidden_state
+    finally:
+        encoder.train(was_training)
+    return torch.allclose(states[0, 0].float(), states[1, 0].float(), rtol=1e-4, atol=1e-5)
+
+
 def in_hub_cache(name: str, cache_dir: str | None) -> bool:
     """Whether the Hub model ``name``'s config.json is in the local Hugging Face cache."""
     from huggingface_hub import try_to_load_from_cache
@@ -68,4 +112,5 @@ def in_hub_cache(name: str, cache_dir: str | None) -> bool:
     return isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir), str)
 
 
-__all__ = ["in_hub_cache", "load_auto_model", "model_problem"]
+__all__ = ["in_hub_cache", "load_auto_model", "model_problem", "position_zero_sees_only_itself",
+           "tokenizer_problem", "weights_file_problem"]

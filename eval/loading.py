@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
 import torch
+from safetensors import SafetensorError
 
-from eval.backbone import load_auto_model
+from eval.backbone import load_auto_model, position_zero_sees_only_itself, tokenizer_problem, weights_file_problem
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.poolers import POOLER_TYPES, needs_hidden_states, pool
 
@@ -36,7 +37,7 @@ logger = logging.getLogger(__name__)
 ModelKind = Literal["cse_contrastive", "sentence_transformers", "huggingface"]
 
 _ST_TRANSFORMER_TYPES = ("sentence_transformers.models.Transformer", "sentence_transformers.base.modules.Transformer")
-_LOADING_ERRORS = (OSError, ValueError, ImportError, KeyError)
+_LOADING_ERRORS = (OSError, ValueError, ImportError, KeyError, SafetensorError)
 
 
 class ModelLoadingError(RuntimeError):
@@ -95,6 +96,10 @@ def _loading_errors(model_name_or_path: str) -> Iterator[None]:
     missing = missing_model(model_name_or_path)
     if missing:
         raise ModelLoadingError(missing)
+    folder = Path(model_name_or_path)
+    broken = weights_file_problem(folder) if folder.is_dir() else None
+    if broken:
+        raise ModelLoadingError(f"could not load {model_name_or_path!r}: {broken}")
     try:
         yield
     except _LOADING_ERRORS as exc:
@@ -130,6 +135,12 @@ def _transformer_embed_fn(model: torch.nn.Module, pooler: str, name: str) -> Emb
         raise ModelLoadingError(
             f"{name} ({type(model).__name__}) has no pooler layer, so --pooler cls (its pooler_output) is undefined; "
             f"use --pooler cls_before_pooler (the raw [CLS] vector) or --pooler avg"
+        )
+    if pooler == "cls_before_pooler" and position_zero_sees_only_itself(model):
+        raise ModelLoadingError(
+            f"{name} ({type(model).__name__}) is a causal (decoder-only) model: its position 0 sees only the first "
+            f"token, so --pooler cls_before_pooler gives every sentence that starts with the same token the same "
+            f"vector; use --pooler avg (the mean over the sentence's tokens)"
         )
     accepted = set(inspect.signature(model.forward).parameters)
     hidden_states = needs_hidden_states(pooler)
@@ -289,6 +300,9 @@ def load_encoder(
     with _loading_errors(model_name_or_path):
         kind = detect_model_kind(model_name_or_path)
         backend = _BACKENDS[kind](model_name_or_path, pooler, device)
+    unreadable = tokenizer_problem("--model_name_or_path", model_name_or_path, backend.tokenizer)
+    if unreadable:
+        raise ModelLoadingError(unreadable)
     backend.module.to(device).eval()
     return SentenceEncoder(
         backend.embed_fn,

@@ -64,10 +64,12 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def sentence_transformers_folder(path: str | Path) -> Path:
-    """The sentence-transformers folder to score: ``path`` itself (it has ``modules.json``), or the
-    ``sentence-transformers/`` folder of an export (``<run>/export``) or of a run (``<run>``)."""
+    """The sentence-transformers folder to score: ``path`` itself (it has ``modules.json``), the
+    ``sentence-transformers/`` folder of an export (``<run>/export``) or of a run (``<run>``), or the one beside an
+    export's plain ``hf/`` folder (``<run>/export/hf``, the folder the README's SentEval example evaluates)."""
     path = Path(path)
-    for candidate in (path, path / "sentence-transformers", path / "export" / "sentence-transformers"):
+    beside_hf = [path.parent / "sentence-transformers"] if path.name == "hf" else []
+    for candidate in (path, path / "sentence-transformers", path / "export" / "sentence-transformers", *beside_hf):
         if (candidate / "modules.json").is_file():
             return candidate
     raise MTEBSuiteError(f"{path}: no sentence-transformers folder (modules.json) here or in "
@@ -131,6 +133,9 @@ def run_mteb(args: argparse.Namespace) -> dict[str, Any]:
     """Score ``args.model_name_or_path`` on MTEB's English STS tasks; prints where the data came from."""
     mteb = import_mteb()
     folder = sentence_transformers_folder(args.model_name_or_path)
+    if folder != Path(args.model_name_or_path):
+        print(f"scoring {folder}: the sentence-transformers folder of --model_name_or_path {args.model_name_or_path} "
+              "(--suite mteb needs the pooling built in)")
     if args.eval_dtype != "fp32":
         raise MTEBSuiteError("--suite mteb evaluates in fp32 only (mteb's sentence-transformers wrapper); drop "
                              "--eval_dtype bf16")

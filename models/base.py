@@ -35,7 +35,7 @@ from .dropout import controller_for, install_row_dropout, needs_row_dropout
 from .heads import build_projector
 from .losses import contrastive_objective
 from .masks import prepare_attention_mask
-from .poolers import needs_hidden_states, pool
+from .poolers import POSITION_ZERO_POOLERS, needs_hidden_states, pool
 from .views import ViewEmbeddings, ViewLayout
 
 
@@ -151,6 +151,11 @@ class ContrastiveModel(PreTrainedModel):
         """Hook: the backbone's outputs -> one vector per row [N, h] (:func:`models.poolers.pool`; PromptBERT reads
         the [MASK] token's hidden state instead)."""
         return pool(pooler_type, attention_mask, outputs.last_hidden_state, outputs.hidden_states)
+
+    def position_zero_pooler(self) -> str | None:
+        """The pooler when the sentence vector is read at position 0 alone (``cls``, ``cls_before_pooler``), which a
+        causal backbone cannot fill with the sentence; ``None`` when it is not (a mean; PromptBERT's [MASK])."""
+        return self.config.pooler_type if self.config.pooler_type in POSITION_ZERO_POOLERS else None
 
     def embed(
         self,

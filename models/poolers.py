@@ -19,6 +19,8 @@ import torch
 
 PoolerType = Literal["cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2"]
 POOLER_TYPES: tuple[str, ...] = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+#: The poolers that read position 0 alone, which on a causal (decoder-only) backbone sees only the first token.
+POSITION_ZERO_POOLERS: tuple[str, ...] = ("cls", "cls_before_pooler")
 
 
 def needs_hidden_states(pooler_type: str) -> bool:
@@ -50,7 +52,7 @@ def pool(
     ``cls`` and ``cls_before_pooler`` both read position 0 here; whether a projector follows is the caller's
     decision (see :class:`models.base.ContrastiveModel`).
     """
-    if pooler_type in ("cls", "cls_before_pooler"):
+    if pooler_type in POSITION_ZERO_POOLERS:
         return last_hidden_state[:, 0]
     if pooler_type == "avg":
         return _masked_mean(last_hidden_state, attention_mask)

@@ -204,6 +204,10 @@ class PromptBERTModel(ContrastiveModel):
                                  "templates": self.config.prompt_token_ids["templates"][:1]},
             "test_denoising": self.config.test_denoising, "eval_add_period": self.config.eval_add_period}}
 
+    def position_zero_pooler(self) -> None:
+        """None: the sentence vector is the [MASK] state, which follows the sentence in the template."""
+        return None
+
     def _set_gradient_checkpointing(self, enable: bool = True, **kwargs: Any) -> None:
         """Refused with row-seeded masks and denoising: a recomputed layer of the sentence pass would meet the
         template pass's plan."""

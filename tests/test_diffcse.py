@@ -258,7 +258,7 @@ def test_vocabulary_mismatch_is_refused(paths, tmp_path):
     other.mkdir()
     words = list(dict.fromkeys(WORDS))
     (other / "vocab.txt").write_text("\n".join(SPECIAL + words[::-1]) + "\n")  # same words, other ids
-    tokenizer = BertTokenizerFast(vocab_file=str(other / "vocab.txt"), do_lower_case=True)
+    tokenizer = BertTokenizerFast(vocab=str(other / "vocab.txt"), do_lower_case=True)
     AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(other)
     tokenizer.save_pretrained(other)
     with pytest.raises(VocabularyMismatchError, match="map to another id"):
@@ -267,7 +267,7 @@ def test_vocabulary_mismatch_is_refused(paths, tmp_path):
     bigger = tmp_path / "bigger"
     bigger.mkdir()
     (bigger / "vocab.txt").write_text("\n".join(SPECIAL + words + ["zebra"]) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(bigger / "vocab.txt"), do_lower_case=True)
+    tokenizer = BertTokenizerFast(vocab=str(bigger / "vocab.txt"), do_lower_case=True)
     AutoModelForMaskedLM.from_config(tiny_config("distilbert", vocab_size=len(tokenizer))).save_pretrained(bigger)
     tokenizer.save_pretrained(bigger)
     with pytest.raises(VocabularyMismatchError, match="vocab_size"):

@@ -41,8 +41,31 @@ def test_the_folder_it_scores(tmp_path):
     assert sentence_transformers_folder(run) == folder
     assert sentence_transformers_folder(run / "export") == folder
     assert sentence_transformers_folder(folder) == folder
+    (run / "export" / "hf").mkdir()  # the plain folder the README's SentEval example evaluates: its sibling is scored
+    assert sentence_transformers_folder(run / "export" / "hf") == folder
     with pytest.raises(MTEBSuiteError, match=r"no sentence-transformers folder .* scores an export's "):
-        sentence_transformers_folder(run / "export" / "hf")
+        sentence_transformers_folder(tmp_path)
+
+
+def test_given_an_exports_hf_folder_the_cli_scores_its_sentence_transformers_sibling(monkeypatch, tmp_path, capsys):
+    """``python -m eval --suite mteb --model_name_or_path <run>/export/hf`` (issue 33): the sibling
+    ``sentence-transformers/`` folder is scored, and the output says so (the run stops at the next check here:
+    ``--mteb_data hub`` offline, so that the test needs neither mteb nor the network)."""
+    import eval.mteb_suite
+    from eval.cli import main
+
+    monkeypatch.setattr(eval.mteb_suite, "import_mteb", lambda: object())
+    monkeypatch.setattr(eval.mteb_suite, "hub_reachable", lambda: False)
+    export = tmp_path / "run" / "export"
+    (export / "hf").mkdir(parents=True)
+    (export / "sentence-transformers").mkdir()
+    (export / "sentence-transformers" / "modules.json").write_text("[]")
+    with pytest.raises(SystemExit):
+        main(["--suite", "mteb", "--mteb_data", "hub", "--model_name_or_path", str(export / "hf")])
+    captured = capsys.readouterr()
+    assert (f"scoring {export / 'sentence-transformers'}: the sentence-transformers folder of --model_name_or_path "
+            f"{export / 'hf'} (--suite mteb needs the pooling built in)") in captured.out
+    assert captured.err.startswith("error: --mteb_data hub: the Hugging Face Hub is not reachable here")
 
 
 def test_mteb_data_hub_offline_is_refused_with_the_alternative(monkeypatch, tmp_path, capsys):

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import json
 import os
-import struct
-import zipfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from eval.model_files import archive_problem, safetensors_header, safetensors_problem
 
 from .errors import UserError
 
@@ -84,41 +84,12 @@ def marker_files(folder: Path) -> dict[str, int] | None:
         return None
 
 
-def safetensors_header(path: Path) -> tuple[int, dict[str, Any]]:
-    """(header length, header) of a safetensors file: an 8-byte length, then the JSON header; ``ValueError`` names
-    the file when it is truncated or its header unreadable."""
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            raise ValueError(f"{path} is truncated ({size} bytes)")
-        (header_len,) = struct.unpack("<Q", prefix)
-        if header_len > size - 8:
-            raise ValueError(f"{path} is truncated ({size} bytes; its header alone needs {header_len + 8})")
-        try:
-            return header_len, json.loads(handle.read(header_len))
-        except ValueError:
-            raise ValueError(f"{path} is corrupt (its header is not valid JSON)") from None
-
-
-def safetensors_problem(path: Path) -> str | None:
-    """Why a safetensors file is not whole (its header gives the size it must have), or ``None``."""
-    try:
-        header_len, header = safetensors_header(path)
-    except ValueError as error:
-        return str(error)
-    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
-    expected = 8 + header_len + end
-    size = path.stat().st_size
-    return f"{path} is truncated ({size} bytes of {expected})" if size < expected else None
-
-
 def content_problem(path: Path) -> str | None:
     """Why a present file cannot be loaded whole: a truncated safetensors file or torch archive, invalid JSON."""
     if path.suffix == ".safetensors":
         return safetensors_problem(path)
-    if path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
-        return f"{path} is truncated or corrupt (not a complete torch archive)"
+    if path.suffix in (".pt", ".pth", ".bin"):
+        return archive_problem(path)
     if path.name == TRAINER_STATE:
         try:
             json.loads(path.read_text(encoding="utf-8"))

@@ -25,7 +25,7 @@ from data.augment import LengthExtender, MaskedLMFiller
 from data.collators import ContrastiveCollator
 from data.diffcse_collator import DiffCSECollator
 from data.prompt_templates import PromptCollator, template_token_ids, tokenize_template
-from eval.backbone import load_auto_model
+from eval.backbone import load_auto_model, tokenizer_problem
 from models.base import ContrastiveModel
 from models.config import DIFFCSE, SETTINGS, UNSUP, ContrastiveConfig, check_settings
 from models.diffcse import DiffCSEModel, check_generator_vocabulary
@@ -36,6 +36,7 @@ from models.s_simcse import SSimCSEModel
 from models.simcse import SimCSEModel, SupervisedSimCSEModel
 from models.simcse_pp import SimCSEPlusPlusModel
 
+from .errors import UserError
 from .keyed_dropout import install_keyed_draws
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,9 @@ def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *,
         raise ValueError("DiffCSE needs a generator: pass generator_name (a masked-LM name or folder)")
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_name_or_path, cache_dir=cache_dir)
     generator_tokenizer = AutoTokenizer.from_pretrained(generator_name, cache_dir=cache_dir)
+    unreadable = tokenizer_problem("--generator_name", generator_name, generator_tokenizer)
+    if unreadable:
+        raise UserError(unreadable)
     check_generator_vocabulary(tokenizer, generator_tokenizer,
                                AutoConfig.from_pretrained(model_name_or_path, cache_dir=cache_dir),
                                AutoConfig.from_pretrained(generator_name, cache_dir=cache_dir))

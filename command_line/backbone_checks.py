@@ -1,0 +1,107 @@
+"""Checks of the backbone a training script was given, on what the libraries read of it, before anything trains:
+what would otherwise train on nonsense, or crash when a long enough line arrives.
+
+- :func:`check_tokenizer`: the tokenizer knows words (a folder without tokenizer files gets one of its special
+  tokens only from transformers, and every word becomes [UNK]).
+- :func:`check_position_limit`: the longest view (``--max_seq_length`` plus what the method adds: PromptBERT's
+  template) fits the backbone's position table (``max_position_embeddings``, less RoBERTa's padding offset).
+- :func:`check_pooler`: a pooler that reads position 0 is refused on a causal (decoder-only) backbone, whose
+  position 0 sees only the first token; ``--pooler_type avg`` is the one to pass (decided: refused, not switched,
+  so that a run trains the pooler its command line says; docs/errors.md).
+
+The first two run after the tokenizer and config are read and before the weights load; the last needs the loaded
+backbone (one forward of two 5-token rows) and runs before the corpus loads.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from eval.backbone import position_zero_sees_only_itself, tokenizer_problem
+from models.base import ContrastiveModel
+from trainers.errors import UsageError, UserError
+
+#: Model types whose position ids start at ``pad_token_id + 1`` (fairseq's ``make_positions``, transformers'
+#: ``create_position_ids_from_input_ids``): their table of ``max_position_embeddings`` rows holds
+#: ``max_position_embeddings - pad_token_id - 1`` positions (RoBERTa-base: 514 - 2 = 512).
+PADDING_OFFSET_MODEL_TYPES = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
+                              "data2vec-text", "xmod", "longformer", "mpnet", "ibert", "luke", "markuplm", "lilt",
+                              "layoutlmv3", "esm")
+
+
+def check_tokenizer(flag: str, name: str, tokenizer: Any) -> None:
+    """:func:`eval.backbone.tokenizer_problem` as a :class:`UserError`."""
+    problem = tokenizer_problem(flag, name, tokenizer)
+    if problem:
+        raise UserError(problem)
+
+
+def position_limit(config: Any) -> tuple[int, str] | None:
+    """How many positions the backbone reads and why (``None``: its config names no limit)."""
+    table = getattr(config, "max_position_embeddings", None)
+    if not isinstance(table, int):
+        return None
+    if config.model_type in PADDING_OFFSET_MODEL_TYPES and config.pad_token_id is not None:
+        offset = int(config.pad_token_id) + 1
+        return table - offset, (f"max_position_embeddings {table} minus the {offset} its position ids skip "
+                                f"({config.model_type} counts positions from pad_token_id + 1 = {offset})")
+    return table, f"max_position_embeddings {table}"
+
+
+def template_tokens(method: str, settings: dict[str, Any], tokenizer: Any) -> int:
+    """Tokens a method's views add around the ``--max_seq_length`` tokens of a sentence: PromptBERT's longer
+    template (its prefix and suffix, ``data.prompt_templates``); 0 for the others, whose views are cut to it."""
+    if method != "promptbert":
+        return 0
+    from data.prompt_templates import tokenize_template
+    from models.config import SETTINGS, TEMPLATE_SETTINGS
+    from trainers.methods import resolve_settings
+
+    resolved = resolve_settings(method, settings)
+    templates = [tokenize_template(resolved.get(name, SETTINGS[name].default), tokenizer) for name in TEMPLATE_SETTINGS]
+    return max(len(template.prefix) + len(template.suffix) for template in templates)
+
+
+def check_position_limit(flag: str, name: str, config: Any, max_seq_length: int, added: int = 0) -> None:
+    """Refuse a ``--max_seq_length`` (plus ``added`` template tokens) longer than the backbone's position table:
+    the run would go on until a long enough line arrives, then crash with a tensor size mismatch."""
+    limit = position_limit(config)
+    if limit is None or max_seq_length + added <= limit[0]:
+        return
+    positions, why = limit
+    longest = (f"--max_seq_length {max_seq_length} + {added} tokens of PromptBERT's template = "
+               f"{max_seq_length + added} positions" if added else f"--max_seq_length {max_seq_length}")
+    raise UsageError(f"{longest} is more than {flag} {name} reads: {positions} positions ({why}); a line that long "
+                     f"would stop the run with a tensor size error. Pass --max_seq_length {positions - added} or "
+                     f"less (the papers use 32).")
+
+
+def check_backbone(model_args: Any, max_seq_length: int, method: str, settings: dict[str, Any], tokenizer: Any,
+                   generator: str | None = None) -> None:
+    """The checks that need no weights, for ``--model_name_or_path`` (its ``tokenizer``, already loaded, and its
+    config) and DiffCSE's ``--generator_name`` (its config: it reads the same views)."""
+    from transformers import AutoConfig
+
+    name = model_args.model_name_or_path
+    check_tokenizer("--model_name_or_path", name, tokenizer)
+    models = {"--model_name_or_path": name, "--generator_name": generator}
+    added = template_tokens(method, settings, tokenizer)
+    for flag, model in models.items():
+        if model:
+            config = AutoConfig.from_pretrained(model, cache_dir=model_args.cache_dir)
+            check_position_limit(flag, model, config, max_seq_length, added if flag == "--model_name_or_path" else 0)
+
+
+def check_pooler(model: ContrastiveModel, flag: str, name: str) -> None:
+    """Refuse a position-0 pooler (``--pooler_type cls``/``cls_before_pooler``) on a backbone whose position 0 sees
+    only the first token; methods that pool elsewhere (PromptBERT's [MASK] state) are not concerned."""
+    pooler = model.position_zero_pooler()
+    if pooler is None or not position_zero_sees_only_itself(model.encoder):
+        return
+    raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}) is a causal (decoder-only) backbone: its "
+                     f"position 0 sees only the first token, so --pooler_type {pooler} would give every sentence "
+                     f"that starts with the same token the same vector. Pass --pooler_type avg (the mean over the "
+                     f"sentence's tokens).")
+
+
+__all__ = ["PADDING_OFFSET_MODEL_TYPES", "check_backbone", "check_pooler", "check_position_limit", "check_tokenizer",
+           "position_limit", "template_tokens"]
