@@ -16,7 +16,8 @@ What it runs, each as its own command (``accelerate launch ...`` by default, ``-
 ``python ...``), ``--steps`` training steps (default 150) with STS-B dev evaluation every 100 and at the start when
 ``SENTEVAL_DIR`` is set (else ``--eval_strategy no``):
 
-- ``run_unsup.py --method M`` for every method (``--method esimcse --dup_rate 0.32`` verbatim); ``run_diffcse.py``;
+- ``run_unsup.py --method M`` for every method (``--method esimcse --dup_rate 0.32`` verbatim), and SimCSE on the
+  fast path (``--torch_compile true``: fixed shapes, the backbone compiled, CUDA graphs); ``run_diffcse.py``;
   ``--method sup_simcse`` with ``--cache_chunk_size``; a SimCSE run stopped (SIGKILL) once its first checkpoint is
   complete and continued with ``--resume_from_checkpoint``;
 - ``python -m eval`` on the SimCSE export (STS test; transfer ``--mode fasttest``), and ``--suite mteb`` (offline,
@@ -168,6 +169,7 @@ def plan(work_dir: Path, *, steps: int, senteval_dir: Path | None, launcher: str
                        str(out))
 
     commands = [train(method, "run_unsup.py", "--method", method, *flags) for method, flags in UNSUP_METHODS.items()]
+    commands.append(train("simcse_fast_path", "run_unsup.py", "--method", "simcse", "--torch_compile", "true"))
     commands.append(train("diffcse", "run_diffcse.py", "--generator_name", str(work_dir / "generator")))
     commands.append(train("sup_simcse_cached", "run_unsup.py", "--method", "sup_simcse", "--per_device_train_batch_size",
                           "128", "--cache_chunk_size", str(SUP_CHUNK), corpus_file=work_dir / "nli.csv"))

@@ -21,6 +21,7 @@ def test_the_plan_types_the_readmes_commands(tmp_path):
     for method in ("simcse", "esimcse", "simcse_pp", "s_simcse", "promptbert"):
         assert f"accelerate launch run_unsup.py --method {method} " in commands[method]
     assert "accelerate launch run_unsup.py --method esimcse --dup_rate 0.32 " in commands["esimcse"]  # verbatim
+    assert "run_unsup.py --method simcse --torch_compile true " in commands["simcse_fast_path"]
     assert "run_diffcse.py --generator_name " in commands["diffcse"]
     assert "--method sup_simcse" in commands["sup_simcse_cached"] and "--cache_chunk_size" in commands[
         "sup_simcse_cached"]
