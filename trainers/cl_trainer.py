@@ -81,6 +81,7 @@ class CLTrainer(TrainerAdapter):
         super().__init__(*args, **kwargs)
         self.compiled_backbone = self.compile_backbone() if fast_path else None
         self._reported_warmup = 0.0
+        self._dev_encoder = None
         self.senteval_dir = senteval_dir
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
@@ -191,10 +192,12 @@ class CLTrainer(TrainerAdapter):
         the same numbers the final report gives)."""
         from eval.encoder import SentenceEncoder
 
-        model = self.model
-        return SentenceEncoder(lambda **batch: model.dev_embed(**batch), self.processing_class,
-                               device=self.args.device, batch_size=self.args.per_device_eval_batch_size * 16,
-                               eval_dtype=getattr(self.args, "eval_dtype", "fp32"))
+        if self._dev_encoder is None:  # one per run: it keeps the dev sentences' padded batches between evaluations
+            self._dev_encoder = SentenceEncoder(lambda **batch: self.model.dev_embed(**batch), self.processing_class,
+                                                device=self.args.device,
+                                                batch_size=self.args.per_device_eval_batch_size * 16,
+                                                eval_dtype=getattr(self.args, "eval_dtype", "fp32"))
+        return self._dev_encoder
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """STS-B dev (+ SICK-R dev) Spearman x 100; every process computes it (4k sentences), so all agree on
