@@ -6,10 +6,7 @@
 #   STEPS=1000 RESULTS_DIR=bench/results SENTEVAL_DIR=... bash scripts/fast_path_gpu.sh [tests|loop|all]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-python_bin=${PYTHON:-}
-if [ -z "$python_bin" ]; then
-  if [ -x .venv/bin/python ]; then python_bin=.venv/bin/python; else python_bin=python3; fi
-fi
+python_bin=${PYTHON:-python}  # the CUDA build's python (README, "GPU install")
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} TOKENIZERS_PARALLELISM=false
 steps=${STEPS:-1000}
 results=${RESULTS_DIR:-bench/results}
