@@ -24,7 +24,7 @@ from transformers.trainer_utils import IntervalStrategy, SaveStrategy, Scheduler
 
 from models.config import SETTINGS, UNSUP, check_setting, check_value, number, value_range
 from trainers.errors import UsageError, reraise_as
-from trainers.fast_path import asynchronous_batches
+from trainers.fast_path import COMPILE_MODES, asynchronous_batches
 from trainers.methods import METHODS
 from trainers.precision import default_bf16
 
@@ -267,6 +267,9 @@ class CLTrainingArguments(TrainingArguments):
         (``trainers.fast_path``: the backbone compiled at fixed shapes) instead of the Trainer's compile of the whole
         model, which recompiles at every new batch width and at the epoch's short last batch."""
         self.fast_path = bool(self.torch_compile or self.torch_compile_mode or self.torch_compile_backend)
+        if self.torch_compile_mode not in (None, *COMPILE_MODES):
+            raise UsageError(f"--torch_compile_mode {self.torch_compile_mode!r}: choose one of "
+                             f"{', '.join(COMPILE_MODES)} (default: reduce-overhead, i.e. CUDA graphs, on one GPU)")
         self.fast_path_mode = self.torch_compile_mode
         self.fast_path_backend = self.torch_compile_backend or "inductor"
         self.torch_compile, self.torch_compile_mode, self.torch_compile_backend = False, None, None

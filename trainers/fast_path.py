@@ -39,7 +39,10 @@ from data.fixed_shapes import FixedShapeCollator, bucket_widths
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CompiledBackbone", "asynchronous_batches", "backbone_compile_refusal", "compile_mode",
+#: ``torch.compile``'s modes (``--torch_compile_mode``).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+__all__ = ["COMPILE_MODES", "CompiledBackbone", "asynchronous_batches", "backbone_compile_refusal", "compile_mode",
            "fixed_shape_collator"]
 
 
