@@ -195,7 +195,7 @@ def synthetic_tokenizer(vocab_size: int, directory: Path):
     vocab = directory / "vocab.txt"
     words = [f"w{i}" for i in range(len(SPECIAL_TOKENS), vocab_size)]
     vocab.write_text("\n".join([*SPECIAL_TOKENS, *words]) + "\n", encoding="utf-8")
-    return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True, model_max_length=512)
+    return BertTokenizerFast(vocab=str(vocab), do_lower_case=True, model_max_length=512)  # vocab=: transformers 5
 
 
 def random_sentences(count: int, seq_len: int, vocab_size: int, rng: random.Random) -> list[str]:

@@ -24,6 +24,7 @@ from transformers.trainer_utils import IntervalStrategy, SaveStrategy, Scheduler
 
 from models.config import SETTINGS, UNSUP, check_setting, check_value, number, value_range
 from trainers.errors import UsageError, reraise_as
+from trainers.fast_path import COMPILE_MODES, asynchronous_batches
 from trainers.methods import METHODS
 from trainers.precision import default_bf16
 
@@ -224,6 +225,15 @@ class CLTrainingArguments(TrainingArguments):
     export_dir: str | None = field(
         default=None, metadata={"help": "Where the plain HF + sentence-transformers exports go (default: "
                                         "<output_dir>/export)."})
+    torch_compile: bool = field(default=False, metadata={
+        "help": "The fast path (trainers/fast_path.py, docs/benchmarks.md): views padded to fixed widths, the backbone "
+                "compiled (CUDA graphs on one GPU), no host-device sync in the loop; the same loss as the eager step. "
+                "--torch_compile_mode / --torch_compile_backend pick the compile mode / backend."})
+    #: Set from --torch_compile (and --torch_compile_mode / _backend) in __post_init__, which then clears those: the
+    #: Trainer would otherwise compile the whole model (and recompile at every new batch shape).
+    fast_path: bool = field(default=False, init=False)
+    fast_path_mode: str | None = field(default=None, init=False)
+    fast_path_backend: str = field(default="inductor", init=False)
     cache_chunk_size: int | None = field(default=None, metadata={
         "help": "Cached step (GradCache, docs/cached_training.md): encode N sentences at a time, the loss over the "
                 "whole batch; implies --dropout_masks row_seeded (then equal to the uncached step, any N)."})
@@ -245,9 +255,24 @@ class CLTrainingArguments(TrainingArguments):
             self.tf32 = True if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else None
         if launched_world_size() > 1 and not torch.cuda.is_available():
             self.use_cpu = True  # accelerate only sets up multi-process CPU (gloo) training when asked for the CPU
+        self.take_over_torch_compile()
         super().__post_init__()
+        if self.fast_path:
+            asynchronous_batches(self)
         refuse_data_parallel(self)
         refuse_silent_single_process(self)
+
+    def take_over_torch_compile(self) -> None:
+        """``--torch_compile`` (or a ``--torch_compile_mode`` / ``_backend``) turns on the fast path
+        (``trainers.fast_path``: the backbone compiled at fixed shapes) instead of the Trainer's compile of the whole
+        model, which recompiles at every new batch width and at the epoch's short last batch."""
+        self.fast_path = bool(self.torch_compile or self.torch_compile_mode or self.torch_compile_backend)
+        if self.torch_compile_mode not in (None, *COMPILE_MODES):
+            raise UsageError(f"--torch_compile_mode {self.torch_compile_mode!r}: choose one of "
+                             f"{', '.join(COMPILE_MODES)} (default: reduce-overhead, i.e. CUDA graphs, on one GPU)")
+        self.fast_path_mode = self.torch_compile_mode
+        self.fast_path_backend = self.torch_compile_backend or "inductor"
+        self.torch_compile, self.torch_compile_mode, self.torch_compile_backend = False, None, None
 
     def derive_evaluation_dependent_settings(self) -> None:
         """``save_strategy`` and ``load_best_model_at_end`` left unset follow ``eval_strategy``: with evaluation,

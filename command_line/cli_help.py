@@ -17,7 +17,8 @@ SHOWN_TRAINER_FLAGS = frozenset({
 })
 """Inherited Trainer flags that a training recipe commonly sets, shown in ``--help`` beside the redeclared ones."""
 
-HIDDEN_REDECLARED = frozenset({"remove_unused_columns", "logging_nan_inf_filter", "greater_is_better"})
+HIDDEN_REDECLARED = frozenset({"remove_unused_columns", "logging_nan_inf_filter", "greater_is_better",
+                               "torch_compile"})
 """Redeclared only to pin a value the pipeline needs: hidden from ``--help`` like the inherited flags."""
 
 SHORT_HELP = {

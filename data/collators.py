@@ -58,6 +58,12 @@ class ContrastiveCollator:
             if hasattr(augment, "set_epoch"):
                 augment.set_epoch(epoch, seed)
 
+    @property
+    def max_width(self) -> int:
+        """The widest batch this collator can make: ``max_length``, twice that with an augmenter (which may at most
+        double a sentence)."""
+        return self.max_length * (2 if any(a is not None for a in self.view_augmenters) else 1)
+
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Token ids of ``texts`` (special tokens included), truncated to ``max_length``, unpadded."""
         return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]

@@ -88,6 +88,11 @@ class DiffCSECollator(EpochDraws):
         self.special_ids = frozenset(self.tokenizer.all_special_ids)
         self.vocab_size = len(self.tokenizer)
 
+    @property
+    def max_width(self) -> int:
+        """The widest view batch this collator can make (its views': ``max_length``)."""
+        return self.views.max_width
+
     # ------------------------------------------------------------------ batch
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Dataset rows -> SimCSE's views plus the ``rtd_*`` keys of the edited sentences (module docstring)."""

@@ -95,6 +95,11 @@ class PromptCollator:
     max_length: int = 32
     column: str = "text"
 
+    @property
+    def max_width(self) -> int:
+        """The widest batch this collator can make: ``max_length`` sentence tokens inside the longest template."""
+        return self.max_length + max(len(t.prefix) + len(t.suffix) for t in self.templates)
+
     def sentence_ids(self, texts: list[str | None]) -> list[list[int]]:
         """Each sentence's ids without special tokens, cut to ``max_length`` (the code: ``encode(s,
         add_special_tokens=False)[:max_seq_length]``; a missing sentence is ``" "``, as there)."""

@@ -114,30 +114,44 @@ class SentenceEncoder:
         self.batch_size = batch_size
         self.max_length = max_length if max_length is not None else default_max_length(tokenizer)
         self.preprocess = preprocess
+        self._cached_batches: tuple[tuple[str, ...], list[tuple[torch.Tensor, dict[str, torch.Tensor]]]] | None = None
 
     def encode(self, sentences: Sequence[str], show_progress: bool = False, desc: str | None = None) -> np.ndarray:
         """Embed ``sentences``; returns float32 ``[len(sentences), d]``, row ``i`` for ``sentences[i]``.
 
         Each distinct sentence is tokenized and encoded once; duplicates share its row. An empty input gives
-        an array of shape ``(0, 0)``.
+        an array of shape ``(0, 0)``. The padded batches on the device are kept for the next call with the same
+        sentences (a training run's dev evaluations: the tokenizer and the sentences do not change), and the
+        embeddings stay on the device until one copy to the host at the end.
         """
         sentences = list(sentences)
         unique = list(dict.fromkeys(sentences))
         if not unique:
             return np.zeros((0, 0), dtype=np.float32)
-        tokenized = self._tokenize(unique)
-        batches = length_sorted_batches([len(ids) for ids in tokenized["input_ids"]], self.batch_size)
-        embeddings: np.ndarray | None = None
+        batches = self._device_batches(unique)
+        embeddings: torch.Tensor | None = None
         with torch.inference_mode(), evaluation_precision(self.eval_dtype, self.device):
-            for indices in self._progress(batches, show_progress, desc):
-                batch = self._collate(tokenized, indices)
-                vectors = self.embed_fn(**batch).to(dtype=torch.float32, device="cpu").numpy()
+            for rows, batch in self._progress(batches, show_progress, desc):
+                vectors = self.embed_fn(**batch)
                 if embeddings is None:
-                    embeddings = np.empty((len(unique), vectors.shape[-1]), dtype=np.float32)
-                embeddings[indices] = vectors
+                    embeddings = torch.empty((len(unique), vectors.shape[-1]), dtype=torch.float32,
+                                             device=vectors.device)
+                embeddings.index_copy_(0, rows, vectors.to(torch.float32))
         assert embeddings is not None
         row = {sentence: i for i, sentence in enumerate(unique)}
-        return embeddings[[row[sentence] for sentence in sentences]]
+        return embeddings.cpu().numpy()[[row[sentence] for sentence in sentences]]
+
+    def _device_batches(self, unique: list[str]) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """``unique``'s length-sorted batches as (their rows in ``unique``, the padded inputs), on the device; the
+        last call's are reused when the sentences are the same."""
+        key = tuple(unique)
+        if self._cached_batches is not None and self._cached_batches[0] == key:
+            return self._cached_batches[1]
+        tokenized = self._tokenize(unique)
+        batches = [(torch.tensor(indices, device=self.device), self._collate(tokenized, indices))
+                   for indices in length_sorted_batches([len(ids) for ids in tokenized["input_ids"]], self.batch_size)]
+        self._cached_batches = (key, batches)
+        return batches
 
     def _tokenize(self, sentences: list[str]) -> Mapping[str, list[list[int]]]:
         """Tokenize once, unpadded; padding happens per batch in :meth:`_collate`."""
@@ -168,7 +182,7 @@ class SentenceEncoder:
         }
 
     @staticmethod
-    def _progress(batches: list[list[int]], show: bool, desc: str | None) -> Iterable[list[int]]:
+    def _progress(batches: list, show: bool, desc: str | None) -> Iterable:
         if not show:
             return batches
         from tqdm.auto import tqdm

@@ -90,13 +90,18 @@ def insert_template(input_ids: torch.Tensor, attention_mask: torch.Tensor, templ
     return ids.masked_fill(~mask, pad_token_id), mask.long()
 
 
-def template_mask_states(encoder: nn.Module, template: TemplateIds, rows: int, plan=None) -> torch.Tensor:
+def template_mask_states(encoder: nn.Module, template: TemplateIds, rows: int, plan=None,
+                         template_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Sec. 5, the template's own representation ``h^_n`` for n = 0 .. rows - 1 -> [rows, h]: ``[CLS] prefix suffix
     [SEP]`` with the suffix's position ids shifted by n (where they sit after a sentence of n tokens), no attention
     mask, the [MASK] state (``get_delta`` of the code; its dropout and gradients are the caller's mode). ``plan``: a
-    context manager for the pass's dropout (row-seeded keys)."""
+    context manager for the pass's dropout (row-seeded keys). ``template_ids``: ``prefix + suffix`` already on the
+    encoder's device (a training step passes them: made from the Python ids here, they would be a host-to-device copy,
+    which synchronises, every step)."""
     device = next(encoder.parameters()).device
-    ids = torch.tensor([template.prefix + template.suffix], device=device).expand(rows, -1)
+    if template_ids is None:
+        template_ids = torch.tensor(template.prefix + template.suffix, device=device)
+    ids = template_ids.unsqueeze(0).expand(rows, -1)
     positions = torch.arange(len(template), device=device).repeat(rows, 1)
     positions[:, len(template.prefix):] += torch.arange(rows, device=device).unsqueeze(-1)
     with plan if plan is not None else nullcontext():
@@ -141,6 +146,7 @@ class PromptBERTModel(ContrastiveModel):
         super().__init__(config, encoder)
         self.mask_token_id, self.pad_token_id = int(ids["mask_token_id"]), int(ids["pad_token_id"])
         self.templates = [TemplateIds.from_config(entry, self.mask_token_id) for entry in ids["templates"]]
+        self._template_ids: dict[tuple[int, str], torch.Tensor] = {}  # template_ids' per-device copies
 
     # ------------------------------------------------------------------ Sec. 4: the [MASK] state
     def pool_outputs(self, pooler_type: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -148,6 +154,15 @@ class PromptBERTModel(ContrastiveModel):
         return mask_token_states(outputs.last_hidden_state, input_ids, self.mask_token_id)
 
     # ------------------------------------------------------------------ Sec. 5: template denoising
+    def template_ids(self, template: int, device: torch.device) -> torch.Tensor:
+        """Template ``template``'s ``prefix + suffix`` ids on ``device``, copied there once (not every step: a
+        host-to-device copy synchronises the host with the device)."""
+        key = (template, str(device))
+        if key not in self._template_ids:
+            entry = self.templates[template]
+            self._template_ids[key] = torch.tensor(entry.prefix + entry.suffix, device=device)
+        return self._template_ids[key]
+
     def template_bias(self, lengths: torch.Tensor, row_templates: list[int], width: int) -> torch.Tensor:
         """``h^_n`` for every row: ``lengths`` [B, R] (tokens of each row, template included), ``row_templates``
         (the template of each of the R rows), ``width`` (the padded length, which bounds n) -> [B, R, h]."""
@@ -160,7 +175,8 @@ class PromptBERTModel(ContrastiveModel):
                 keys = torch.arange(rows, device=device) + t * TEMPLATE_KEY_STRIDE
                 plan = self.dropout_controller.plan(torch.zeros(rows, dtype=torch.long, device=device), num_groups=1,
                                                     row_keys=keys)
-            states[t] = template_mask_states(self.encoder, self.templates[t], rows, plan)
+            states[t] = template_mask_states(self.encoder, self.templates[t], rows, plan,
+                                             self.template_ids(t, lengths.device))
         columns = []
         for r, t in enumerate(row_templates):
             n = (lengths[:, r] - len(self.templates[t])).clamp(0, states[t].size(0) - 1)

@@ -85,3 +85,37 @@ def test_the_sync_count_ignores_the_prototype_notice() -> None:
     assert not is_sync_warning(notice)
     assert is_sync_warning("called a synchronizing CUDA operation (Triggered internally at "
                            "/pytorch/c10/cuda/CUDAFunctions.cpp:151.)")
+
+
+# ------------------------------------------------------------------------------------ bench/real_loop.py
+def test_the_real_loop_benchmark_runs_the_script_and_reads_its_log(tmp_path, monkeypatch) -> None:
+    """``python -m bench.real_loop --device cpu``: run_unsup.py itself on a tiny random BERT, its windows'
+    sentences/s read back from trainer_state.json, the first window apart from the steady state."""
+    from bench.real_loop import main as real_loop
+
+    monkeypatch.delenv("SENTEVAL_DIR", raising=False)  # no evaluation: seconds, not minutes
+    out = tmp_path / "loop.json"
+    result = real_loop(["--device", "cpu", "--config", "tiny", "--steps", "6", "--logging_steps", "2",
+                        "--batch_size", "8", "--fast_path", "false", "--workdir", str(tmp_path / "work"),
+                        "--output_json", str(out)])
+    windows = result.window_sentences_per_second
+    assert len(windows) == 3 and min(windows) > 0  # steps 1-2, 3-4, 5-6
+    assert result.warmup_sentences_per_second == windows[0]
+    assert result.steady_sentences_per_second == pytest.approx((windows[1] + windows[2]) / 2)
+    assert result.evaluations == 0 and result.compile_warmup_seconds is None and result.final_loss is not None
+    assert result.wiki1m_epoch_minutes == pytest.approx(15625 * 8 / result.steady_sentences_per_second / 60, abs=0.1)
+    assert "run_unsup.py --model_name_or_path" in json.loads(out.read_text())["command"]
+
+
+def test_the_real_loop_projection_counts_evaluations_and_warmup() -> None:
+    """A wiki1m epoch = 15,625 steps at the steady rate + 125 dev evaluations + the compile warm-up."""
+    import argparse
+
+    from bench.real_loop import summarise
+
+    args = argparse.Namespace(method="simcse", fast_path=True, device="cuda", steps=1000, batch_size=64)
+    record = {"windows": [500.0, 6400.0, 6000.0, 6800.0], "compile_warmup_seconds": 60.0,
+              "evaluations": [0.3, 0.2, 0.25], "final_loss": 0.01}
+    result = summarise(args, record, 100.0, ["python", "run_unsup.py"])
+    assert result.steady_sentences_per_second == 6400.0 and result.evaluation_seconds == 0.25
+    assert result.wiki1m_epoch_minutes == pytest.approx((15625 * 64 / 6400 + 125 * 0.25 + 60) / 60, abs=0.05)

@@ -157,6 +157,7 @@ def test_bf16_autocast_step_equals_the_fp32_step_to_bf16_precision(method, tmp_p
 @pytest.mark.parametrize("method, config", [
     ("simcse", {}), ("simcse", {"dropout_masks": "row_seeded"}), ("sup_simcse", {}), ("esimcse", {"queue_size": 6}),
     ("simcse_pp", {}), ("s_simcse", {}), ("s_simcse", {"dropout_masks": "row_seeded"}), ("diffcse", {}),
+    ("promptbert", {}),
 ])
 def test_a_cuda_training_step_never_waits_for_the_host(method, config, tmp_path):
     """Forward, backward, fused AdamW and the per-step hook (ESimCSE's EMA and queue) under
@@ -389,3 +390,115 @@ def test_the_transfer_classifier_on_cuda_equals_the_cpu_classifier_with_tf32_on(
         assert model.val_accuracy == pytest.approx(reference.val_accuracy)
         np.testing.assert_allclose(model.weight, reference.weight, atol=1e-4)
         np.testing.assert_allclose(model.bias, reference.bias, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------ the fast path
+FAST_PATH_TEXTS = ("the cat sits on the big red chair", "a dog runs in the park", "music is good",
+                   "the old king reads a new book in the house", "a man plays the guitar", "the sun and the moon",
+                   "she writes a song", "water is blue")
+
+
+@pytest.mark.parametrize("method", ["simcse", "sup_simcse", "esimcse", "diffcse", "promptbert"])
+def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
+    """The backbone compiled with CUDA graphs (``reduce-overhead``, trainers/fast_path.py) on a fixed-shape batch:
+    loss and gradients equal the eager step's within bf16 tolerance, on three consecutive steps (graph replays).
+    Dropout is 0 in both (the compiled graph draws its masks from its own RNG stream)."""
+    from transformers import AutoTokenizer
+
+    from data.fixed_shapes import FixedShapeCollator
+    from tests.tiny import save_tiny_generator
+    from trainers.fast_path import CompiledBackbone
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.0)
+    extra = {"generator_name": str(save_tiny_generator(tmp_path / "generator"))} if method == "diffcse" else {}
+    extra |= {"queue_size": 8} if method == "esimcse" else {}
+    torch.manual_seed(0)
+    model = build_model(method, str(backbone), **extra).to(CUDA).train()
+    twin = copy.deepcopy(model)
+    rows = ([{"sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in FAST_PATH_TEXTS]
+            if method == "sup_simcse" else [{"text": t} for t in FAST_PATH_TEXTS])
+    collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
+    batch = on_cuda(FixedShapeCollator(collate, (32,), 0)(rows))
+    compiled = CompiledBackbone(twin, "reduce-overhead", batch["input_ids"].size(0))
+
+    def step(network, context) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(5)  # DiffCSE's generator samples the same tokens in both
+        network.zero_grad(set_to_none=True)
+        with context:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = network(**batch).loss
+            loss.backward()
+        network.on_optimizer_step()
+        return loss.detach().float().clone(), flat_grad(network).clone()
+
+    import contextlib
+
+    for _ in range(3):
+        eager_loss, eager_grad = step(model, contextlib.nullcontext())
+        fast_loss, fast_grad = step(twin, compiled.step(batch["input_ids"]))
+        assert abs(fast_loss - eager_loss) <= 2e-2 * abs(eager_loss), (fast_loss, eager_loss)
+        assert torch.nn.functional.cosine_similarity(fast_grad, eager_grad, dim=0) > 0.99
+    assert compiled.compiled_steps == 3 and compiled.cuda_graphs
+
+
+def test_cuda_graph_dropout_draws_new_masks_every_step(tmp_path):
+    """Graph-safe dropout RNG: with dropout on, the compiled step's loss on the same batch differs from step to
+    step (a mask frozen into the CUDA graph would repeat it)."""
+    from transformers import AutoTokenizer
+
+    from data.fixed_shapes import FixedShapeCollator
+    from trainers.fast_path import CompiledBackbone
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0)
+    torch.manual_seed(0)
+    model = build_model("simcse", str(backbone)).to(CUDA).train()
+    collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
+    batch = on_cuda(FixedShapeCollator(collate, (32,), 0)(rows := [{"text": t} for t in FAST_PATH_TEXTS]))
+    compiled = CompiledBackbone(model, "reduce-overhead", len(rows))
+    losses = []
+    for _ in range(5):
+        with compiled.step(batch["input_ids"]):
+            loss = model(**batch).loss
+            loss.backward()
+        losses.append(loss.item())
+    assert len(set(losses[2:])) == 3, losses  # the replays (after the graph's warm-up and recording)
+
+
+@pytest.mark.parametrize("method", ["simcse", "promptbert"])
+def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, tmp_path, monkeypatch):
+    """``run_unsup.py --torch_compile true`` on CUDA: from the end of step 4 to the log of step 8 (the batch fetch
+    and copy, the Trainer's loss bookkeeping, forward, backward, clipping, fused AdamW, the scheduler, the
+    divergence monitor, the throughput log's clock) the CUDA runtime raises on any synchronising call."""
+    import run_unsup
+    from transformers import TrainerCallback
+
+    from trainers.cl_trainer import CLTrainer
+
+    class SyncsAreErrors(TrainerCallback):
+        """Sync debug mode "error" from the log of step 4 (the graphs recorded) to the end of step 8, before its
+        log (which reads the loss: the one sync of a logging window)."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.global_step == 4 and "loss" in (logs or {}):
+                torch.cuda.set_sync_debug_mode("error")
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 8:
+                torch.cuda.set_sync_debug_mode("default")
+
+    original_init = CLTrainer.__init__
+
+    def init_with_check(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.add_callback(SyncsAreErrors())
+
+    monkeypatch.setattr(CLTrainer, "__init__", init_with_check)
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0)
+    try:
+        run_unsup.main(["--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
+                        "--method", method, "--max_steps", "8", "--logging_steps", "4", "--eval_strategy", "no",
+                        "--output_dir", str(tmp_path / "run"), "--per_device_train_batch_size", "8",
+                        "--max_seq_length", "16", "--torch_compile", "true", "--disable_tqdm", "true",
+                        "--report_to", "none"])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

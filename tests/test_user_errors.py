@@ -55,6 +55,7 @@ def test_no_arguments_say_what_is_missing_and_point_at_the_quickstart(tmp_path, 
     (["--lerning_rate", "1e-5"], "unknown argument(s): --lerning_rate 1e-5 (did you mean --learning_rate?)"),
     (["--eval_strategy", "no", "--save_strategy", "steps", "--load_best_model_at_end", "true"],
      "--load_best_model_at_end requires the save and eval strategy to match"),
+    (["--torch_compile_mode", "turbo"], "--torch_compile_mode 'turbo': choose one of default, reduce-overhead"),
 ])
 def test_invalid_flags_are_refused_at_parse_time(argv, message, capsys, tmp_path):
     result = in_process(run_unsup.main, argv + ["--output_dir", str(tmp_path / "out")], capsys)

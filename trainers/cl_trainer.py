@@ -6,6 +6,9 @@ per-step method work (ESimCSE's momentum update) runs through :class:`OptimizerS
 ``sentences_per_second``. Best-checkpoint selection is the Trainer's own (``metric_for_best_model="stsb_spearman"``,
 ``load_best_model_at_end``), fed by the metrics :meth:`CLTrainer.evaluate` returns.
 
+``--torch_compile`` runs the fast path (:mod:`trainers.fast_path`): fixed-shape batches, the backbone compiled and
+swapped in for each training step (:meth:`CLTrainer.fast_step`), no host-device sync in the loop.
+
 Divergence (NaN/inf) is caught without a host-device sync in the step: :meth:`CLTrainer.compute_loss` records the
 first step with a non-finite loss in a device tensor (:class:`trainers.divergence.DivergenceMonitor`), which is read
 where the Trainer synchronises anyway (every log, every evaluation) and before anything is written (every
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import torch
@@ -27,6 +31,7 @@ from models.distributed import world_size
 from .cached_step import cached_loss, refuse_unsupported
 from .curves import TrainingCurvesCallback
 from .divergence import DivergenceMonitor
+from .fast_path import CompiledBackbone, backbone_compile_refusal, compile_mode, fixed_shape_collator
 from .keyed_dropout import keyed_step
 from .trainer_adapter import TrainerAdapter, pin_tensorboard_dir
 
@@ -70,7 +75,13 @@ class CLTrainer(TrainerAdapter):
     def __init__(self, *args: Any, senteval_dir: str | None = None, **kwargs: Any) -> None:
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = self.DEV_SETS
+        fast_path = getattr(kwargs.get("args"), "fast_path", False)
+        if fast_path and kwargs.get("data_collator") is not None:
+            kwargs["data_collator"] = fixed_shape_collator(kwargs["data_collator"])
         super().__init__(*args, **kwargs)
+        self.compiled_backbone = self.compile_backbone() if fast_path else None
+        self._reported_warmup = 0.0
+        self._dev_encoder = None
         self.senteval_dir = senteval_dir
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
@@ -82,6 +93,22 @@ class CLTrainer(TrainerAdapter):
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpochHook(self.data_collator))
         pin_tensorboard_dir(self)
+
+    # ---------------------------------------------------------------- the fast path
+    def compile_backbone(self) -> CompiledBackbone | None:
+        """The fast path's compiled backbone (:mod:`trainers.fast_path`), or ``None`` (logged) where the backbone
+        must stay eager; the fixed shapes and the sync-free loop apply either way."""
+        refusal = backbone_compile_refusal(self.model, self.args.gradient_checkpointing)
+        if refusal:
+            logger.warning("fast path: the backbone stays eager because %s; batches still have fixed shapes", refusal)
+            return None
+        mode = compile_mode(self.args.fast_path_mode, self.args.device, self.args.world_size)
+        return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
+                                backend=self.args.fast_path_backend)
+
+    def fast_step(self, inputs: dict[str, Any]):
+        """The context of one training step: the compiled backbone swapped in on the fast path, else nothing."""
+        return nullcontext() if self.compiled_backbone is None else self.compiled_backbone.step(inputs["input_ids"])
 
     # ---------------------------------------------------------------- training-time metrics
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -112,6 +139,7 @@ class CLTrainer(TrainerAdapter):
         self.check_finite()  # the Trainer has just synchronised (to read the loss or the evaluation's scores)
         if "loss" in logs:
             self._log_throughput(logs)
+            self._log_compile_warmup(logs)
         if "loss" in logs and self._metric_count:
             names = sorted(self._metric_sums)
             stacked = torch.stack([self._metric_sums[n] for n in names]) / self._metric_count
@@ -131,12 +159,20 @@ class CLTrainer(TrainerAdapter):
             logs["sentences_per_second"] = round(sentences / max(now - then, 1e-9), 1)
         self._throughput_mark = (now, step)
 
+    def _log_compile_warmup(self, logs: dict[str, float]) -> None:
+        """``compile_warmup_seconds`` (the fast path's compile time so far) on the first log line after it grew, so
+        a log's throughput windows can be read as warm-up and steady state."""
+        warmup = 0.0 if self.compiled_backbone is None else self.compiled_backbone.warmup_seconds
+        if warmup > self._reported_warmup:
+            logs["compile_warmup_seconds"] = round(warmup, 2)
+            self._reported_warmup = warmup
+
     def training_step(self, model, inputs, num_items_in_batch=None):
         """The stock step (``compute_loss``, then the backward, scaled for gradient accumulation), inside one
         :func:`trainers.keyed_dropout.keyed_step` (row-seeded masks: the step's seed, for its forward and backward)."""
         if self._throughput_mark is None:
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
-        with keyed_step(self.accelerator.unwrap_model(model), inputs["input_ids"].size(0)):
+        with keyed_step(self.accelerator.unwrap_model(model), inputs["input_ids"].size(0)), self.fast_step(inputs):
             return super().training_step(model, inputs, num_items_in_batch)
 
     # ---------------------------------------------------------------- divergence
@@ -156,10 +192,12 @@ class CLTrainer(TrainerAdapter):
         the same numbers the final report gives)."""
         from eval.encoder import SentenceEncoder
 
-        model = self.model
-        return SentenceEncoder(lambda **batch: model.dev_embed(**batch), self.processing_class,
-                               device=self.args.device, batch_size=self.args.per_device_eval_batch_size * 16,
-                               eval_dtype=getattr(self.args, "eval_dtype", "fp32"))
+        if self._dev_encoder is None:  # one per run: it keeps the dev sentences' padded batches between evaluations
+            self._dev_encoder = SentenceEncoder(lambda **batch: self.model.dev_embed(**batch), self.processing_class,
+                                                device=self.args.device,
+                                                batch_size=self.args.per_device_eval_batch_size * 16,
+                                                eval_dtype=getattr(self.args, "eval_dtype", "fp32"))
+        return self._dev_encoder
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """STS-B dev (+ SICK-R dev) Spearman x 100; every process computes it (4k sentences), so all agree on

@@ -1,0 +1,202 @@
+"""The fast path (``--torch_compile true``, trainers/fast_path.py) changes no result, on a CPU.
+
+- Fixed shapes: padding every method's views to the fixed widths (data/fixed_shapes.py) changes no loss (dropout 0,
+  so that the masks' shapes do not matter), and a wrong padding (padded positions attended to) would be caught.
+- Through ``run_unsup.py`` / ``run_diffcse.py`` themselves: the first steps' logged loss and gradient norm with
+  ``--torch_compile true`` equal the eager run's; the backbone was compiled for ONE shape (no recompile per batch
+  width), the epoch's short last batch ran eagerly, the compile warm-up is logged, and the Trainer's own whole-model
+  compile is not used. ``simcse`` runs the real backend (inductor); the other methods ``--torch_compile_backend
+  aot_eager`` (the same capture and autograd, eager kernels: seconds instead of a minute each).
+- A training step of PromptBERT copies no host data to the device after its first step (its template ids).
+- The dev evaluation tokenizes its sentences once per run.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import random
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import run_diffcse
+import run_unsup
+from data.fixed_shapes import FixedShapeCollator, bucket_widths
+from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generator, tiny_corpus
+from trainers.cl_trainer import CLTrainer
+from trainers.fast_path import fixed_shape_collator
+from trainers.keyed_dropout import keyed_step
+from trainers.methods import build_collator, build_model
+
+ROWS = [{"text": t, "sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in (
+    "the cat sits on the big red chair", "a dog runs in the park", "music is good",
+    "the old king reads a new book in the house", "a man plays the guitar", "water is blue")]
+METHODS = {"simcse": {}, "sup_simcse": {}, "esimcse": {"queue_size": 12}, "simcse_pp": {}, "s_simcse": {},
+           "diffcse": {}, "promptbert": {}}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fast_path")
+    return {"encoder": save_tiny_backbone(root / "encoder", seed=0, dropout=0.0),
+            "generator": save_tiny_generator(root / "generator"),
+            "corpus": tiny_corpus(root / "corpus.txt", n=36)}  # batch 8: 4 full batches, then a short one of 4
+
+
+def tiny_model(method: str, files):
+    extra = {"generator_name": str(files["generator"])} if method == "diffcse" else {}
+    torch.manual_seed(0)
+    return build_model(method, str(files["encoder"]), **METHODS[method], **extra).train()
+
+
+def loss_of(model, batch) -> torch.Tensor:
+    """The loss of a fresh copy of ``model`` (ESimCSE's queue fills up) on ``batch``, with the same random draws
+    (DiffCSE's generator sampling, the row-seeded step seed)."""
+    model = copy.deepcopy(model)
+    torch.manual_seed(1)
+    random.seed(1)
+    with keyed_step(model, batch["input_ids"].size(0)):
+        return model(**batch).loss.detach()
+
+
+# ------------------------------------------------------------------------------------------------ fixed shapes
+#: Float32 reordering of one step's loss (measured: <= 1e-6); attending to the padding moves it by 4 to 150 times
+#: this at the tiny model's initialisation, whose embeddings are nearly alike (loss ~ ln(batch)).
+PADDING_TOLERANCE = 1e-5
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_fixed_widths_change_no_loss(method, files):
+    """Dropout 0 (the backbone's config). S-SimCSE samples its own rates, whose masks are drawn over the padded
+    shape (other masks, the same distribution): it is compared in eval mode (no dropout), its pooling and loss the
+    same."""
+    model = tiny_model(method, files)
+    model.train(method != "s_simcse")
+    collate = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 16)
+    padded = fixed_shape_collator(collate)
+    assert isinstance(padded, FixedShapeCollator) and padded.widths[-1] == collate.max_width
+    dynamic, fixed = collate(ROWS), padded(ROWS)
+    assert fixed["input_ids"].size(-1) in padded.widths and fixed["input_ids"].size(-1) > dynamic["input_ids"].size(-1)
+    expected = loss_of(model, dynamic).item()
+    assert loss_of(model, fixed).item() == pytest.approx(expected, rel=PADDING_TOLERANCE)
+    padding = fixed["attention_mask"] == 0  # the check of the check: the padding as tokens, attended to
+    fixed["input_ids"] = fixed["input_ids"].masked_fill(padding, 7)
+    fixed["attention_mask"] = torch.ones_like(fixed["attention_mask"])
+    assert abs(loss_of(model, fixed).item() - expected) > 3 * PADDING_TOLERANCE * abs(expected)
+
+
+def test_bucket_widths_of_each_collator(files):
+    tokenizer = AutoTokenizer.from_pretrained(str(files["encoder"]))
+    widths = {method: fixed_shape_collator(build_collator(tiny_model(method, files), tokenizer, 16)).widths
+              for method in ("simcse", "esimcse", "diffcse", "promptbert")}
+    assert widths["simcse"] == widths["diffcse"] == (16,)
+    assert widths["esimcse"] == (16, 32)  # the repetition may double the positive
+    assert widths["promptbert"][0] == 16 and 16 < widths["promptbert"][1] < 32  # 16 sentence tokens + the template
+    assert bucket_widths(32, 100) == (32, 64, 96, 100)
+
+
+# ------------------------------------------------------------------------------------- through the real scripts
+def run_script(method: str, files, tmp_path, extra: list[str]) -> tuple[list[dict], CLTrainer]:
+    """The method's script for 5 steps (the 5th batch short); its logged rows and the trainer."""
+    logged, trainers = [], []
+    original_log = CLTrainer.log
+
+    def record(self, logs, start_time=None):
+        result = original_log(self, logs, start_time)
+        if "loss" in logs:
+            logged.append(dict(logs))
+        trainers[:] = [self]
+        return result
+
+    common = ["--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "5",
+              "--eval_strategy", "no", "--output_dir", str(tmp_path / "run"), "--seed", "7", "--max_seq_length", "12",
+              "--save_strategy", "no"] + FAST_TRAINING_ARGS + extra
+    CLTrainer.log = record
+    try:
+        if method == "diffcse":
+            run_diffcse.main(common + ["--generator_name", str(files["generator"])])
+        else:
+            run_unsup.main(common + ["--method", method])
+    finally:
+        CLTrainer.log = original_log
+    return logged, trainers[0]
+
+
+#: Relative tolerances of the logged values of steps 1-5. A padded batch sums the same terms in another order, and
+#: at this tiny model's initialisation many gradient components are near-cancelling sums (a key bias's gradient is
+#: 0 in exact arithmetic, ~5e-13 in float32), whose relative rounding AdamW's normalised update carries into the next
+#: steps: measured up to 3.7e-4 on the gradient norm and 2e-5 on the loss (padding alone, no compile); step 1 agrees
+#: to 1e-6.
+LOSS_TOLERANCE, GRAD_NORM_TOLERANCE = 1e-4, 1e-3
+
+
+@pytest.mark.parametrize("method, backend", [("simcse", "inductor"), ("esimcse", "aot_eager"),
+                                             ("diffcse", "aot_eager"), ("promptbert", "aot_eager"),
+                                             ("simcse_pp", "aot_eager")])
+def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, files, tmp_path):
+    eager, _ = run_script(method, files, tmp_path / "eager", [])
+    fast, trainer = run_script(method, files, tmp_path / "fast",
+                               ["--torch_compile", "true", "--torch_compile_backend", backend])
+    assert len(fast) == len(eager) == 5
+    for step, (a, b) in enumerate(zip(eager, fast), start=1):
+        assert math.isclose(a["loss"], b["loss"], rel_tol=LOSS_TOLERANCE), (step, a["loss"], b["loss"])
+        assert math.isclose(a["grad_norm"], b["grad_norm"], rel_tol=GRAD_NORM_TOLERANCE), (step, a, b)
+    assert not trainer.args.torch_compile and trainer.args.fast_path  # the Trainer's whole-model compile is off
+    assert isinstance(trainer.data_collator, FixedShapeCollator)
+    compiled = trainer.compiled_backbone
+    if method == "simcse_pp":  # per-row dropout (its dropout-off rows): the backbone stays eager, shapes still fixed
+        assert compiled is None
+        return
+    assert trainer.model.encoder is compiled.eager  # the plain module outside the step (checkpoints, evaluation)
+    assert (compiled.compiled_steps, compiled.eager_steps) == (4, 1)  # the short last batch ran eagerly
+    widths = {shape[-1] for shape in compiled.seen_shapes}  # compiled once per width (ESimCSE: two)
+    assert len(compiled.seen_shapes) == len(widths) and widths <= set(trainer.data_collator.widths)
+    assert method == "esimcse" or len(widths) == 1
+    assert fast[0]["compile_warmup_seconds"] > 0 and "compile_warmup_seconds" not in fast[-1]
+
+
+# ------------------------------------------------------------------------------------------ no host-data copies
+def test_a_promptbert_step_copies_no_host_data_to_the_device_after_the_first(files, monkeypatch):
+    """``torch.tensor(python_data, device=...)`` is a host-to-device copy, which synchronises on a GPU; the template
+    pass made two per step (its ids), now one per template for the whole run."""
+    model = tiny_model("promptbert", files)
+    batch = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12)(ROWS)
+    model(**batch).loss.backward()
+    copies = []
+    original = torch.tensor
+
+    def counting_tensor(data, *args, **kwargs):
+        if kwargs.get("device") is not None:
+            copies.append(data)
+        return original(data, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", counting_tensor)
+    model(**batch).loss.backward()
+    assert copies == []
+
+
+# -------------------------------------------------------------------------------------------------- evaluation
+def test_the_dev_evaluation_tokenizes_its_sentences_once_per_run(files, tmp_path):
+    from eval.encoder import SentenceEncoder
+
+    tokenizer = AutoTokenizer.from_pretrained(str(files["encoder"]))
+    calls = []
+
+    def counting_tokenizer(*args, **kwargs):
+        calls.append(args[0])
+        return tokenizer(*args, **kwargs)
+
+    counting_tokenizer.pad_token_id = tokenizer.pad_token_id
+    counting_tokenizer.model_max_length = tokenizer.model_max_length
+    model = tiny_model("simcse", files).eval()
+    encoder = SentenceEncoder(model.embed, counting_tokenizer, device="cpu", batch_size=2)
+    sentences = [row["text"] for row in ROWS] + [ROWS[0]["text"]]
+    first, second = encoder.encode(sentences), encoder.encode(sentences)
+    assert len(calls) == 1 and (first == second).all() and first.shape == (7, 32)
+    assert (first[0] == first[-1]).all()
+    with torch.inference_mode():
+        expected = model.embed(**tokenizer(sentences[:2], padding=True, return_tensors="pt"))
+    assert torch.allclose(torch.from_numpy(first[:2]), expected, atol=1e-5)
+    encoder.encode(sentences[:3])
+    assert len(calls) == 2  # other sentences: tokenized anew

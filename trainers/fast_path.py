@@ -1,0 +1,133 @@
+"""The fast path (``--torch_compile true``): fixed shapes, the backbone compiled, no host-device sync in the loop.
+
+Where the compiled region begins and ends is decided here, and only here:
+
+- **Fixed shapes** (:func:`fixed_shape_collator`): the collator's views are padded to a few widths
+  (``data.fixed_shapes``), so the compiled backbone sees one shape per width instead of a new one every step. A
+  short batch (the epoch's last) runs eagerly instead of recompiling.
+- **The compiled region is the backbone** (``model.encoder``, the bulk of the step's compute and a pure function of
+  its inputs and dropout): :class:`CompiledBackbone` compiles it once (``torch.compile``, ``dynamic=False``) and
+  swaps it in for the duration of each training step, so the model's own forward and ``compute_loss`` run unchanged
+  around it (ESimCSE's queue and momentum encoder, DiffCSE's generator and discriminator, PromptBERT's template
+  pass all stay eager) and checkpoints, evaluation and the export see the plain module (evaluation's varying widths
+  never reach the compiled graph). On one CUDA device the mode is ``reduce-overhead`` (CUDA graphs; each step
+  begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's RNG is graph-safe: torch advances the
+  generator's offset on every replay). ``--torch_compile_mode`` picks another mode.
+- The backbone stays eager where compiling it would change the result or break a contract: per-row dropout
+  controllers (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows, ``--dropout_masks row_seeded``, hence the
+  cached step) hold per-step Python state the graph cannot see, and gradient checkpointing recomputes layers
+  outside the step. Those runs still get the fixed shapes and the sync-free loop.
+- **No host-device sync** in the loop between logging steps: the Trainer's NaN/inf filter is off
+  (``CLTrainingArguments.logging_nan_inf_filter``; :class:`trainers.divergence.DivergenceMonitor` catches a
+  non-finite loss on the device), batches are copied to the device asynchronously from pinned memory
+  (:func:`asynchronous_batches`), the model's step holds none (PromptBERT's template ids are device buffers).
+
+The fast path changes no result beyond float reordering: ``tests/test_fast_path.py`` checks every method's loss and
+gradients against the eager step's, and that padding changes no loss.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from data.fixed_shapes import FixedShapeCollator, bucket_widths
+
+logger = logging.getLogger(__name__)
+
+#: ``torch.compile``'s modes (``--torch_compile_mode``).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+__all__ = ["COMPILE_MODES", "CompiledBackbone", "asynchronous_batches", "backbone_compile_refusal", "compile_mode",
+           "fixed_shape_collator"]
+
+
+def fixed_shape_collator(collator: Any) -> Any:
+    """``collator`` with its views padded to fixed widths (:mod:`data.fixed_shapes`): ``max_length``, its multiples
+    and the collator's ``max_width``. A collator without ``max_width`` / ``tokenizer`` is returned unchanged."""
+    if isinstance(collator, FixedShapeCollator) or not hasattr(collator, "max_width"):
+        return collator
+    widths = bucket_widths(collator.max_length, collator.max_width)
+    pad_token_id = collator.tokenizer.pad_token_id
+    return FixedShapeCollator(collator, widths, 0 if pad_token_id is None else int(pad_token_id))
+
+
+def asynchronous_batches(args: Any) -> None:
+    """Copy batches to the device without a host sync: pinned host memory and ``non_blocking`` copies (the Trainer's
+    ``accelerator_config.non_blocking``; a no-op on a CPU, where nothing is pinned)."""
+    if torch.cuda.is_available() and not args.use_cpu:
+        args.dataloader_pin_memory = True
+        args.accelerator_config.non_blocking = True
+
+
+def compile_mode(requested: str | None, device: torch.device, processes: int) -> str:
+    """The ``torch.compile`` mode: ``requested`` (``--torch_compile_mode``) if given, else ``reduce-overhead``
+    (CUDA graphs) on one CUDA device, else ``default`` (a CPU; several processes, whose gradient all-reduce runs
+    inside the backward a CUDA graph would capture)."""
+    if requested:
+        return requested
+    return "reduce-overhead" if device.type == "cuda" and processes == 1 else "default"
+
+
+def backbone_compile_refusal(model: nn.Module, gradient_checkpointing: bool) -> str | None:
+    """Why the backbone of ``model`` must stay eager on the fast path, or ``None`` when it can be compiled."""
+    if getattr(model, "dropout_controller", None) is not None:
+        return ("its dropout is per row (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows or --dropout_masks "
+                "row_seeded), planned per step outside what a compiled graph sees")
+    if gradient_checkpointing:
+        return "--gradient_checkpointing recomputes its layers outside the step"
+    return None
+
+
+class CompiledBackbone:
+    """``model.encoder`` compiled once, swapped in for each full-size training step (:meth:`step`).
+
+    Args:
+        model: the unwrapped :class:`models.base.ContrastiveModel`.
+        mode: the ``torch.compile`` mode (:func:`compile_mode`).
+        batch_size: the per-device batch size the graph is specialised to; another size (the epoch's short last
+            batch) runs eagerly.
+        backend: the ``torch.compile`` backend (``inductor``; tests may pass ``aot_eager``).
+    """
+
+    def __init__(self, model: nn.Module, mode: str, batch_size: int, backend: str = "inductor") -> None:
+        self.model = model
+        self.eager = model.encoder
+        self.batch_size = batch_size
+        self.mode = mode
+        options = {} if mode == "default" else {"mode": mode}
+        self.compiled = torch.compile(self.eager, backend=backend, dynamic=False, fullgraph=False, **options)
+        self.cuda_graphs = mode == "reduce-overhead" and backend == "inductor"
+        self.seen_shapes: set[tuple[int, ...]] = set()
+        self.warmup_seconds = 0.0  # host time of the steps that compiled a new shape (compile + first run)
+        self.compiled_steps = 0
+        self.eager_steps = 0
+
+    @contextmanager
+    def step(self, input_ids: torch.Tensor) -> Iterator[None]:
+        """One training step (forward and backward) with the compiled backbone in place of ``model.encoder``;
+        eagerly when the batch is not ``batch_size`` sentences."""
+        if input_ids.size(0) != self.batch_size:
+            self.eager_steps += 1
+            yield
+            return
+        shape = tuple(input_ids.shape)
+        new_shape = shape not in self.seen_shapes
+        started = time.perf_counter()
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        self.model.encoder = self.compiled
+        try:
+            yield
+        finally:
+            self.model.encoder = self.eager
+        self.compiled_steps += 1
+        if new_shape:
+            self.seen_shapes.add(shape)
+            self.warmup_seconds += time.perf_counter() - started
+            logger.info("fast path: compiled the backbone (%s) for batches of shape %s in %.1f s", self.mode,
+                        list(shape), time.perf_counter() - started)
