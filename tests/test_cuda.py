@@ -418,7 +418,7 @@ def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
     rows = ([{"sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in FAST_PATH_TEXTS]
             if method == "sup_simcse" else [{"text": t} for t in FAST_PATH_TEXTS])
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
-    batch = on_cuda(FixedShapeCollator(collate, (32,), 0)(rows))
+    batch = on_cuda(FixedShapeCollator(collate, 32, 0)(rows))
     compiled = CompiledBackbone(twin, "reduce-overhead", batch["input_ids"].size(0))
 
     def step(network, context) -> tuple[torch.Tensor, torch.Tensor]:
@@ -453,7 +453,7 @@ def test_cuda_graph_dropout_draws_new_masks_every_step(tmp_path):
     torch.manual_seed(0)
     model = build_model("simcse", str(backbone)).to(CUDA).train()
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
-    batch = on_cuda(FixedShapeCollator(collate, (32,), 0)(rows := [{"text": t} for t in FAST_PATH_TEXTS]))
+    batch = on_cuda(FixedShapeCollator(collate, 32, 0)(rows := [{"text": t} for t in FAST_PATH_TEXTS]))
     compiled = CompiledBackbone(model, "reduce-overhead", len(rows))
     losses = []
     for _ in range(5):

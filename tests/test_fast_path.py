@@ -1,6 +1,6 @@
 """The fast path (``--torch_compile true``, trainers/fast_path.py) changes no result, on a CPU.
 
-- Fixed shapes: padding every method's views to the fixed widths (data/fixed_shapes.py) changes no loss (dropout 0,
+- Fixed shapes: padding every method's views to the fixed width (data/fixed_shapes.py) changes no loss (dropout 0,
   so that the masks' shapes do not matter), and a wrong padding (padded positions attended to) would be caught.
 - Through ``run_unsup.py`` / ``run_diffcse.py`` themselves: the first steps' logged loss and gradient norm with
   ``--torch_compile true`` equal the eager run's; the backbone was compiled for ONE shape (no recompile per batch
@@ -22,7 +22,7 @@ from transformers import AutoTokenizer
 
 import run_diffcse
 import run_unsup
-from data.fixed_shapes import FixedShapeCollator, bucket_widths
+from data.fixed_shapes import FixedShapeCollator
 from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generator, tiny_corpus
 from trainers.cl_trainer import CLTrainer
 from trainers.fast_path import fixed_shape_collator
@@ -67,7 +67,7 @@ PADDING_TOLERANCE = 1e-5
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-def test_fixed_widths_change_no_loss(method, files):
+def test_the_fixed_width_changes_no_loss(method, files):
     """Dropout 0 (the backbone's config). S-SimCSE samples its own rates, whose masks are drawn over the padded
     shape (other masks, the same distribution): it is compared in eval mode (no dropout), its pooling and loss the
     same."""
@@ -75,9 +75,9 @@ def test_fixed_widths_change_no_loss(method, files):
     model.train(method != "s_simcse")
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 16)
     padded = fixed_shape_collator(collate)
-    assert isinstance(padded, FixedShapeCollator) and padded.widths[-1] == collate.max_width
+    assert isinstance(padded, FixedShapeCollator) and padded.width == collate.max_width
     dynamic, fixed = collate(ROWS), padded(ROWS)
-    assert fixed["input_ids"].size(-1) in padded.widths and fixed["input_ids"].size(-1) > dynamic["input_ids"].size(-1)
+    assert fixed["input_ids"].size(-1) == padded.width > dynamic["input_ids"].size(-1)
     expected = loss_of(model, dynamic).item()
     assert loss_of(model, fixed).item() == pytest.approx(expected, rel=PADDING_TOLERANCE)
     padding = fixed["attention_mask"] == 0  # the check of the check: the padding as tokens, attended to
@@ -86,14 +86,13 @@ def test_fixed_widths_change_no_loss(method, files):
     assert abs(loss_of(model, fixed).item() - expected) > 3 * PADDING_TOLERANCE * abs(expected)
 
 
-def test_bucket_widths_of_each_collator(files):
+def test_the_fixed_width_of_each_collator(files):
     tokenizer = AutoTokenizer.from_pretrained(str(files["encoder"]))
-    widths = {method: fixed_shape_collator(build_collator(tiny_model(method, files), tokenizer, 16)).widths
-              for method in ("simcse", "esimcse", "diffcse", "promptbert")}
-    assert widths["simcse"] == widths["diffcse"] == (16,)
-    assert widths["esimcse"] == (16, 32)  # the repetition may double the positive
-    assert widths["promptbert"][0] == 16 and 16 < widths["promptbert"][1] < 32  # 16 sentence tokens + the template
-    assert bucket_widths(32, 100) == (32, 64, 96, 100)
+    width = {method: fixed_shape_collator(build_collator(tiny_model(method, files), tokenizer, 16)).width
+             for method in ("simcse", "esimcse", "diffcse", "promptbert")}
+    assert width["simcse"] == width["diffcse"] == 16
+    assert width["esimcse"] == 32  # the repetition may double the positive
+    assert 16 < width["promptbert"] < 32  # 16 sentence tokens + the longest template
 
 
 # ------------------------------------------------------------------------------------- through the real scripts
@@ -150,9 +149,7 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, files, tmp
         return
     assert trainer.model.encoder is compiled.eager  # the plain module outside the step (checkpoints, evaluation)
     assert (compiled.compiled_steps, compiled.eager_steps) == (4, 1)  # the short last batch ran eagerly
-    widths = {shape[-1] for shape in compiled.seen_shapes}  # compiled once per width (ESimCSE: two)
-    assert len(compiled.seen_shapes) == len(widths) and widths <= set(trainer.data_collator.widths)
-    assert method == "esimcse" or len(widths) == 1
+    assert compiled.seen_shapes == {(8, 2, trainer.data_collator.width)}  # one shape: compiled once
     assert fast[0]["compile_warmup_seconds"] > 0 and "compile_warmup_seconds" not in fast[-1]
 
 

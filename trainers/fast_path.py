@@ -2,9 +2,9 @@
 
 Where the compiled region begins and ends is decided here, and only here:
 
-- **Fixed shapes** (:func:`fixed_shape_collator`): the collator's views are padded to a few widths
-  (``data.fixed_shapes``), so the compiled backbone sees one shape per width instead of a new one every step. A
-  short batch (the epoch's last) runs eagerly instead of recompiling.
+- **Fixed shapes** (:func:`fixed_shape_collator`): the collator's views are padded to its widest batch
+  (``data.fixed_shapes``), so the compiled backbone sees one shape instead of a new one every step. A short batch
+  (the epoch's last) runs eagerly instead of recompiling.
 - **The compiled region is the backbone** (``model.encoder``, the bulk of the step's compute and a pure function of
   its inputs and dropout): :class:`CompiledBackbone` compiles it once (``torch.compile``, ``dynamic=False``) and
   swaps it in for the duration of each training step, so the model's own forward and ``compute_loss`` run unchanged
@@ -35,7 +35,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from data.fixed_shapes import FixedShapeCollator, bucket_widths
+from data.fixed_shapes import FixedShapeCollator
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +47,12 @@ __all__ = ["COMPILE_MODES", "CompiledBackbone", "asynchronous_batches", "backbon
 
 
 def fixed_shape_collator(collator: Any) -> Any:
-    """``collator`` with its views padded to fixed widths (:mod:`data.fixed_shapes`): ``max_length``, its multiples
-    and the collator's ``max_width``. A collator without ``max_width`` / ``tokenizer`` is returned unchanged."""
+    """``collator`` with its views padded to its ``max_width`` (:mod:`data.fixed_shapes`). A collator without
+    ``max_width`` / ``tokenizer`` is returned unchanged."""
     if isinstance(collator, FixedShapeCollator) or not hasattr(collator, "max_width"):
         return collator
-    widths = bucket_widths(collator.max_length, collator.max_width)
     pad_token_id = collator.tokenizer.pad_token_id
-    return FixedShapeCollator(collator, widths, 0 if pad_token_id is None else int(pad_token_id))
+    return FixedShapeCollator(collator, collator.max_width, 0 if pad_token_id is None else int(pad_token_id))
 
 
 def asynchronous_batches(args: Any) -> None:
