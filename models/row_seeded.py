@@ -157,7 +157,9 @@ def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: 
     fused = fused_keep_mask(row_ids.device.type)
     line_numel = _line_numel(shape)
     if fused is not None and keys.numel() > 0 and line_numel > 0:
-        return fused(keys, thresholds, line_numel).view(shape)
+        # a tensor of its own, not a view: the compiled kernel would guard on the view's base layout, which differs
+        # between 2-, 3- and 4-D inputs, and recompile until torch's limit (8) sends it back to eager (seen on CUDA)
+        return fused(keys.clone(), thresholds, line_numel).view(shape)
     return _int32_keep_mask(keys, thresholds, line_numel).view(shape)
 
 

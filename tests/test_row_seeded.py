@@ -315,3 +315,36 @@ def test_the_run_summary_names_a_cached_step_and_its_masks():
         "cached, 16 sentences per backbone pass (--cache_chunk_size); "
         "row_seeded dropout masks (--dropout_masks; docs/cached_training.md)")
     assert describe_step(config("stream"), Namespace(cache_chunk_size=16)).startswith("cached, 16 sentences")
+
+
+def test_the_compiled_keep_rule_is_not_recompiled_for_each_input_layout():
+    """The CUDA kernel's body, compiled as it is there (``dynamic=True``; the eager backend on this CPU): the line
+    keys of 2-, 3- and 4-D dropout inputs of many widths reach it with two graphs at most. Handing it the line keys'
+    view (its base's layout differs per input rank) compiled a graph per layout on an H200, until torch's recompile
+    limit sent the masks back to the op-by-op route."""
+    import random
+
+    from torch._dynamo.utils import counters
+
+    from models import row_seeded
+
+    compiled = torch.compile(row_seeded._keep_rule, dynamic=True, backend="eager")
+    calls = {"n": 0}
+
+    def kernel(keys, thresholds, numel):
+        calls["n"] += 1
+        return compiled(keys, thresholds, numel)
+
+    counters.clear()
+    rng = random.Random(0)
+    previous = row_seeded._FUSED.get("cpu")
+    row_seeded._FUSED["cpu"] = kernel
+    try:
+        for _ in range(40):
+            rows, width = rng.choice([4, 8, 16]), rng.randint(5, 32)
+            shape = rng.choice([(rows, width, 64), (rows, 4, width, width), (rows, 64)])
+            row_seeded.keyed_keep_mask(5, torch.arange(rows), torch.Size(shape), torch.full((rows,), 0.1))
+    finally:
+        row_seeded._FUSED["cpu"] = previous
+    assert calls["n"] == 40
+    assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
