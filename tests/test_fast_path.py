@@ -197,3 +197,17 @@ def test_the_dev_evaluation_tokenizes_its_sentences_once_per_run(files, tmp_path
     assert torch.allclose(torch.from_numpy(first[:2]), expected, atol=1e-5)
     encoder.encode(sentences[:3])
     assert len(calls) == 2  # other sentences: tokenized anew
+
+
+def test_cuda_graphs_only_for_one_gpu_training_in_bf16():
+    """The fast path's compile mode: CUDA graphs (``reduce-overhead``) on one GPU in bf16 autocast, the set-up measured
+    on an H200; ``default`` on a CPU, under several processes and in fp32 (where the CUDA-graph step failed there);
+    ``--torch_compile_mode`` always wins."""
+    from trainers.fast_path import compile_mode
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert compile_mode(None, cuda, 1, bf16=True) == "reduce-overhead"
+    assert compile_mode(None, cuda, 1, bf16=False) == "default"
+    assert compile_mode(None, cuda, 2, bf16=True) == "default"
+    assert compile_mode(None, cpu, 1, bf16=True) == "default"
+    assert compile_mode("max-autotune-no-cudagraphs", cuda, 1, bf16=True) == "max-autotune-no-cudagraphs"

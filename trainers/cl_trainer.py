@@ -102,7 +102,7 @@ class CLTrainer(TrainerAdapter):
         if refusal:
             logger.warning("fast path: the backbone stays eager because %s; batches still have fixed shapes", refusal)
             return None
-        mode = compile_mode(self.args.fast_path_mode, self.args.device, self.args.world_size)
+        mode = compile_mode(self.args.fast_path_mode, self.args.device, self.args.world_size, bool(self.args.bf16))
         return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
                                 backend=self.args.fast_path_backend)
 

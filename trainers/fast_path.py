@@ -63,13 +63,15 @@ def asynchronous_batches(args: Any) -> None:
         args.accelerator_config.non_blocking = True
 
 
-def compile_mode(requested: str | None, device: torch.device, processes: int) -> str:
+def compile_mode(requested: str | None, device: torch.device, processes: int, bf16: bool = True) -> str:
     """The ``torch.compile`` mode: ``requested`` (``--torch_compile_mode``) if given, else ``reduce-overhead``
-    (CUDA graphs) on one CUDA device, else ``default`` (a CPU; several processes, whose gradient all-reduce runs
-    inside the backward a CUDA graph would capture)."""
+    (CUDA graphs) on one CUDA device training in bf16 autocast (the GPU default, the set-up measured on an H200),
+    else ``default``: a CPU; several processes, whose gradient all-reduce runs inside the backward a CUDA graph
+    would capture; fp32 training, where the CUDA-graph step failed on an H200 (torch 2.11: "accessing tensor output
+    of CUDAGraphs that has been overwritten by a subsequent run" in the backward; docs/benchmarks.md)."""
     if requested:
         return requested
-    return "reduce-overhead" if device.type == "cuda" and processes == 1 else "default"
+    return "reduce-overhead" if device.type == "cuda" and processes == 1 and bf16 else "default"
 
 
 def backbone_compile_refusal(model: nn.Module, gradient_checkpointing: bool) -> str | None:
