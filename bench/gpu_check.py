@@ -15,6 +15,9 @@ the report is rewritten after every step, with each step's seconds, so a check c
    on the export: STS test and transfer fasttest, ``--suite mteb`` when mteb is installed) on a BERT-base config with
    random weights, 150 steps each with STS-B dev every 100 when ``SENTEVAL_DIR`` is set: exit status, the Trainer's
    own steps/s and sentences/s, seconds evaluating and peak GPU memory per run.
+   Then the real loop (:mod:`bench.real_loop`): ``run_unsup.py --method simcse`` for 1,000 steps, eager and on the
+   fast path (``--torch_compile true``), STS-B dev every 125 steps: the Trainer's own sentences/s per logging window
+   (first window = compile warm-up, then the steady state), evaluation seconds, a wiki1m epoch projected.
 1. ``pytest -m cuda tests/test_cuda.py``: bf16 step = fp32 step to bf16 precision, cached = uncached (row-seeded) on
    CUDA, keyed masks identical on CPU and CUDA, no host-device sync in a step (the CUDA runtime's own sync check),
    the Trainer's bf16 / TF32 / fused AdamW, two processes over NCCL (needs two GPUs; skipped otherwise, with the
@@ -70,6 +73,10 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
     return [
         Step("end_to_end", (python, "-m", "bench.gpu_e2e", "--work_dir", str(work_dir / "e2e"), *vocab,
                             "--output_json", str(work_dir / "end_to_end.json")), work_dir / "end_to_end.json"),
+        *(Step(f"real_loop_{name}", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", flag,
+                                     "--steps", "1000", "--workdir", str(work_dir / "real_loop"), "--output_json",
+                                     str(work_dir / f"real_loop_{name}.json")), work_dir / f"real_loop_{name}.json")
+          for name, flag in (("eager", "false"), ("fast", "true"))),
         Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", "-rs",
                             f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
         Step("throughput_b64", (*throughput, "--batch_size", "64", "--output_json",
@@ -99,6 +106,13 @@ def junit_counts(junit_xml: Path) -> dict[str, int]:
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     total, failed, errors, skipped = (int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped"))
     return {"passed": total - failed - errors - skipped, "failed": failed, "errors": errors, "skipped": skipped}
+
+
+def failed_tests(junit_xml: Path) -> list[str]:
+    """``name: first line of the message`` of every failed or erroring test of a pytest JUnit XML report."""
+    root = ElementTree.parse(junit_xml).getroot()
+    return [f"{case.get('name')}: {(problem.get('message') or '').splitlines()[0][:200] if problem.get('message') else ''}"
+            for case in root.iter("testcase") for problem in (*case.findall("failure"), *case.findall("error"))]
 
 
 def skipped_reasons(junit_xml: Path) -> list[str]:
@@ -150,20 +164,40 @@ def throughput_rows(report: dict) -> list[str]:
 def markdown(report: dict) -> str:
     """The check's figures as Markdown: environment, tests, throughput, cached vs uncached memory."""
     env = report["environment"]
+    hardware = (f"{env['device_count']} device(s), {env['memory_gib']} GiB, {env['multiprocessors']} SMs; "
+                if "memory_gib" in env else "")
+    versions = ", ".join(f"{name} {env[name]}" for name in ("datasets", "accelerate") if env.get(name))
     lines = [f"# GPU check: {env['device']}", "",
-             f"{report['date']}; torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
-             f"{env['device_count']} device(s), {env['memory_gib']} GiB, {env['multiprocessors']} SMs; "
-             f"`bash scripts/gpu_check.sh` at commit {report['commit']}.", ""]
+             f"{report['date']}; torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}"
+             f"{', ' + versions if versions else ''}, {hardware}"
+             f"{report.get('how', '`bash scripts/gpu_check.sh`')} at commit {report['commit']}.", ""]
     end_to_end = report.get("end_to_end")
     if end_to_end:
         from bench.gpu_e2e import markdown as end_to_end_markdown
 
         lines += ["## What users run (`accelerate launch ...`, BERT-base config, random weights; the Trainer's own "
                   "figures)", "", end_to_end_markdown(end_to_end), ""]
+    loops = [(name, report[name]) for name in ("real_loop_eager", "real_loop_fast") if report.get(name)]
+    if loops:
+        lines += ["## The real loop (`run_unsup.py --method simcse`, BERT-base config, random weights, batch 64, "
+                  "length 32, bf16; the Trainer's own sentences/s per logging window)", "",
+                  "| loop | steps | first window (warm-up) | steady (median of the rest) | compile warm-up s | "
+                  "dev evaluation s | wall s | wiki1m epoch projected |", "|---|---|---|---|---|---|---|---|"]
+        for name, loop in loops:
+            def cell(key: str, fmt: str = "{:,.1f}") -> str:
+                return fmt.format(loop[key]) if isinstance(loop.get(key), (int, float)) else "-"
+
+            lines.append(f"| {'fast path (--torch_compile true)' if loop.get('fast_path') else 'eager (default)'} | "
+                         f"{loop['steps']} | {cell('warmup_sentences_per_second')} | "
+                         f"{cell('steady_sentences_per_second')} | {cell('compile_warmup_seconds')} | "
+                         f"{cell('evaluation_seconds', '{:.2f}')} | {cell('wall_seconds')} | "
+                         f"{cell('wiki1m_epoch_minutes', '{:.1f} min')} |")
+        lines.append("")
     tests = report.get("tests")
     if tests:
         lines += [f"CUDA tests (tests/test_cuda.py): {tests['passed']} passed, {tests['failed']} failed, "
                   f"{tests['errors']} errors, {tests['skipped']} skipped"]
+        lines += [f"- failed: {failure}" for failure in report.get("failed_tests", [])]
         lines += [f"- skipped: {reason}" for reason in report.get("skipped", [])]
         lines.append("")
     throughput = [r for name in ("throughput_b64", "throughput_b512") if (r := report.get(name))]
@@ -211,6 +245,7 @@ def gather(steps: Sequence[Step], outcomes: list[dict], env: dict) -> dict:
         if step.name == "cuda_tests":
             report["tests"] = junit_counts(step.output)
             report["skipped"] = skipped_reasons(step.output)
+            report["failed_tests"] = failed_tests(step.output)
         else:
             report[step.name] = json.loads(step.output.read_text())
     return report

@@ -25,8 +25,8 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     done = run_script("--dry_run", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    for number, name in enumerate(["end_to_end", "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory",
-                                   "keyed_masks"], 1):
+    for number, name in enumerate(["end_to_end", "real_loop_eager", "real_loop_fast", "cuda_tests", "throughput_b64",
+                                   "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
     assert "accelerate launch run_unsup.py --method esimcse --dup_rate 0.32 " in done.stdout
@@ -77,7 +77,8 @@ def test_the_committed_gpu_report_renders():
         assert text.startswith(f"# GPU check: {report['environment']['device']}")
         assert f"{report['tests']['passed']} passed" in text
         sections = {"throughput_b64": "| simcse | 64 |", "cached_memory": "| 64 | uncached |",
-                    "keyed_masks": "| bert-base | 64 | bf16 | stream |", "end_to_end": "## What users run"}
+                    "keyed_masks": "| bert-base | 64 | bf16 | stream |", "end_to_end": "## What users run",
+                    "real_loop_fast": "| fast path (--torch_compile true) |"}
         assert any(key in report for key in sections)
         for key, row in sections.items():
             assert (row in text) == (key in report), (path.name, key)
