@@ -20,6 +20,19 @@ import pytest  # noqa: E402
 
 from tiny import WORDS, save_tiny_backbone  # noqa: E402  (tests/tiny.py: tiny backbones built in code)
 
+from eval import fp32_precision as _fp32_precision  # noqa: E402
+
+#: torch's fp32 precision settings as a fresh process has them (read before any test ran), for the tests that must
+#: start from that state (tests/test_tf32_state.py: transformers' enable_tf32 sets only the generic value, which a
+#: backend leaf set explicitly by an earlier test, e.g. through the legacy setter, would override).
+PRISTINE_FP32_STATE = (_fp32_precision.snapshot(), _fp32_precision.legacy_settings())
+
+
+@pytest.fixture(scope="session")
+def pristine_fp32_state():
+    """:data:`PRISTINE_FP32_STATE`: (per-backend snapshot, legacy settings) of a fresh process."""
+    return PRISTINE_FP32_STATE
+
 
 @pytest.fixture(scope="session")
 def senteval_dir() -> Path:

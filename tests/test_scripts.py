@@ -118,8 +118,8 @@ class Built(Exception):
 
 @pytest.fixture(scope="module")
 def patched_training_mains():
-    """``run_unsup.main`` / ``run_diffcse.main`` with logging, the pre-training checks and tokenizer loading switched
-    off, the REAL builder (``trainers.methods.build_model``) loading tiny random networks instead of reading the
+    """``run_unsup.main`` / ``run_diffcse.main`` with logging, the pre-training checks (preflight and the backbone's:
+    tests/test_unusable_backbones.py tests those) and tokenizer loading switched off, the REAL builder (``trainers.methods.build_model``) loading tiny random networks instead of reading the
     hub, and training replaced by raising :class:`Built` with the model the script built."""
     from dataclasses import replace
 
@@ -154,7 +154,7 @@ def patched_training_mains():
 
     patch = pytest.MonkeyPatch()
     for module in (run_unsup, run_diffcse):
-        for name in ("setup_logging", "preflight"):
+        for name in ("setup_logging", "preflight", "check_backbone", "check_pooler"):
             patch.setattr(module, name, lambda *args, **kwargs: None)
         patch.setattr(module, "parse_args", recording_parse_args(module.parse_args))
         patch.setattr(module, "load_tokenizer", lambda *args, **kwargs: None)

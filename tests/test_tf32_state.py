@@ -40,12 +40,17 @@ def legacy_reading() -> tuple[object, ...]:
 
 
 @pytest.fixture
-def restore_precision():
-    """Whatever a test sets, the next test starts from this process's own fp32 state."""
+def restore_precision(pristine_fp32_state):
+    """The test starts from a fresh process's fp32 state (whatever earlier tests set) and the next test finds the
+    state this one found. The legacy values live beside the per-backend ones: both are reset."""
     found, legacy = fp32_precision.snapshot(), fp32_precision.legacy_settings()
-    assert None not in legacy, "a previous test left torch's two precision APIs disagreeing"
+    pristine, pristine_legacy = pristine_fp32_state
+    fp32_precision.set_legacy(*pristine_legacy)
+    fp32_precision.restore(pristine)
     yield
-    fp32_precision.set_legacy(*legacy)  # the legacy value lives beside the per-backend ones: reset both
+    fp32_precision.set_legacy(*pristine_legacy)
+    fp32_precision.restore(pristine)
+    fp32_precision.set_legacy(*legacy)
     fp32_precision.restore(found)
 
 
