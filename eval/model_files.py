@@ -9,10 +9,6 @@ import struct
 import zipfile
 from pathlib import Path
 
-#: The weight files ``save_pretrained`` writes (one of them, or the index of a sharded save).
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
-
-
 def safetensors_header(path: Path) -> tuple[int, dict]:
     """(header length, header) of a safetensors file: an 8-byte length, then the JSON header; ``ValueError`` names
     the file when it is truncated or its header unreadable."""
@@ -47,15 +43,26 @@ def archive_problem(path: Path) -> str | None:
     return None if zipfile.is_zipfile(path) else f"{path} is truncated or corrupt (not a complete torch archive)"
 
 
+#: The index of a sharded ``save_pretrained``.
+SHARD_INDEX = "model.safetensors.index.json"
+
+
+def shard_names(index: Path) -> list[str] | None:
+    """The shard files a ``model.safetensors.index.json`` lists (sorted, once each); ``None`` when it is unreadable."""
+    try:
+        return sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (ValueError, KeyError, AttributeError, UnicodeDecodeError):
+        return None
+
+
 def saved_weights_problem(folder: Path) -> str | None:
     """Why the weight files present in ``folder`` cannot load (``None``: whole, or none there): ``model.safetensors``,
     the shards a ``model.safetensors.index.json`` lists, ``pytorch_model.bin``."""
     files = [folder / "model.safetensors"]
-    index = folder / "model.safetensors.index.json"
+    index = folder / SHARD_INDEX
     if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError, AttributeError, UnicodeDecodeError):
+        shards = shard_names(index)
+        if shards is None:
             return f"{index} is not a valid shard index (a truncated save?)"
         missing = [name for name in shards if not (folder / name).is_file()]
         if missing:
@@ -69,4 +76,5 @@ def saved_weights_problem(folder: Path) -> str | None:
     return archive_problem(bin_file) if bin_file.is_file() else None
 
 
-__all__ = ["WEIGHT_FILES", "archive_problem", "safetensors_header", "safetensors_problem", "saved_weights_problem"]
+__all__ = ["SHARD_INDEX", "archive_problem", "safetensors_header", "safetensors_problem", "saved_weights_problem",
+           "shard_names"]

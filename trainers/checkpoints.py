@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from eval.model_files import archive_problem, safetensors_header, safetensors_problem
+from eval.model_files import SHARD_INDEX, archive_problem, safetensors_header, safetensors_problem, shard_names
 
 from .errors import UserError
 
@@ -64,13 +64,9 @@ def rng_state_files(processes: int) -> list[str]:
 
 def weights_files(folder: Path) -> list[str]:
     """The weight files the resume loads: the shards of an index, ``pytorch_model.bin``, or ``model.safetensors``."""
-    index = folder / "model.safetensors.index.json"
+    index = folder / SHARD_INDEX
     if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError, UnicodeDecodeError):
-            shards = []
-        return [index.name, *shards]
+        return [index.name, *(shard_names(index) or [])]
     if (folder / "pytorch_model.bin").is_file() and not (folder / "model.safetensors").is_file():
         return ["pytorch_model.bin"]
     return ["model.safetensors"]
@@ -217,4 +213,4 @@ def resolve_latest(value: str | None, output_dir: str | Path, processes: int) ->
 
 __all__ = ["LATEST", "MARKER", "checkpoint_problems", "checkpoint_step", "complete_checkpoints",
            "incomplete_checkpoint_error", "newest_complete_checkpoint", "resolve_latest", "resumed_step",
-           "rng_state_files", "safetensors_problem", "write_completion_marker"]
+           "rng_state_files", "write_completion_marker"]
