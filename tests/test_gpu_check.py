@@ -51,6 +51,16 @@ def test_quick_keeps_what_users_run_the_cuda_tests_and_the_step_at_batch_64(tmp_
         "end_to_end", "cuda_tests", "throughput_b64"]
 
 
+def test_only_keeps_the_steps_named_and_refuses_an_unknown_one(tmp_path):
+    done = run_script("--dry_run", "--only", "real_loop_eager", "real_loop_fast", "cuda_tests", "--work_dir",
+                      str(tmp_path / "raw"), "--results_dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert re.findall(r"^  \d+\. (\w+): ", done.stdout, flags=re.MULTILINE) == [
+        "real_loop_eager", "real_loop_fast", "cuda_tests"]
+    wrong = run_script("--dry_run", "--only", "real_loops")
+    assert wrong.returncode == 2 and "--only: no step named real_loops" in wrong.stderr
+
+
 def test_the_steps_write_where_the_report_reads(tmp_path):
     steps = plan(tmp_path)
     assert [s.output.parent for s in steps] == [tmp_path] * len(steps)
