@@ -161,6 +161,20 @@ MethodArguments = make_dataclass(
                "__doc__": "``run_unsup.py``'s method flags, generated from the settings' declaration."})
 
 
+#: Data-loading worker processes of a GPU run (``--dataloader_num_workers`` left unset): the collators tokenise on the
+#: fly (``data/collators.py``), about 5 ms per batch of 64 on one core, which a GPU step waiting on the loop's thread
+#: would add to every step (the compiled SimCSE step computes in about 10 ms on an H200); two workers keep batches
+#: ahead of it. Every augmentation draw is keyed by (seed, epoch, sentence), and the Trainer sets the epoch before
+#: the workers start, so the batches are the ones the main process would make (``tests/test_data_workers.py``).
+GPU_DATALOADER_WORKERS = 2
+
+
+def default_dataloader_workers(on_cpu: bool) -> int:
+    """``--dataloader_num_workers`` when not given: :data:`GPU_DATALOADER_WORKERS` on an accelerator; 0 on a CPU, where
+    the step itself needs the cores (a worker made a 2-core CPU run slower: 22 vs 15 ms per step, docs/benchmarks.md)."""
+    return 0 if on_cpu else GPU_DATALOADER_WORKERS
+
+
 @dataclass
 class CLTrainingArguments(TrainingArguments):
     """``TrainingArguments`` with the SimCSE recipe as defaults; best checkpoint by STS-B dev Spearman.
@@ -225,6 +239,9 @@ class CLTrainingArguments(TrainingArguments):
     export_dir: str | None = field(
         default=None, metadata={"help": "Where the plain HF + sentence-transformers exports go (default: "
                                         "<output_dir>/export)."})
+    dataloader_num_workers: int | None = field(default=None, metadata={
+        "help": "Processes that tokenise and collate batches. Default: 2 on a GPU (off the training loop's thread, "
+                "which a fast GPU step waits on; the batches are the same), 0 on a CPU (whose cores compute the step)."})
     torch_compile: bool = field(default=False, metadata={
         "help": "The fast path (trainers/fast_path.py, docs/benchmarks.md): views padded to fixed widths, the backbone "
                 "compiled (CUDA graphs on one GPU), no host-device sync in the loop; the same loss as the eager step. "
@@ -255,6 +272,11 @@ class CLTrainingArguments(TrainingArguments):
             self.tf32 = True if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else None
         if launched_world_size() > 1 and not torch.cuda.is_available():
             self.use_cpu = True  # accelerate only sets up multi-process CPU (gloo) training when asked for the CPU
+        if self.dataloader_num_workers is None:
+            self.dataloader_num_workers = default_dataloader_workers(on_cpu=bool(self.use_cpu))
+        if self.dataloader_num_workers > 0:
+            # the fast tokenizer's own threads in forked workers: off (its warning, and a deadlock risk, otherwise)
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.take_over_torch_compile()
         super().__post_init__()
         if self.fast_path:

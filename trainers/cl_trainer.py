@@ -31,6 +31,7 @@ from models.distributed import world_size
 from .cached_step import cached_loss, refuse_unsupported
 from .curves import TrainingCurvesCallback
 from .divergence import DivergenceMonitor
+from .errors import UsageError
 from .fast_path import CompiledBackbone, backbone_compile_refusal, compile_mode, fixed_shape_collator
 from .keyed_dropout import keyed_step
 from .trainer_adapter import TrainerAdapter, pin_tensorboard_dir
@@ -57,6 +58,15 @@ class CollatorEpochHook(TrainerCallback):
     def on_epoch_begin(self, args, state, control, **kwargs):  # noqa: D102
         # state.epoch is the float position in training (resumed mid-epoch: e.g. 0.5): its floor is the epoch.
         self.collator.set_epoch(int(state.epoch + 1e-6) if state.epoch else 0, args.seed)
+
+
+def refuse_persistent_workers(args: Any) -> None:
+    """A collator that draws per epoch (:class:`CollatorEpochHook`) cannot run in persistent worker processes: they
+    keep the copy of the collator made when they started, so every later epoch would repeat the first epoch's draws
+    (ESimCSE's repetitions, DiffCSE's edits). Non-persistent workers (the default) start after the epoch is set."""
+    if args.dataloader_persistent_workers and args.dataloader_num_workers > 0:
+        raise UsageError("--dataloader_persistent_workers true: the worker processes would keep the first epoch's "
+                         "augmentation draws for every epoch (they never see the epoch change); leave it false")
 
 
 class CLTrainer(TrainerAdapter):
@@ -91,6 +101,7 @@ class CLTrainer(TrainerAdapter):
         self.add_callback(OptimizerStepHook())
         self.add_callback(TrainingCurvesCallback())  # <output_dir>/training_curves.png at the end of training
         if hasattr(self.data_collator, "set_epoch"):
+            refuse_persistent_workers(self.args)
             self.add_callback(CollatorEpochHook(self.data_collator))
         pin_tensorboard_dir(self)
 
