@@ -109,6 +109,21 @@ def build_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bo
     return paths
 
 
+def reusable_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bool) -> dict[str, Path]:
+    """:func:`build_inputs`, or the ones an earlier run of the same ``config``, size and seed left in ``root`` (runs
+    of several methods in one work directory share them; a BERT-base backbone takes seconds to write)."""
+    stamp = root / "inputs.json"
+    wanted = {"config": config, "sentences": sentences, "seed": seed}
+    if stamp.is_file():
+        made = json.loads(stamp.read_text())
+        paths = {name: Path(path) for name, path in made["paths"].items()}
+        if made["wanted"] == wanted and (not diffcse or "generator" in paths):
+            return paths
+    paths = build_inputs(root, config, sentences, seed, diffcse=True)  # the generator too: any method can reuse it
+    stamp.write_text(json.dumps({"wanted": wanted, "paths": {name: str(path) for name, path in paths.items()}}))
+    return paths
+
+
 def script_argv(args: argparse.Namespace, paths: dict[str, Path], output_dir: Path) -> list[str]:
     """The training command line of one run (the script, then its flags)."""
     diffcse = args.method == "diffcse"
@@ -210,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> LoopResult:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real_loop_"))
     workdir.mkdir(parents=True, exist_ok=True)
     sentences = args.steps * args.batch_size + args.batch_size // 2  # the epoch ends in a short batch, as wiki1m's may
-    paths = build_inputs(workdir / "inputs", args.config, sentences, args.seed, args.method == "diffcse")
+    paths = reusable_inputs(workdir / "inputs", args.config, sentences, args.seed, args.method == "diffcse")
     output_dir = workdir / f"{args.method}_{'fast' if args.fast_path else 'eager'}"
     command = script_argv(args, paths, output_dir)
     wall = run_script(command, workdir / f"{output_dir.name}.log")

@@ -3,6 +3,7 @@ take real training steps, and the report holds what docs/benchmarks.md quotes.""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,46 @@ def test_the_real_loop_projection_counts_evaluations_and_warmup() -> None:
     result = summarise(args, record, 100.0, ["python", "run_unsup.py"])
     assert result.steady_sentences_per_second == 6400.0 and result.evaluation_seconds == 0.25
     assert result.wiki1m_epoch_minutes == pytest.approx((15625 * 64 / 6400 + 125 * 0.25 + 60) / 60, abs=0.05)
+
+
+def test_real_loop_runs_in_one_work_directory_share_their_inputs(tmp_path, monkeypatch) -> None:
+    """A second method's run (diffcse, which needs the generator) reuses the first run's backbone and corpus; another
+    size makes new ones."""
+    import bench.real_loop as real_loop
+
+    made = []
+    monkeypatch.setattr(real_loop, "build_inputs", lambda root, *args, **kwargs: made.append(args) or
+                        {"backbone": root / "backbone", "generator": root / "generator", "corpus": root / "c.txt"})
+    (tmp_path / "inputs").mkdir()
+    first = real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 100, 42, diffcse=False)
+    assert real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 100, 42, diffcse=True) == first
+    assert len(made) == 1
+    real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 200, 42, diffcse=False)
+    assert len(made) == 2
+
+
+# ------------------------------------------------------------------------------------ bench/step_profile.py
+def test_the_step_profile_reports_a_window_of_real_training_steps(tmp_path, monkeypatch) -> None:
+    """``python -m bench.step_profile --steps 2:4 -- run_unsup.py ...``: the script itself runs, steps 3-4 are
+    profiled, and the host time of its parts (data, forward, optimizer) is reported per step."""
+    import runpy
+
+    from bench.step_profile import main as step_profile
+    from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, tiny_corpus
+    from trainers.cl_trainer import CLTrainer
+
+    monkeypatch.setattr(CLTrainer, "__init__", CLTrainer.__init__)  # the profiler's patches end with the test
+    for name in ("get_batch_samples", "compute_loss", "training_step", "_clip_grad_norm"):
+        monkeypatch.setattr(CLTrainer, name, getattr(CLTrainer, name))
+    monkeypatch.setattr(runpy, "run_path", lambda path, run_name: __import__("run_unsup").main(sys.argv[1:]))
+    out = tmp_path / "profile.json"
+    step_profile(["--steps", "2:4", "--output_json", str(out), "run_unsup.py", "--model_name_or_path",
+                  str(save_tiny_backbone(tmp_path / "backbone")), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
+                  "--output_dir", str(tmp_path / "run"), "--max_steps", "5", "--eval_strategy", "no",
+                  "--save_strategy", "no", "--load_best_model_at_end", "false", *FAST_TRAINING_ARGS])
+    report = json.loads(out.read_text())
+    assert report["steps"] == 2 and report["wall_ms_per_step"] > 0
+    parts = report["host_ms_per_step_by_part"]
+    assert parts["data"] > 0 and parts["forward"] > 0 and parts["optimizer"] > 0
+    assert parts["backward+step"] > parts["forward"]  # the training step holds the forward
+    assert report["device_busy_ms_per_step"] == 0  # a CPU run has no device kernels
