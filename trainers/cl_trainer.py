@@ -96,6 +96,7 @@ class CLTrainer(TrainerAdapter):
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
         self._throughput_mark: tuple[float, int] | None = None
+        self._parameter_count: int | None = None  # floating_point_ops' (the model's parameters never change number)
         self.divergence = DivergenceMonitor()
         self.evaluation_seconds = 0.0  # spent in evaluate() inside train(): not training throughput
         self.add_callback(OptimizerStepHook())
@@ -183,8 +184,16 @@ class CLTrainer(TrainerAdapter):
         :func:`trainers.keyed_dropout.keyed_step` (row-seeded masks: the step's seed, for its forward and backward)."""
         if self._throughput_mark is None:
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
-        with keyed_step(self.accelerator.unwrap_model(model), inputs["input_ids"].size(0)), self.fast_step(inputs):
+        with keyed_step(self.model, inputs["input_ids"].size(0)), self.fast_step(inputs):
             return super().training_step(model, inputs, num_items_in_batch)
+
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
+        """The Trainer's estimate (6 x input tokens x non-embedding parameters, for ``total_flos``), with the parameter
+        count taken once: the Trainer's own walks every module and parameter of the model at every step (on a GPU the
+        step waits on the host)."""
+        if self._parameter_count is None:
+            self._parameter_count = self.model.num_parameters(exclude_embeddings=True)
+        return 6 * inputs["input_ids"].numel() * self._parameter_count
 
     # ---------------------------------------------------------------- divergence
     def check_finite(self, weights: bool = False, before: str | None = None) -> None:
