@@ -123,6 +123,12 @@ class ContrastiveModel(PreTrainedModel):
     def on_optimizer_step(self) -> None:
         """Hook: called by the trainer once per optimizer step (after ``optimizer.step()``). The base does nothing."""
 
+    def step_backbones(self) -> list[tuple[nn.Module, str]]:
+        """Hook: the backbones a training step runs, as ``(owner, attribute)``, each a pure function of its inputs
+        (and dropout) at one input shape per step, which the fast path compiles (``trainers/fast_path.py``): the
+        base's is its encoder."""
+        return [(self, "encoder")]
+
     # ------------------------------------------------------------------ encoding
     def encode(
         self,
@@ -136,7 +142,7 @@ class ContrastiveModel(PreTrainedModel):
         """Backbone + pooler for flat inputs [N, L] -> [N, h] (no projector)."""
         pooler_type = pooler_type or self.config.pooler_type
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        backbone = encoder or self.encoder
+        backbone = self.encoder if encoder is None else encoder
         outputs = backbone(
             input_ids=input_ids,
             attention_mask=prepare_attention_mask(backbone, attention_mask),

@@ -171,6 +171,12 @@ class ESimCSEModel(ContrastiveModel):
         if self.momentum_encoder is not None:
             self.momentum_encoder.update(self.encoder, self.projector, self.config.momentum)
 
+    def step_backbones(self) -> list[tuple[nn.Module, str]]:
+        """The online encoder and the momentum encoder's backbone (a no-grad, dropout-free pass over view 0 every
+        step; its weights change in place, by the EMA of Eq. 5, so a compiled graph reads the current ones)."""
+        momentum = [] if self.momentum_encoder is None else [(self.momentum_encoder, "encoder")]
+        return super().step_backbones() + momentum
+
     @torch.no_grad()
     def momentum_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                             token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -153,6 +153,39 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, files, tmp
     assert fast[0]["compile_warmup_seconds"] > 0 and "compile_warmup_seconds" not in fast[-1]
 
 
+def test_esimcse_compiles_its_momentum_encoder_too(files):
+    """ESimCSE's step runs two backbones, the online encoder (with gradients) and the momentum encoder (view 0, no
+    gradients, no dropout): both are compiled, both graphs run inside the step, the eager modules are back after it,
+    and the step equals the eager one (the momentum encoder's EMA-updated weights are read, not frozen, by its graph:
+    two steps with an update between)."""
+    from trainers.fast_path import CompiledBackbone
+
+    model = tiny_model("esimcse", files)
+    twin = copy.deepcopy(model)
+    batch = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12))(ROWS)
+    graphs: list[set[int]] = []
+
+    def counting_backend(graph_module, example_inputs):  # records which weights each compiled graph reads
+        graphs.append({id(p) for p in example_inputs if isinstance(p, torch.nn.Parameter)})
+        return graph_module.forward
+
+    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend)
+    assert [name for _, name, _, _ in compiled.slots] == ["encoder", "encoder"]
+    for _ in range(2):
+        eager_loss = model(**batch).loss
+        eager_loss.backward()
+        with compiled.step(batch["input_ids"]):
+            fast_loss = twin(**batch).loss
+            fast_loss.backward()
+        assert torch.allclose(fast_loss, eager_loss, rtol=1e-5)
+        for network in (model, twin):
+            network.on_optimizer_step()
+    online = {id(p) for p in twin.encoder.parameters()}
+    momentum = {id(p) for p in twin.momentum_encoder.encoder.parameters()}
+    assert any(g & online for g in graphs) and any(g & momentum for g in graphs)  # both graphs ran
+    assert twin.encoder is compiled.eager and twin.momentum_encoder.encoder is compiled.slots[1][2]
+
+
 # ------------------------------------------------------------------------------------------ no host-data copies
 def test_a_promptbert_step_copies_no_host_data_to_the_device_after_the_first(files, monkeypatch):
     """``torch.tensor(python_data, device=...)`` is a host-to-device copy, which synchronises on a GPU; the template

@@ -6,10 +6,10 @@ Where the compiled region begins and ends is decided here, and only here:
   (``data.fixed_shapes``), so the compiled backbone sees one shape instead of a new one every step. A short batch
   (the epoch's last) runs eagerly instead of recompiling.
 - **The compiled region is the backbone** (``model.encoder``, the bulk of the step's compute and a pure function of
-  its inputs and dropout): :class:`CompiledBackbone` compiles it once (``torch.compile``, ``dynamic=False``) and
-  swaps it in for the duration of each training step, so the model's own forward and ``compute_loss`` run unchanged
-  around it (ESimCSE's queue and momentum encoder, DiffCSE's generator and discriminator, PromptBERT's template
-  pass all stay eager) and checkpoints, evaluation and the export see the plain module (evaluation's varying widths
+  its inputs and dropout; ESimCSE's momentum encoder too: ``model.step_backbones()``): :class:`CompiledBackbone`
+  compiles each once (``torch.compile``, ``dynamic=False``) and swaps them in for the duration of each training step,
+  so the model's own forward and ``compute_loss`` run unchanged around them (ESimCSE's queue, DiffCSE's generator and
+  discriminator stay eager; PromptBERT's template pass runs the compiled encoder at its own shape) and checkpoints, evaluation and the export see the plain module (evaluation's varying widths
   never reach the compiled graph). On one CUDA device the mode is ``reduce-overhead`` (CUDA graphs; each step
   begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's RNG is graph-safe: torch advances the
   generator's offset on every replay). ``--torch_compile_mode`` picks another mode.
@@ -85,7 +85,8 @@ def backbone_compile_refusal(model: nn.Module, gradient_checkpointing: bool) -> 
 
 
 class CompiledBackbone:
-    """``model.encoder`` compiled once, swapped in for each full-size training step (:meth:`step`).
+    """The model's step backbones (``model.step_backbones()``: its encoder; ESimCSE's momentum encoder too) compiled
+    once, swapped in for each full-size training step (:meth:`step`).
 
     Args:
         model: the unwrapped :class:`models.base.ContrastiveModel`.
@@ -97,11 +98,14 @@ class CompiledBackbone:
 
     def __init__(self, model: nn.Module, mode: str, batch_size: int, backend: str = "inductor") -> None:
         self.model = model
-        self.eager = model.encoder
         self.batch_size = batch_size
         self.mode = mode
         options = {} if mode == "default" else {"mode": mode}
-        self.compiled = torch.compile(self.eager, backend=backend, dynamic=False, fullgraph=False, **options)
+        #: (owner, attribute, the eager module, its compiled twin) for every step backbone.
+        self.slots = [(owner, name, getattr(owner, name),
+                       torch.compile(getattr(owner, name), backend=backend, dynamic=False, fullgraph=False, **options))
+                      for owner, name in model.step_backbones()]
+        self.eager, self.compiled = self.slots[0][2], self.slots[0][3]  # the encoder's
         self.cuda_graphs = mode == "reduce-overhead" and backend == "inductor"
         self.seen_shapes: set[tuple[int, ...]] = set()
         self.warmup_seconds = 0.0  # host time of the steps that compiled a new shape (compile + first run)
@@ -110,7 +114,7 @@ class CompiledBackbone:
 
     @contextmanager
     def step(self, input_ids: torch.Tensor) -> Iterator[None]:
-        """One training step (forward and backward) with the compiled backbone in place of ``model.encoder``;
+        """One training step (forward and backward) with the compiled backbones in place of the eager ones;
         eagerly when the batch is not ``batch_size`` sentences."""
         if input_ids.size(0) != self.batch_size:
             self.eager_steps += 1
@@ -121,14 +125,16 @@ class CompiledBackbone:
         started = time.perf_counter()
         if self.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        self.model.encoder = self.compiled
+        for owner, name, _, compiled in self.slots:
+            setattr(owner, name, compiled)
         try:
             yield
         finally:
-            self.model.encoder = self.eager
+            for owner, name, eager, _ in self.slots:
+                setattr(owner, name, eager)
         self.compiled_steps += 1
         if new_shape:
             self.seen_shapes.add(shape)
             self.warmup_seconds += time.perf_counter() - started
-            logger.info("fast path: compiled the backbone (%s) for batches of shape %s in %.1f s", self.mode,
-                        list(shape), time.perf_counter() - started)
+            logger.info("fast path: compiled %d backbone(s) (%s) for batches of shape %s in %.1f s", len(self.slots),
+                        self.mode, list(shape), time.perf_counter() - started)
