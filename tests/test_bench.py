@@ -139,6 +139,18 @@ def test_real_loop_runs_in_one_work_directory_share_their_inputs(tmp_path, monke
     assert len(made) == 2
 
 
+def test_the_real_loop_profiles_a_window_of_its_steps(tmp_path, monkeypatch) -> None:
+    """``--profile_steps 3:5``: the same script under ``bench.step_profile``, its report in the result."""
+    from bench.real_loop import main as real_loop
+
+    monkeypatch.delenv("SENTEVAL_DIR", raising=False)
+    result = real_loop(["--device", "cpu", "--config", "tiny", "--steps", "6", "--logging_steps", "2",
+                        "--batch_size", "8", "--fast_path", "false", "--profile_steps", "3:5", "--workdir",
+                        str(tmp_path / "work")])
+    assert result.step_profile["steps"] == 2 and result.step_profile["host_ms_per_step_by_part"]["forward"] > 0
+    assert len(result.window_sentences_per_second) == 3  # the run itself is the same
+
+
 # ------------------------------------------------------------------------------------ bench/step_profile.py
 def test_the_step_profile_reports_a_window_of_real_training_steps(tmp_path, monkeypatch) -> None:
     """``python -m bench.step_profile --steps 2:4 -- run_unsup.py ...``: the script itself runs, steps 3-4 are

@@ -25,7 +25,9 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     done = run_script("--dry_run", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    for number, name in enumerate(["end_to_end", "real_loop_eager", "real_loop_fast", "cuda_tests", "throughput_b64",
+    for number, name in enumerate(["end_to_end", "real_loop_fast", "real_loop_eager", "real_loop_fast_esimcse",
+                                   "real_loop_fast_promptbert", "real_loop_fast_diffcse", "real_loop_fast_simcse_pp",
+                                   "real_loop_fast_s_simcse", "step_profile", "cuda_tests", "throughput_b64",
                                    "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
@@ -56,7 +58,7 @@ def test_only_keeps_the_steps_named_and_refuses_an_unknown_one(tmp_path):
                       str(tmp_path / "raw"), "--results_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert re.findall(r"^  \d+\. (\w+): ", done.stdout, flags=re.MULTILINE) == [
-        "real_loop_eager", "real_loop_fast", "cuda_tests"]
+        "real_loop_fast", "real_loop_eager", "cuda_tests"]
     wrong = run_script("--dry_run", "--only", "real_loops")
     assert wrong.returncode == 2 and "--only: no step named real_loops" in wrong.stderr
 
@@ -97,3 +99,20 @@ def test_the_committed_gpu_report_renders():
 
 def test_device_slug():
     assert device_slug("NVIDIA H100 80GB HBM3") == "nvidia_h100_80gb_hbm3"
+
+
+def test_a_step_past_its_seconds_is_stopped_with_its_children_and_recorded(tmp_path):
+    """``--step_seconds``: a step that runs too long is killed (its whole process group) and recorded with exit 124;
+    the check goes on with the next step."""
+    from bench.gpu_check import TIMED_OUT, Step, run_step
+
+    marker = tmp_path / "child_alive"
+    child = f"import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).write_text('x')"
+    parent = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)"
+    outcome = run_step(Step("slow", (sys.executable, "-c", parent), tmp_path / "out.json"), seconds_allowed=1)
+    assert outcome["exit"] == TIMED_OUT and outcome["seconds"] < 10
+    import time
+
+    time.sleep(4)
+    assert not marker.exists()  # the child went with its parent
+    assert run_step(Step("quick", (sys.executable, "-c", "pass"), tmp_path / "o.json"), seconds_allowed=30)["exit"] == 0
