@@ -175,6 +175,13 @@ def default_dataloader_workers(on_cpu: bool) -> int:
     return 0 if on_cpu else GPU_DATALOADER_WORKERS
 
 
+def default_fast_path(on_cpu: bool, bf16: bool, processes: int) -> bool:
+    """``--torch_compile`` when not given: the fast path for one GPU training in bf16 autocast, where it was measured
+    equal to the eager step and faster (CUDA graphs; docs/benchmarks.md); the eager loop on a CPU (whose step is
+    compute-bound, and whose results the behaviour lock pins), under several processes and in fp32 (not measured)."""
+    return not on_cpu and bf16 and processes == 1
+
+
 @dataclass
 class CLTrainingArguments(TrainingArguments):
     """``TrainingArguments`` with the SimCSE recipe as defaults; best checkpoint by STS-B dev Spearman.
@@ -242,9 +249,10 @@ class CLTrainingArguments(TrainingArguments):
     dataloader_num_workers: int | None = field(default=None, metadata={
         "help": "Processes that tokenise and collate batches. Default: 2 on a GPU (off the training loop's thread, "
                 "which a fast GPU step waits on; the batches are the same), 0 on a CPU (whose cores compute the step)."})
-    torch_compile: bool = field(default=False, metadata={
+    torch_compile: bool | None = field(default=None, metadata={
         "help": "The fast path (trainers/fast_path.py, docs/benchmarks.md): views padded to fixed widths, the backbone "
                 "compiled (CUDA graphs on one GPU), no host-device sync in the loop; the same loss as the eager step. "
+                "Default: on for one GPU training in bf16, off elsewhere (a CPU, several processes, fp32). "
                 "--torch_compile_mode / --torch_compile_backend pick the compile mode / backend."})
     #: Set from --torch_compile (and --torch_compile_mode / _backend) in __post_init__, which then clears those: the
     #: Trainer would otherwise compile the whole model (and recompile at every new batch shape).
@@ -288,6 +296,9 @@ class CLTrainingArguments(TrainingArguments):
         """``--torch_compile`` (or a ``--torch_compile_mode`` / ``_backend``) turns on the fast path
         (``trainers.fast_path``: the backbone compiled at fixed shapes) instead of the Trainer's compile of the whole
         model, which recompiles at every new batch width and at the epoch's short last batch."""
+        if self.torch_compile is None:
+            self.torch_compile = default_fast_path(on_cpu=bool(self.use_cpu), bf16=bool(self.bf16),
+                                                   processes=launched_world_size())
         self.fast_path = bool(self.torch_compile or self.torch_compile_mode or self.torch_compile_backend)
         if self.torch_compile_mode not in (None, *COMPILE_MODES):
             raise UsageError(f"--torch_compile_mode {self.torch_compile_mode!r}: choose one of "

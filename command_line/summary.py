@@ -107,13 +107,15 @@ def format_summary(summary: RunSummary) -> str:
 
 def describe_step(config: Any, training_args: Any) -> str | None:
     """The summary's ``step:`` line from the model's config and the training arguments, or ``None`` for the plain
-    step (uncached, stream masks)."""
+    step (uncached, stream masks, eager)."""
     dropout_masks, cache_chunk_size = config.dropout_masks, getattr(training_args, "cache_chunk_size", None)
     parts = []
     if cache_chunk_size:
         parts.append(f"cached, {cache_chunk_size} sentences per backbone pass (--cache_chunk_size)")
     if dropout_masks != "stream":
         parts.append(f"{dropout_masks} dropout masks (--dropout_masks; docs/cached_training.md)")
+    if getattr(training_args, "fast_path", False):
+        parts.append("the fast path: fixed shapes, compiled backbone (--torch_compile false: the eager step)")
     return "; ".join(parts) or None
 
 

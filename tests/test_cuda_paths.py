@@ -109,6 +109,26 @@ def test_the_training_arguments_on_a_gpu(bf16, monkeypatch):
     assert CLTrainingArguments(output_dir="x", report_to="none", bf16=False, tf32=False).bf16 is False
 
 
+@pytest.mark.usefixtures("restore_precision")
+def test_the_fast_path_is_the_default_of_one_gpu_training_in_bf16(monkeypatch):
+    """``--torch_compile`` unset: the fast path on one GPU in bf16 (its summary says so); the eager step on a CPU, in
+    fp32 and under several processes, and whenever ``--torch_compile false`` is given."""
+    from argparse import Namespace
+
+    from command_line.arguments import CLTrainingArguments, default_fast_path
+    from command_line.summary import describe_step
+
+    assert not CLTrainingArguments(output_dir="x", report_to="none").fast_path  # this CPU
+    simulate_gpu(monkeypatch, bf16=True)
+    args = CLTrainingArguments(output_dir="x", report_to="none")
+    assert args.fast_path and not args.torch_compile  # ours, not the Trainer's whole-model compile
+    assert "the fast path" in describe_step(Namespace(dropout_masks="stream"), args)
+    assert not CLTrainingArguments(output_dir="x", report_to="none", torch_compile=False).fast_path
+    assert not CLTrainingArguments(output_dir="x", report_to="none", bf16=False).fast_path
+    assert not default_fast_path(on_cpu=False, bf16=True, processes=2)
+    assert describe_step(Namespace(dropout_masks="stream"), Namespace(fast_path=False)) is None
+
+
 def test_a_run_on_cuda_records_its_peak_gpu_memory(monkeypatch):
     """all_results.json's ``peak_gpu_memory_mib`` is read from CUDA's allocator once CUDA is in use, never before."""
     from command_line.pipeline import peak_accelerator_memory
