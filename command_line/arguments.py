@@ -22,6 +22,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
 
+from eval.encoder import DEV_MAX_TOKENS
 from models.config import SETTINGS, UNSUP, check_setting, check_value, number, value_range
 from trainers.errors import UsageError, reraise_as
 from trainers.fast_path import COMPILE_MODES, asynchronous_batches
@@ -62,6 +63,7 @@ FLAG_RANGES: dict[str, dict[str, Any]] = {
     "seed": SEED_RANGE,
     "data_seed": SEED_RANGE,
     "cache_chunk_size": value_range(1, reason="it is a number of sentences per encoding chunk"),
+    "eval_max_tokens": value_range(0, reason="it is a number of tokens per forward pass (0: a number of sentences)"),
 }
 
 
@@ -236,6 +238,9 @@ class CLTrainingArguments(TrainingArguments):
         "help": "Every evaluation's precision (STS-B dev, final scores; recorded): fp32 (autocast, TF32 off: as "
                 "the papers evaluated) or bf16 autocast.",
         "choices": ["fp32", "bf16"]})
+    eval_max_tokens: int = field(default=DEV_MAX_TOKENS, metadata={
+        "help": "Padded tokens per forward pass of the dev evaluation (length-sorted sentences, as many as fit); 0: "
+                "per_device_eval_batch_size x 16 sentences a pass. The scores agree up to float rounding."})
     check_senteval_sizes: bool | None = field(default=None, metadata={
         "help": "Require SentEval's line counts in every STS file evaluation reads (false: your own STS-format "
                 "files). Default: true unless SENTEVAL_CHECK_SIZES=0."})

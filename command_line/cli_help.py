@@ -18,8 +18,9 @@ SHOWN_TRAINER_FLAGS = frozenset({
 """Inherited Trainer flags that a training recipe commonly sets, shown in ``--help`` beside the redeclared ones."""
 
 HIDDEN_REDECLARED = frozenset({"remove_unused_columns", "logging_nan_inf_filter", "greater_is_better",
-                               "torch_compile"})
-"""Redeclared only to pin a value the pipeline needs: hidden from ``--help`` like the inherited flags."""
+                               "torch_compile", "eval_max_tokens"})
+"""Redeclared only to pin a value the pipeline needs, or a speed knob that changes no score (``eval_max_tokens``,
+declared here): hidden from ``--help`` like the inherited flags; ``--help_all`` lists them."""
 
 SHORT_HELP = {
     "max_steps": "Train exactly N optimizer steps (overrides --num_train_epochs; -1: use epochs).",
@@ -118,7 +119,7 @@ def hide_inherited_trainer_flags(parser: argparse.ArgumentParser, dataclass_type
         if action.help is argparse.SUPPRESS:
             continue
         complement = any(o.startswith("--no_") for o in action.option_strings)  # --no_X: same help as --X
-        if complement or (action.dest in trainer_fields and action.dest not in shown):
+        if complement or (action.dest in trainer_fields | HIDDEN_REDECLARED and action.dest not in shown):
             action.full_help = action.help
             action.help = argparse.SUPPRESS
             hidden += not complement

@@ -100,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the training run's --output_dir: its --fidelity preset, command line and resolved "
                              "settings (DIR/run_arguments.json) are recorded in --output_json (eval/provenance.py; "
                              "the table scripts pass it)")
-    parser.add_argument("--batch_size", type=int, default=128)
+    parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass")
+    parser.add_argument("--max_tokens", type=int, default=None,
+                        help="padded tokens per forward pass instead of --batch_size sentences (length-sorted "
+                             "sentences, as many as fit; the scores agree up to float rounding)")
     parser.add_argument("--max_length", type=int, default=None)
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--eval_dtype", choices=("fp32", "bf16"), default="fp32",
@@ -220,7 +223,8 @@ def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         os.environ[SIZES_ENV] = "0"
     senteval_dir = resolve_senteval_dir(args.senteval_dir)
     encoder = load_encoder(args.model_name_or_path, args.pooler, device=args.device,
-                           batch_size=args.batch_size, max_length=args.max_length, eval_dtype=args.eval_dtype)
+                           batch_size=args.batch_size, max_tokens=args.max_tokens, max_length=args.max_length,
+                           eval_dtype=args.eval_dtype)
     results: dict[str, Any] = {}
     if plan.sts_tasks:
         results.update(evaluate_sts(encoder, senteval_dir, tasks=plan.sts_tasks, split=plan.sts_split))

@@ -22,6 +22,13 @@ EmbedFn = Callable[..., torch.Tensor]
 
 _UNBOUNDED_MODEL_MAX_LENGTH = 1_000_000  # tokenizers without a limit report int(1e30)
 
+DEV_MAX_TOKENS = 8192
+"""The training-time dev evaluation's token budget per forward pass (``--eval_max_tokens``). STS-B + SICK-R dev are
+3,833 distinct sentences, 59,118 tokens with [CLS]/[SEP] (bert-base-uncased's vocabulary): batches of 128 sentences
+are 30 forward passes of about 2,000 tokens (62,920 padded tokens in all), a budget of 8,192 tokens 9 passes (67,033
+padded); 16,384 would be 5 passes but 74,789 padded tokens. Larger matmuls fill a GPU better, longer batches span
+more lengths and pad more: ``python -m bench.eval_speed`` times each setting."""
+
 EVAL_DTYPES = ("fp32", "bf16")
 """Evaluation precision: ``fp32`` (default, the papers' numbers) or ``bf16`` autocast (opt-in)."""
 
@@ -63,13 +70,21 @@ def evaluation_precision(eval_dtype: str, device: torch.device) -> Iterator[None
         yield
 
 
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+def length_sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest first (an out-of-memory shows up at once).
 
+    ``batch_size`` sentences a batch, or with ``max_tokens`` a token budget instead: each batch takes as many
+    sentences as fit in ``max_tokens`` padded tokens (its first, longest sentence's length times the count; at least
+    one sentence), so batches of short sentences hold more of them and every forward pass does about the same work.
     The sort is stable, so equal lengths keep their input order and the batching is deterministic.
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    batches, start = [], 0
+    while start < len(order):
+        size = batch_size if max_tokens is None else max(1, max_tokens // max(1, lengths[order[start]]))
+        batches.append(order[start:start + size])
+        start += size
+    return batches
 
 
 class SentenceEncoder:
@@ -82,6 +97,8 @@ class SentenceEncoder:
         tokenizer: a Hugging Face tokenizer (``__call__`` returning lists, ``pad_token_id``, ``padding_side``).
         device: where the inputs go; ``None`` = CUDA when available, else CPU.
         batch_size: sentences per forward pass.
+        max_tokens: batch by a token budget instead of ``batch_size``: as many length-sorted sentences as fit in
+            this many padded tokens per forward pass (:func:`length_sorted_batches`); ``None``: ``batch_size``.
         max_length: truncation length in tokens; ``None`` = the tokenizer's ``model_max_length``.
         preprocess: a change to every sentence's text before tokenisation (PromptBERT's official evaluation
             appends '.'); ``None``: none.
@@ -90,7 +107,8 @@ class SentenceEncoder:
     (:func:`eval.loading.load_encoder` sets eval mode; a trainer evaluating mid-training switches to eval and
     back itself). Encoding runs under :func:`torch.inference_mode` and :func:`evaluation_precision`: float32 by
     default (``eval_dtype="fp32"``: autocast off, TF32 off, as the papers' numbers were computed), bfloat16
-    autocast only when asked (``eval_dtype="bf16"``). The result is always float32 on the CPU.
+    autocast only when asked (``eval_dtype="bf16"``). The result is always float32: on the CPU from :meth:`encode`,
+    on the device from :meth:`encode_tensor`.
     """
 
     def __init__(
@@ -100,56 +118,73 @@ class SentenceEncoder:
         *,
         device: str | torch.device | None = None,
         batch_size: int = 128,
+        max_tokens: int | None = None,
         max_length: int | None = None,
         eval_dtype: str = "fp32",
         preprocess: Callable[[str], str] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive (or None: batch_size sentences a batch), got {max_tokens}")
         check_eval_dtype(eval_dtype)  # at construction, not at the first encode
         self.eval_dtype = eval_dtype
         self.embed_fn = embed_fn
         self.tokenizer = tokenizer
         self.device = resolve_device(device)
         self.batch_size = batch_size
+        self.max_tokens = max_tokens
         self.max_length = max_length if max_length is not None else default_max_length(tokenizer)
         self.preprocess = preprocess
-        self._cached_batches: tuple[tuple[str, ...], list[tuple[torch.Tensor, dict[str, torch.Tensor]]]] | None = None
+        self._cached_batches: tuple[tuple, list[tuple[torch.Tensor, dict[str, torch.Tensor]]]] | None = None
 
     def encode(self, sentences: Sequence[str], show_progress: bool = False, desc: str | None = None) -> np.ndarray:
         """Embed ``sentences``; returns float32 ``[len(sentences), d]``, row ``i`` for ``sentences[i]``.
 
-        Each distinct sentence is tokenized and encoded once; duplicates share its row. An empty input gives
-        an array of shape ``(0, 0)``. The padded batches on the device are kept for the next call with the same
-        sentences (a training run's dev evaluations: the tokenizer and the sentences do not change), and the
-        embeddings stay on the device until one copy to the host at the end.
+        :meth:`encode_tensor`, copied to the host once. An empty input gives an array of shape ``(0, 0)``.
+        """
+        if not sentences:
+            return np.zeros((0, 0), dtype=np.float32)
+        return self.encode_tensor(sentences, show_progress, desc).cpu().numpy()
+
+    def encode_tensor(self, sentences: Sequence[str], show_progress: bool = False,
+                      desc: str | None = None) -> torch.Tensor:
+        """Embed ``sentences`` into a float32 ``[len(sentences), d]`` tensor on the device, row ``i`` for
+        ``sentences[i]``; nothing is copied to the host, and the encoder adds no host-device sync of its own.
+
+        Each distinct sentence is tokenized and encoded once; duplicates share its row. The padded batches on the
+        device are kept for the next call with the same sentences and batching (a training run's dev evaluations:
+        the tokenizer and the sentences do not change); each batch's vectors go into one device buffer.
         """
         sentences = list(sentences)
         unique = list(dict.fromkeys(sentences))
         if not unique:
-            return np.zeros((0, 0), dtype=np.float32)
-        batches = self._device_batches(unique)
+            raise ValueError("encode_tensor needs at least one sentence")
         embeddings: torch.Tensor | None = None
         with torch.inference_mode(), evaluation_precision(self.eval_dtype, self.device):
-            for rows, batch in self._progress(batches, show_progress, desc):
+            for rows, batch in self._progress(self.device_batches(unique), show_progress, desc):
                 vectors = self.embed_fn(**batch)
                 if embeddings is None:
                     embeddings = torch.empty((len(unique), vectors.shape[-1]), dtype=torch.float32,
                                              device=vectors.device)
                 embeddings.index_copy_(0, rows, vectors.to(torch.float32))
-        assert embeddings is not None
-        row = {sentence: i for i, sentence in enumerate(unique)}
-        return embeddings.cpu().numpy()[[row[sentence] for sentence in sentences]]
+            assert embeddings is not None
+            if len(unique) == len(sentences):  # already distinct: ``unique`` is ``sentences``, in order
+                return embeddings
+            row = {sentence: i for i, sentence in enumerate(unique)}
+            return embeddings.index_select(0, torch.tensor([row[s] for s in sentences], device=embeddings.device))
 
-    def _device_batches(self, unique: list[str]) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
-        """``unique``'s length-sorted batches as (their rows in ``unique``, the padded inputs), on the device; the
-        last call's are reused when the sentences are the same."""
-        key = tuple(unique)
+    def device_batches(self, unique: list[str]) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """``unique``'s (distinct sentences) length-sorted batches as (their rows in ``unique``, the padded inputs
+        ``embed_fn`` gets), on the device; the last call's are reused when the sentences and the batching are the
+        same. Public for the benchmark, which times the forward of exactly these batches."""
+        key = (tuple(unique), self.batch_size, self.max_tokens, self.max_length)
         if self._cached_batches is not None and self._cached_batches[0] == key:
             return self._cached_batches[1]
         tokenized = self._tokenize(unique)
+        lengths = [len(ids) for ids in tokenized["input_ids"]]
         batches = [(torch.tensor(indices, device=self.device), self._collate(tokenized, indices))
-                   for indices in length_sorted_batches([len(ids) for ids in tokenized["input_ids"]], self.batch_size)]
+                   for indices in length_sorted_batches(lengths, self.batch_size, self.max_tokens)]
         self._cached_batches = (key, batches)
         return batches
 

@@ -30,6 +30,7 @@ from safetensors import SafetensorError
 
 from eval.backbone import load_auto_model, position_zero_sees_only_itself, tokenizer_problem, weights_file_problem
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
+from models.masks import prepare_attention_mask
 from models.poolers import POOLER_TYPES, needs_hidden_states, pool
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,8 @@ def _transformer_embed_fn(model: torch.nn.Module, pooler: str, name: str) -> Emb
 
     def embed(**features: torch.Tensor) -> torch.Tensor:
         inputs = {key: value for key, value in features.items() if key in accepted}
+        if "attention_mask" in inputs:  # the backbone's own mask, built without reading the padding on the host
+            inputs["attention_mask"] = prepare_attention_mask(model, inputs["attention_mask"])
         outputs = model(**inputs, output_hidden_states=hidden_states, return_dict=True)
         if pooler == "cls":
             return outputs.pooler_output
@@ -274,6 +277,7 @@ def load_encoder(
     *,
     device: str | torch.device | None = None,
     batch_size: int = 128,
+    max_tokens: int | None = None,
     max_length: int | None = None,
     eval_dtype: str = "fp32",
 ) -> SentenceEncoder:
@@ -285,6 +289,7 @@ def load_encoder(
             test-time embedding; a sentence-transformers folder's own pipeline; ``cls`` for a plain model).
         device: ``None`` = CUDA when available, else CPU.
         batch_size: sentences per forward pass.
+        max_tokens: padded tokens per forward pass instead of ``batch_size`` sentences (:class:`SentenceEncoder`).
         max_length: truncation length; ``None`` = the sentence-transformers ``max_seq_length`` when there is one,
             else the tokenizer's ``model_max_length``.
         eval_dtype: ``fp32`` (default: autocast and TF32 off) or ``bf16`` autocast
@@ -309,6 +314,7 @@ def load_encoder(
         backend.tokenizer,
         device=device,
         batch_size=batch_size,
+        max_tokens=max_tokens,
         max_length=max_length if max_length is not None else backend.max_length,
         eval_dtype=eval_dtype,
         preprocess=backend.preprocess,

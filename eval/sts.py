@@ -12,7 +12,8 @@ SimCSE++, S-SimCSE and DiffCSE; see REFERENCE.md, "Evaluation protocol"):
 - sentences go through SentEval's round trip: the loader splits a line on whitespace and the batcher joins the
   tokens with single spaces, so ``" ".join(line.split())`` is what the encoder sees.
 
-This module only needs numpy/scipy; the encoder is duck-typed (anything with :meth:`encode`).
+This module needs numpy, scipy and torch; the encoder is duck-typed (anything with :meth:`encode`; one that
+also has ``encode_tensor`` is scored on its device).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
 import numpy as np
+import torch
 from scipy.stats import spearmanr
 
 from eval.senteval_sizes import check_sizes_default, mismatch_message, size_mismatch
@@ -160,12 +162,21 @@ def _roundtrip(sentence: str) -> str:
 # ----------------------------------------------------------------------------------------------- loaders
 
 
+def _year_folder(task: str, root: Path) -> Path:
+    return root / "STS" / f"{task}-en-test"
+
+
+def _subset_paths(folder: Path, subset: str) -> tuple[Path, Path]:
+    """A SemEval subset's two files: the sentence pairs and the gold scores."""
+    return folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
+
+
 def _load_sts_subset(folder: Path, subset: str, check_sizes: bool) -> STSPairs:
     """One SemEval subset: ``STS.input.<subset>.txt`` (``sent1<TAB>sent2``) + ``STS.gs.<subset>.txt`` (scores).
 
     A blank gold line marks an unscored pair, which SentEval drops (``raw_scores != ''``).
     """
-    input_path, gold_path = folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
+    input_path, gold_path = _subset_paths(folder, subset)
     size_key = f"STS/{folder.name}/{subset}" if check_sizes else None
     inputs, golds = _read_lines(input_path, size_key), _read_lines(gold_path, size_key)
     if len(inputs) != len(golds):
@@ -186,7 +197,7 @@ def _load_sts_subset(folder: Path, subset: str, check_sizes: bool) -> STSPairs:
 
 def _load_sts_year(task: str, root: Path, check_sizes: bool) -> STSPairs:
     """STS12-16 test: every subset of the year, concatenated (the "all" setting)."""
-    folder = root / "STS" / f"{task}-en-test"
+    folder = _year_folder(task, root)
     return STSPairs.concatenate([_load_sts_subset(folder, subset, check_sizes) for subset in STS_YEAR_SUBSETS[task]])
 
 
@@ -213,12 +224,18 @@ _TABLES: dict[str, _TableFormat] = {
 }
 
 
-def _load_table(task: str, root: Path, split: str, check_sizes: bool) -> STSPairs:
-    """STS-B / SICK-R: one pair a row; extra trailing columns are ignored, as SentEval indexes the columns."""
+def _table_path(task: str, root: Path, split: str) -> Path:
+    """The file of an STS-B / SICK-R split (``ValueError`` for a split the task does not have)."""
     fmt = _TABLES[task]
     if split not in fmt.files:
         raise ValueError(f"{task} has splits {', '.join(fmt.files)}, not {split!r}")
-    path = root / fmt.folder / fmt.files[split]
+    return root / fmt.folder / fmt.files[split]
+
+
+def _load_table(task: str, root: Path, split: str, check_sizes: bool) -> STSPairs:
+    """STS-B / SICK-R: one pair a row; extra trailing columns are ignored, as SentEval indexes the columns."""
+    fmt = _TABLES[task]
+    path = _table_path(task, root, split)
     n_columns = max(fmt.score_column, *fmt.sentence_columns) + 1
     first_row = 2 if fmt.header else 1
     sent1, sent2, scores = [], [], []
@@ -249,6 +266,9 @@ def load_sts(task: str, senteval_dir: str | os.PathLike[str], split: str = "test
     Expected test-split pair counts on the real data: STS12 3108, STS13 1500, STS14 3750, STS15 3000,
     STS16 1186, STS-B 1379, SICK-R 4927; dev: STS-B 1500, SICK-R 500.
 
+    The parsed pairs are cached per file (path, modification time, size, inode): a second call with unchanged
+    files reads nothing and returns the same :class:`STSPairs` object, which callers must not modify.
+
     Raises:
         SentEvalDataError: missing or malformed data (the message names the file, the line and the fix).
         ValueError: unknown task, or a split the task does not have.
@@ -257,22 +277,60 @@ def load_sts(task: str, senteval_dir: str | os.PathLike[str], split: str = "test
     if task in STS_YEAR_SUBSETS:
         if split != "test":
             raise ValueError(f"{task} has only a test split (dev-time evaluation uses {' and '.join(DEV_TASKS)})")
-        return _load_sts_year(task, resolve_senteval_dir(senteval_dir), check)
-    if task in _TABLES:
-        return _load_table(task, resolve_senteval_dir(senteval_dir), split, check)
-    raise ValueError(f"unknown STS task {task!r}; choose from {', '.join(STS_TASKS)}")
+    elif task not in _TABLES:
+        raise ValueError(f"unknown STS task {task!r}; choose from {', '.join(STS_TASKS)}")
+    root = resolve_senteval_dir(senteval_dir)
+    stamps = _file_stamps(_task_files(task, root, split))
+    key = (task, split, check, str(root.absolute()))
+    cached = _PAIRS_CACHE.get(key)
+    if cached is not None and stamps is not None and cached[0] == stamps:
+        return cached[1]
+    pairs = _load_sts_year(task, root, check) if task in STS_YEAR_SUBSETS else _load_table(task, root, split, check)
+    if stamps is not None:
+        _PAIRS_CACHE[key] = (stamps, pairs)
+    return pairs
+
+
+_FileStamp = tuple[str, int, int, int]
+_PAIRS_CACHE: dict[tuple[str, str, bool, str], tuple[tuple[_FileStamp, ...], STSPairs]] = {}
+"""The pairs :func:`load_sts` parsed, by (task, split, size check, folder), with the stamps of the files they came
+from: a training run's dev evaluations (and the pre-flight check before them) read and parse each file once."""
+
+
+def _task_files(task: str, root: Path, split: str) -> list[Path]:
+    """Every file :func:`load_sts` reads for ``task``'s ``split``."""
+    if task in STS_YEAR_SUBSETS:
+        folder = _year_folder(task, root)
+        return [path for subset in STS_YEAR_SUBSETS[task] for path in _subset_paths(folder, subset)]
+    return [_table_path(task, root, split)]
+
+
+def _file_stamps(paths: Sequence[Path]) -> tuple[_FileStamp, ...] | None:
+    """(absolute path, mtime in ns, size, inode) of each file: a changed or replaced file changes its stamp; ``None``
+    when one cannot be read (nothing is cached, and the loader reports the missing file)."""
+    stamps = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        stamps.append((str(path.absolute()), stat.st_mtime_ns, stat.st_size, stat.st_ino))
+    return tuple(stamps)
 
 
 # ----------------------------------------------------------------------------------------------- metrics
 
 
+def unit_rows(embeddings: torch.Tensor) -> torch.Tensor:
+    """Each row of ``embeddings`` L2-normalised, in float64 (a zero row stays zero), where the rows are."""
+    rows = embeddings.to(torch.float64)
+    return rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
 def cosine_scores(e1: np.ndarray, e2: np.ndarray) -> np.ndarray:
     """Row-wise cosine similarity of two [n, d] arrays: L2-normalise each row, then a row-wise dot product."""
-    a = np.asarray(e1, dtype=np.float64)
-    b = np.asarray(e2, dtype=np.float64)
-    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    return np.einsum("ij,ij->i", a, b)
+    a, b = (unit_rows(torch.as_tensor(np.asarray(e))) for e in (e1, e2))
+    return (a * b).sum(dim=1).numpy()
 
 
 def spearman_all(pred: np.ndarray, gold: np.ndarray) -> float:
@@ -287,17 +345,76 @@ def spearman_all(pred: np.ndarray, gold: np.ndarray) -> float:
 # ----------------------------------------------------------------------------------------------- evaluation
 
 
-def _cosine_by_task(
-    encoder: SupportsEncode, pairs: Mapping[str, STSPairs], show_progress: bool, desc: str
-) -> dict[str, np.ndarray]:
-    """Encode every distinct sentence of every task in one ``encode`` call, then score each task's pairs."""
-    sentences = list(dict.fromkeys(s for p in pairs.values() for s in (*p.sent1, *p.sent2)))
-    row = {sentence: i for i, sentence in enumerate(sentences)}
-    embeddings = encoder.encode(sentences, show_progress=show_progress, desc=desc)
-    return {
-        task: cosine_scores(embeddings[[row[s] for s in p.sent1]], embeddings[[row[s] for s in p.sent2]])
-        for task, p in pairs.items()
-    }
+def distinct_sentences(pairs: Mapping[str, STSPairs]) -> list[str]:
+    """Every distinct sentence of the tasks' pairs, in first-seen order: what an STS evaluation encodes."""
+    return list(dict.fromkeys(s for p in pairs.values() for s in (*p.sent1, *p.sent2)))
+
+
+@dataclass(frozen=True)
+class _ScoringPlan:
+    """What scoring a set of tasks needs besides the embeddings, worked out once per set of loaded pairs: every
+    distinct sentence (first-seen order: what is encoded) and the rows of each pair's two sentences among them, all
+    tasks' pairs one after another (task ``k``'s from ``ends[k - 1]`` to ``ends[k]``)."""
+
+    pairs: Mapping[str, STSPairs]
+    sentences: list[str]
+    first: torch.Tensor
+    second: torch.Tensor
+    ends: list[int]
+    _on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, pairs: Mapping[str, STSPairs]) -> _ScoringPlan:
+        sentences = distinct_sentences(pairs)
+        row = {sentence: i for i, sentence in enumerate(sentences)}
+        first, second = (torch.tensor([row[s] for p in pairs.values() for s in getattr(p, side)], dtype=torch.long)
+                         for side in ("sent1", "sent2"))
+        return cls(dict(pairs), sentences, first, second, np.cumsum([len(p) for p in pairs.values()]).tolist())
+
+    def serves(self, pairs: Mapping[str, STSPairs]) -> bool:
+        """Whether this plan was built for exactly these pair objects (:func:`load_sts` returns the cached ones)."""
+        return list(self.pairs) == list(pairs) and all(self.pairs[task] is pairs[task] for task in pairs)
+
+    def rows_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """:attr:`first` and :attr:`second` on ``device`` (copied there once)."""
+        if device not in self._on_device:
+            self._on_device[device] = (self.first.to(device), self.second.to(device))
+        return self._on_device[device]
+
+
+_last_plan: _ScoringPlan | None = None
+"""The last evaluation's plan: a training run's dev evaluations build it once."""
+
+
+def _scoring_plan(pairs: Mapping[str, STSPairs], split: str) -> _ScoringPlan:
+    global _last_plan
+    if _last_plan is None or not _last_plan.serves(pairs):
+        for task, p in pairs.items():
+            logger.info("%s (%s): %d pairs", task, split, len(p))
+        _last_plan = _ScoringPlan.build(pairs)
+    return _last_plan
+
+
+def _embed(encoder: SupportsEncode, sentences: list[str], show_progress: bool, desc: str) -> torch.Tensor:
+    """The sentences' embeddings as a tensor: where the encoder computed them when it offers ``encode_tensor``
+    (:meth:`eval.encoder.SentenceEncoder.encode_tensor`: on the device, not copied), else its ``encode`` array."""
+    encode_tensor = getattr(encoder, "encode_tensor", None)
+    if encode_tensor is not None:
+        return encode_tensor(sentences, show_progress=show_progress, desc=desc)
+    return torch.as_tensor(np.asarray(encoder.encode(sentences, show_progress=show_progress, desc=desc)))
+
+
+def _cosine_by_task(encoder: SupportsEncode, plan: _ScoringPlan, show_progress: bool, desc: str
+                    ) -> dict[str, np.ndarray]:
+    """Encode every distinct sentence of every task in one call, then score every task's pairs where the
+    embeddings are (each embedding normalised once, the pairs' rows gathered; :func:`cosine_scores`' arithmetic)
+    and copy the cosines to the host at once: the embeddings never leave the device."""
+    embeddings = _embed(encoder, plan.sentences, show_progress, desc)
+    first, second = plan.rows_on(embeddings.device)
+    with torch.inference_mode():
+        unit = unit_rows(embeddings)
+        cosines = (unit[first] * unit[second]).sum(dim=1).cpu().numpy()
+    return dict(zip(plan.pairs, np.split(cosines, plan.ends[:-1])))
 
 
 def evaluate_sts(
@@ -311,15 +428,14 @@ def evaluate_sts(
     """Cosine-Spearman x 100 of each task (STS12-16 in the "all" setting) plus ``"avg"``, their mean.
 
     All sentences of all requested tasks are encoded in a single :meth:`encode` call, each distinct sentence once.
-    ``check_sizes``: see :func:`load_sts`.
+    ``check_sizes``: see :func:`load_sts`. Repeated evaluations of unchanged files (a training run's dev
+    evaluations) parse nothing and reuse the sentence list and pair rows (:class:`_ScoringPlan`).
     """
     tasks = tuple(tasks)
     if not tasks:
         raise ValueError("evaluate_sts needs at least one task")
     pairs = {task: load_sts(task, senteval_dir, split, check_sizes) for task in tasks}
-    for task, p in pairs.items():
-        logger.info("%s (%s): %d pairs", task, split, len(p))
-    predictions = _cosine_by_task(encoder, pairs, show_progress, desc=f"STS {split}")
+    predictions = _cosine_by_task(encoder, _scoring_plan(pairs, split), show_progress, desc=f"STS {split}")
     results = {task: spearman_all(predictions[task], pairs[task].scores) for task in tasks}
     results["avg"] = float(np.mean([results[task] for task in tasks]))
     return results
