@@ -237,8 +237,11 @@ def dev_sentences(senteval_dir: str) -> list[str]:
     return distinct_sentences({task: load_sts(task, senteval_dir, "dev") for task in DEV_TASKS})
 
 
-def format_report(report: Report) -> str:
-    """The table for the terminal."""
+def format_report(report: Report | dict) -> str:
+    """The table for the terminal (and for ``bench.gpu_check``'s report, from the ``--output_json`` dict)."""
+    if isinstance(report, dict):
+        report = Report(**{**report, "measurements": [Measurement(**m) for m in report["measurements"]]})
+
     def seconds(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.3f}"
 

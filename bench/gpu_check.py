@@ -20,7 +20,9 @@ the report is rewritten after every step, with each step's seconds, so a check c
    (``--torch_compile true``) and eager, then every other method's fast path for 300 steps, STS-B dev every 125
    steps: the Trainer's own sentences/s per logging window (first window = compile warm-up, then the steady state),
    against MNRL's isolated step (step 2), evaluation seconds, a wiki1m epoch projected; and ``step_profile``: where
-   the fast SimCSE step's time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part).
+   the fast SimCSE step's time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part);
+   ``eval_speed``: the dev evaluation's seconds per batching against its fp32 compute floor, and ``python -m eval``'s
+   STS test sets (:mod:`bench.eval_speed`).
 1. ``pytest -m cuda tests/test_cuda.py``: bf16 step = fp32 step to bf16 precision, cached = uncached (row-seeded) on
    CUDA, keyed masks identical on CPU and CUDA, no host-device sync in a step (the CUDA runtime's own sync check),
    the Trainer's bf16 / TF32 / fused AdamW, two processes over NCCL (needs two GPUs; skipped otherwise, with the
@@ -90,6 +92,9 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
         Step("step_profile", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true", "--steps",
                               "120", "--profile_steps", "80:120", *vocab, "--workdir", str(work_dir / "real_loop"),
                               "--output_json", str(work_dir / "step_profile.json")), work_dir / "step_profile.json"),
+        Step("eval_speed", (python, "-m", "bench.eval_speed", "--device", "cuda", "--config", "bert-base",
+                            "--batch_sizes", "128", "512", "--max_tokens", "4096", "8192", "16384", "--sts_test",
+                            *vocab, "--output_json", str(work_dir / "eval_speed.json")), work_dir / "eval_speed.json"),
         Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", "-rs",
                             f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
         Step("throughput_b64", (*throughput, "--batch_size", "64", "--output_json",
@@ -232,6 +237,12 @@ def markdown(report: dict) -> str:
                   "| host operator | ms/step |", "|---|---|"]
         lines += [f"| `{name}` | {ms:.3f} |" for name, ms in profile["top_host_operators_ms_per_step"].items()]
         lines.append("")
+    evaluation = report.get("eval_speed")
+    if evaluation:
+        from bench.eval_speed import format_report as eval_speed_table
+
+        lines += ["## The dev evaluation (STS-B + SICK-R dev, fp32, `bench.eval_speed`: CLTrainer.evaluate() as in "
+                  "training)", "", eval_speed_table(evaluation), ""]
     tests = report.get("tests")
     if tests:
         lines += [f"CUDA tests (tests/test_cuda.py): {tests['passed']} passed, {tests['failed']} failed, "

@@ -27,7 +27,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     assert done.returncode == 0, done.stderr
     for number, name in enumerate(["end_to_end", "real_loop_fast", "real_loop_eager", "real_loop_fast_esimcse",
                                    "real_loop_fast_promptbert", "real_loop_fast_diffcse", "real_loop_fast_simcse_pp",
-                                   "real_loop_fast_s_simcse", "step_profile", "cuda_tests", "throughput_b64",
+                                   "real_loop_fast_s_simcse", "step_profile", "eval_speed", "cuda_tests", "throughput_b64",
                                    "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
