@@ -140,7 +140,7 @@ def script_argv(args: argparse.Namespace, paths: dict[str, Path], output_dir: Pa
                     str(profile_file(output_dir))]
     argv = [sys.executable, *profiler, str(REPO / ("run_diffcse.py" if diffcse else "run_unsup.py")),
             "--model_name_or_path", str(paths["backbone"]), "--train_file", str(paths["corpus"]),
-            "--output_dir", str(output_dir), "--max_steps", str(args.steps),
+            "--output_dir", str(output_dir), "--overwrite_output_dir", "true", "--max_steps", str(args.steps),
             "--per_device_train_batch_size", str(args.batch_size), "--max_seq_length", str(args.max_seq_length),
             "--logging_steps", str(args.logging_steps), "--torch_compile", str(args.fast_path).lower(),
             "--disable_tqdm", "true", "--report_to", "none", "--save_strategy", "no",
@@ -247,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> LoopResult:
     sentences = args.steps * args.batch_size + args.batch_size // 2  # the epoch ends in a short batch, as wiki1m's may
     paths = reusable_inputs(workdir / "inputs", args.config, sentences, args.seed, args.method == "diffcse",
                             args.vocab_file)
-    output_dir = workdir / f"{args.method}_{'fast' if args.fast_path else 'eager'}"
+    name = f"{args.method}_{'fast' if args.fast_path else 'eager'}{'_profiled' if args.profile_steps else ''}"
+    output_dir = workdir / name
     command = script_argv(args, paths, output_dir)
     wall = run_script(command, workdir / f"{output_dir.name}.log")
     result = summarise(args, read_log(output_dir / "trainer_state.json"), wall, command)
