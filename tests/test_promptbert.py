@@ -410,3 +410,25 @@ def test_python_m_eval_scores_an_export_with_its_template(quiet, tmp_path, sts_f
     assert "PromptBERT export: the sentence inside the template" in caplog.text
     assert scores(tmp_path / "checkpoint") == pytest.approx(exported, abs=0.02)
     assert scores(hf, "--pooler", "cls_before_pooler") != exported
+
+
+def test_the_template_pass_benchmark_times_two_forms_of_one_computation(tmp_path):
+    """bench/promptbert_template_pass.py: its two forms (one pass, a pass per template) give the same gradients with
+    dropout off, and it writes one row per width with both timings."""
+    import json
+
+    from bench.promptbert_template_pass import main, template_pass_forms
+    from bench.train_throughput import bert_config
+
+    torch.manual_seed(0)
+    encoder = AutoModel.from_config(bert_config("tiny")).eval()
+    grads = {}
+    for name, form in template_pass_forms(encoder, 14).items():
+        encoder.zero_grad(set_to_none=True)
+        form()
+        grads[name] = torch.cat([p.grad.flatten() for p in encoder.parameters() if p.grad is not None])
+    torch.testing.assert_close(grads["one_pass"], grads["pass_per_template"], rtol=1e-5, atol=1e-6)
+    out = tmp_path / "bench.json"
+    main(["--config", "tiny", "--widths", "12", "--iters", "1", "--device", "cpu", "--output_json", str(out)])
+    [row] = json.loads(out.read_text())
+    assert row["width"] == 12 and row["rows"] == 3 and row["one_pass_ms"] > 0 and row["pass_per_template_ms"] > 0
