@@ -10,7 +10,10 @@
   tokens, gives the template's own [MASK] state ``h^_n``; the embedding of a sentence of n tokens is ``h - h^_n``
   (:func:`template_mask_states`; ``cl_forward``'s ``get_delta``: the template ``[CLS] prefix suffix [SEP]``, no
   attention mask, the suffix's positions shifted by n, in the encoder's current mode (dropout on in training) and
-  with gradients; then ``pooler_output -= delta[attention_mask.sum - template_len]``).
+  with gradients; then ``pooler_output -= delta[attention_mask.sum - template_len]``). The code runs ``get_delta``
+  once per template, two encoder passes; a training step here runs the rows of both templates in ONE pass
+  (:func:`templates_mask_states`): the rows are independent, so the states are the same (dropout aside: stream
+  masks are drawn in one call, row-seeded ones are keyed per row and unchanged), with one backbone pass fewer.
 - Unsupervised objective (Sec. 5): the two views are the sentence in two DIFFERENT templates, each denoised with its
   own template's bias; then SimCSE's MLP (training only) and InfoNCE with in-batch negatives (the shared
   :func:`models.losses.info_nce`, gathered across processes by the base).
@@ -24,11 +27,14 @@ uncached one.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+import itertools
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .base import ContrastiveModel
@@ -90,23 +96,60 @@ def insert_template(input_ids: torch.Tensor, attention_mask: torch.Tensor, templ
     return ids.masked_fill(~mask, pad_token_id), mask.long()
 
 
+def template_rows(template: TemplateIds, template_ids: torch.Tensor, rows: int,
+                  width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sec. 5, the ``rows`` inputs of template alone (``get_delta``'s ``d_input_ids`` / ``d_position_ids``):
+    ``template_ids`` (``prefix + suffix`` on the encoder's device) in every row, the suffix's position ids shifted by
+    n in row n (where they sit after a sentence of n tokens), right-padded to ``width`` tokens (id 0 and position 0,
+    which the mask hides) -> ids, position ids, attention mask, each [rows, width]. Built on the device from
+    ``template_ids`` and ``arange``s: no host data is copied, nothing is read back."""
+    device = template_ids.device
+    length = len(template)
+    ids = template_ids.unsqueeze(0).expand(rows, -1)
+    positions = torch.arange(length, device=device).repeat(rows, 1)
+    positions[:, len(template.prefix):] += torch.arange(rows, device=device).unsqueeze(-1)
+    mask = torch.ones(rows, length, dtype=torch.long, device=device)
+    padding = (0, width - length)
+    return F.pad(ids, padding), F.pad(positions, padding), F.pad(mask, padding)
+
+
+def templates_mask_states(encoder: nn.Module, templates: Sequence[TemplateIds], rows: Sequence[int], plan=None,
+                          template_ids: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """Sec. 5, every template's own representation ``h^_n`` for n = 0 .. rows[t] - 1, in ONE encoder pass ->
+    ``[rows[t], h]`` per template: the rows of all templates (:func:`template_rows`) concatenated,
+    ``[sum(rows), max |template|]``, the [MASK] state of each row.
+
+    The official ``cl_forward`` calls ``get_delta`` once per template: two encoder passes (50 rows each, no attention
+    mask), so this pass is not the code's form, but it computes the same thing: the rows are independent (each
+    attends only to its own tokens), so one pass over both templates' rows gives the same states (eval mode, 1e-6,
+    tests/test_promptbert.py), with one backbone pass (a launch sequence on a GPU) fewer per step. Templates of equal
+    length (the paper's two) need no padding and get no attention mask, as the code's passes; a shorter template is
+    right-padded, and the mask hides its padding (the same state up to float reordering). Dropout and gradients are
+    the caller's mode, as in ``get_delta``: with stream dropout the masks are drawn in one call instead of two (other
+    draws from the same i.i.d. Bernoulli masks); ``plan``, a context manager for the pass's dropout, keys row-seeded
+    masks by each row's key and coordinates only, so they are the per-template passes' masks, padding or not.
+    ``template_ids``: each template's ``prefix + suffix`` already on the encoder's device (a training step passes
+    them: made from the Python ids here, they would be a host-to-device copy, which synchronises, every step)."""
+    if template_ids is None:
+        device = next(encoder.parameters()).device
+        template_ids = [torch.tensor(t.prefix + t.suffix, device=device) for t in templates]
+    width = max(len(t) for t in templates)
+    ids, positions, mask = (torch.cat(parts) for parts in zip(*(
+        template_rows(t, i, r, width) for t, i, r in zip(templates, template_ids, rows))))
+    padded = any(len(t) < width for t in templates)
+    with plan if plan is not None else nullcontext():
+        hidden = encoder(input_ids=ids, position_ids=positions, return_dict=True,
+                         attention_mask=prepare_attention_mask(encoder, mask) if padded else None).last_hidden_state
+    starts = [0, *itertools.accumulate(rows)]
+    return [hidden[start:start + r, len(t.prefix) + t.mask_index] for t, start, r in zip(templates, starts, rows)]
+
+
 def template_mask_states(encoder: nn.Module, template: TemplateIds, rows: int, plan=None,
                          template_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """Sec. 5, the template's own representation ``h^_n`` for n = 0 .. rows - 1 -> [rows, h]: ``[CLS] prefix suffix
-    [SEP]`` with the suffix's position ids shifted by n (where they sit after a sentence of n tokens), no attention
-    mask, the [MASK] state (``get_delta`` of the code; its dropout and gradients are the caller's mode). ``plan``: a
-    context manager for the pass's dropout (row-seeded keys). ``template_ids``: ``prefix + suffix`` already on the
-    encoder's device (a training step passes them: made from the Python ids here, they would be a host-to-device copy,
-    which synchronises, every step)."""
-    device = next(encoder.parameters()).device
-    if template_ids is None:
-        template_ids = torch.tensor(template.prefix + template.suffix, device=device)
-    ids = template_ids.unsqueeze(0).expand(rows, -1)
-    positions = torch.arange(len(template), device=device).repeat(rows, 1)
-    positions[:, len(template.prefix):] += torch.arange(rows, device=device).unsqueeze(-1)
-    with plan if plan is not None else nullcontext():
-        hidden = encoder(input_ids=ids, position_ids=positions, return_dict=True).last_hidden_state
-    return hidden[:, len(template.prefix) + template.mask_index]
+    """One template's ``h^_n`` for n = 0 .. rows - 1 -> [rows, h] (:func:`templates_mask_states` with one template:
+    no padding, no attention mask, the code's ``get_delta``); the test-time denoising's pass."""
+    return templates_mask_states(encoder, [template], [rows], plan,
+                                 None if template_ids is None else [template_ids])[0]
 
 
 def prompt_embedding(encoder: nn.Module, template: TemplateIds, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -165,23 +208,30 @@ class PromptBERTModel(ContrastiveModel):
 
     def template_bias(self, lengths: torch.Tensor, row_templates: list[int], width: int) -> torch.Tensor:
         """``h^_n`` for every row: ``lengths`` [B, R] (tokens of each row, template included), ``row_templates``
-        (the template of each of the R rows), ``width`` (the padded length, which bounds n) -> [B, R, h]."""
-        states = {}
-        for t in sorted(set(row_templates)):
-            rows = max(width - len(self.templates[t]) + 1, 1)
-            plan = None
-            if self.dropout_controller is not None:
-                device = lengths.device
-                keys = torch.arange(rows, device=device) + t * TEMPLATE_KEY_STRIDE
-                plan = self.dropout_controller.plan(torch.zeros(rows, dtype=torch.long, device=device), num_groups=1,
-                                                    row_keys=keys)
-            states[t] = template_mask_states(self.encoder, self.templates[t], rows, plan,
-                                             self.template_ids(t, lengths.device))
+        (the template of each of the R rows), ``width`` (the padded length, which bounds n) -> [B, R, h]. The rows
+        of all the templates used run in one encoder pass (:func:`templates_mask_states`)."""
+        used = sorted(set(row_templates))
+        rows = [max(width - len(self.templates[t]) + 1, 1) for t in used]
+        device = lengths.device
+        states = dict(zip(used, templates_mask_states(
+            self.encoder, [self.templates[t] for t in used], rows, self.template_plan(used, rows, device),
+            [self.template_ids(t, device) for t in used])))
         columns = []
         for r, t in enumerate(row_templates):
             n = (lengths[:, r] - len(self.templates[t])).clamp(0, states[t].size(0) - 1)
             columns.append(states[t][n])
         return torch.stack(columns, dim=1)
+
+    def template_plan(self, used: list[int], rows: list[int],
+                      device: torch.device) -> AbstractContextManager[None] | None:
+        """The dropout plan of the template pass (``None`` without a per-row controller): one group (the pass), each
+        row keyed by its template and n, ``t * TEMPLATE_KEY_STRIDE + n`` (keys of its own, apart from the
+        sentences': row-seeded masks of a template row are the same in any pass that holds it)."""
+        if self.dropout_controller is None:
+            return None
+        keys = torch.cat([torch.arange(r, device=device) + t * TEMPLATE_KEY_STRIDE for t, r in zip(used, rows)])
+        return self.dropout_controller.plan(torch.zeros(keys.numel(), dtype=torch.long, device=device), num_groups=1,
+                                            row_keys=keys)
 
     def correct_pooled_rows(self, pooled_rows: torch.Tensor, attention_mask: torch.Tensor,
                             layout: ViewLayout) -> torch.Tensor:
@@ -234,4 +284,4 @@ class PromptBERTModel(ContrastiveModel):
 
 
 __all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",
-           "template_mask_states"]
+           "template_mask_states", "template_rows", "templates_mask_states"]

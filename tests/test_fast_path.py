@@ -126,8 +126,10 @@ def run_script(method: str, files, tmp_path, extra: list[str]) -> tuple[list[dic
 #: at this tiny model's initialisation many gradient components are near-cancelling sums (a key bias's gradient is
 #: 0 in exact arithmetic, ~5e-13 in float32), whose relative rounding AdamW's normalised update carries into the next
 #: steps: measured up to 3.7e-4 on the gradient norm and 2e-5 on the loss (padding alone, no compile); step 1 agrees
-#: to 1e-6.
-LOSS_TOLERANCE, GRAD_NORM_TOLERANCE = 1e-4, 1e-3
+#: to 1e-6. PromptBERT's step-5 loss is small (~0.014 at tau 0.05), so the logits' absolute rounding is a large
+#: relative one: measured up to 1.3e-4 before issue 32's one template pass and 6.3e-5 after it (--seed 1-5), 1.3e-4
+#: after it at the test's --seed 7.
+LOSS_TOLERANCE, GRAD_NORM_TOLERANCE = 5e-4, 1e-3
 
 
 @pytest.mark.parametrize("method, backend", [("simcse", "inductor"), ("esimcse", "aot_eager"),

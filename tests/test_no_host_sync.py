@@ -78,6 +78,10 @@ CASES = {
     "s_simcse": ("s_simcse", {}),
     "s_simcse_per_pass": ("s_simcse", {"sentence_wise_dropout": False}),
     "diffcse": ("diffcse", {}),
+    "promptbert": ("promptbert", {}),
+    # a positive template 3 tokens longer: the one template pass pads the first template's rows (a masked pass)
+    "promptbert_unequal_templates": ("promptbert", {
+        "prompt_template_positive": '*cls*_This_sentence_:_"*sent_0*"_means_in_one_word*mask*.*sep+*'}),
 }
 
 

@@ -18,7 +18,8 @@ from data.prompt_templates import PromptCollator, add_period, tokenize_template
 from eval.loading import load_encoder
 from models.config import SETTINGS
 from models.export import export_model
-from models.promptbert import mask_token_states
+from models.promptbert import (TEMPLATE_KEY_STRIDE, TemplateIds, mask_token_states, template_mask_states,
+                               template_rows, templates_mask_states)
 from models.views import ViewEmbeddings
 from tests.tiny import WORDS, save_tiny_backbone
 from trainers.errors import UsageError
@@ -90,7 +91,7 @@ def test_the_template_ids_are_the_codes(bert_tokenizer):
 def test_token_insertion_equals_the_official_evaluations_string_template(bert_tokenizer, quiet):
     """evaluation.py builds the test input as a string (with '.' appended); for BERT's WordPiece that is the
     template's ids around the sentence's, which is how this repo encodes (models.promptbert.insert_template)."""
-    from models.promptbert import TemplateIds, insert_template
+    from models.promptbert import insert_template
 
     template = tokenize_template(TEMPLATE, bert_tokenizer)
     ids = TemplateIds(template.prefix, template.suffix, template.mask_index)
@@ -142,9 +143,14 @@ def written_out_pooled(model, batch, denoise: bool) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("denoise", [True, False])
-def test_the_denoised_representation_is_the_written_out_one(quiet, denoise):
-    model, batch = model_and_batch(quiet, template_denoising=denoise)
+#: A positive template 3 tokens longer than the first: the template pass pads the first one's rows.
+LONGER_TEMPLATE2 = '*cls*_This_sentence_:_"*sent_0*"_means_in_one_word*mask*.*sep+*'
+
+
+@pytest.mark.parametrize("denoise, positive", [(True, TEMPLATE2), (False, TEMPLATE2), (True, LONGER_TEMPLATE2)],
+                         ids=["denoised", "plain", "denoised_unequal_templates"])
+def test_the_denoised_representation_is_the_written_out_one(quiet, denoise, positive):
+    model, batch = model_and_batch(quiet, template_denoising=denoise, prompt_template_positive=positive)
     got = model.embed_views(batch["input_ids"], batch["attention_mask"]).pooled
     want = written_out_pooled(model, batch, denoise)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
@@ -233,6 +239,97 @@ def test_the_template_pass_has_keyed_dropout_of_its_own(tmp_path):
     assert step(1) == step(1) != step(2)
 
 
+# ----------------------------------------------------------------------------------------- one template pass
+def unequal_templates(model) -> list:
+    """The model's first template, and one 3 tokens longer (prefix + 1, suffix + 2)."""
+    first = model.templates[0]
+    return [first, TemplateIds((*first.prefix, 7), (8, *first.suffix[:-1], 9, first.suffix[-1]), first.mask_index + 1)]
+
+
+@pytest.mark.parametrize("lengths", ["equal", "unequal"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_one_pass_over_all_templates_equals_a_pass_per_template(quiet, lengths, attention):
+    """Eval mode, fp32: the rows of both templates in one pass (the shorter one right-padded, the padding masked)
+    give each template's [MASK] states of its own pass (no mask, as the code's get_delta) to 1e-6."""
+    model, _ = model_and_batch(quiet)
+    encoder = AutoModel.from_pretrained(str(quiet), attn_implementation=attention).float().eval()
+    templates = model.templates if lengths == "equal" else unequal_templates(model)
+    assert (len(templates[0]) == len(templates[1])) == (lengths == "equal")
+    rows = [7, 4]
+    with torch.no_grad():
+        together = templates_mask_states(encoder, templates, rows)
+        alone = [template_mask_states(encoder, t, r) for t, r in zip(templates, rows)]
+    for got, want, r in zip(together, alone, rows):
+        assert got.shape == want.shape == (r, encoder.config.hidden_size)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert (together[0][1:] - together[0][:1]).abs().max() > 1e-3  # n moves the state: the positions are used
+
+
+def test_template_rows_are_the_codes_rows_padded_at_the_right(quiet):
+    """get_delta's rows (d_input_ids, d_position_ids[:, len(bs)+1:] += arange) padded to a wider template's width."""
+    model, _ = model_and_batch(quiet)
+    template = model.templates[0]
+    ids, positions, mask = template_rows(template, torch.tensor(template.prefix + template.suffix), 3, 12)
+    p, length = len(template.prefix), len(template)
+    assert ids.tolist() == [list(template.prefix + template.suffix) + [0, 0]] * 3
+    assert positions.tolist() == [list(range(p)) + [p + n + k for k in range(length - p)] + [0, 0] for n in range(3)]
+    assert mask.tolist() == [[1] * length + [0, 0]] * 3
+
+
+def count_encoder_calls(model) -> list[bool]:
+    """Every forward call of ``model.encoder`` from now on, as ``True`` for a template pass (explicit position ids)."""
+    calls: list[bool] = []
+    model.encoder.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(kwargs.get("position_ids") is not None), with_kwargs=True)
+    return calls
+
+
+@pytest.mark.parametrize("dropout_masks, positive", [("stream", TEMPLATE2), ("row_seeded", TEMPLATE2),
+                                                     ("stream", LONGER_TEMPLATE2)],
+                         ids=["stream", "row_seeded", "stream_unequal_templates"])
+def test_a_training_step_makes_one_template_pass(tmp_path, dropout_masks, positive):
+    """Issue 32: the denoising of both templates is ONE encoder call per step (the sentence pass is the other)."""
+    path = save_tiny_backbone(tmp_path / "enc", seed=0)
+    model, batch = model_and_batch(path, dropout_masks=dropout_masks, prompt_template_positive=positive)
+    assert (len(model.templates[0]) == len(model.templates[1])) == (positive == TEMPLATE2)
+    calls = count_encoder_calls(model)
+    with keyed_step(model, batch["input_ids"].size(0)):
+        model(**batch).loss.backward()
+    assert calls == [False, True]
+
+
+@pytest.mark.parametrize("lengths", ["equal", "unequal"])
+def test_row_seeded_template_rows_keep_their_keys_and_masks_in_the_joint_pass(tmp_path, lengths):
+    """--dropout_masks row_seeded: the joint pass keys template t's row n by t * TEMPLATE_KEY_STRIDE + n (as each
+    template's own pass did), and each row draws the masks it draws alone (padding included: a mask element is keyed
+    by its coordinates, not the width), so the states equal the per-template passes' with dropout on."""
+    path = save_tiny_backbone(tmp_path / "enc", seed=0)
+    model, _ = model_and_batch(path, dropout_masks="row_seeded")
+    model.float()
+    templates = model.templates if lengths == "equal" else unequal_templates(model)
+    rows = [6, 3]
+    controller = model.dropout_controller
+    planned = []
+    original_plan = controller.plan
+
+    def recording_plan(groups, off=None, num_groups=None, row_keys=None):
+        planned.append(row_keys)
+        return original_plan(groups, off, num_groups, row_keys)
+
+    controller.plan = recording_plan
+    with keyed_step(model, 4), torch.no_grad():
+        together = templates_mask_states(model.encoder, templates, rows, model.template_plan([0, 1], rows, "cpu"))
+        alone = [template_mask_states(model.encoder, t, r, original_plan(
+            torch.zeros(r, dtype=torch.long), num_groups=1, row_keys=torch.arange(r) + i * TEMPLATE_KEY_STRIDE))
+            for i, (t, r) in enumerate(zip(templates, rows))]
+        model.eval()
+        off = templates_mask_states(model.encoder, templates, rows)
+    assert planned[0].tolist() == [*range(6), *(TEMPLATE_KEY_STRIDE + n for n in range(3))]
+    for got, want, plain in zip(together, alone, off):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        assert (got - plain).abs().max() > 1e-3  # the masks are on
+
+
 # ----------------------------------------------------------------------------------------- test time
 def test_dev_and_test_embeddings_follow_the_official_evaluations(quiet):
     model, _ = model_and_batch(quiet, fidelity="official_code")
@@ -313,3 +410,25 @@ def test_python_m_eval_scores_an_export_with_its_template(quiet, tmp_path, sts_f
     assert "PromptBERT export: the sentence inside the template" in caplog.text
     assert scores(tmp_path / "checkpoint") == pytest.approx(exported, abs=0.02)
     assert scores(hf, "--pooler", "cls_before_pooler") != exported
+
+
+def test_the_template_pass_benchmark_times_two_forms_of_one_computation(tmp_path):
+    """bench/promptbert_template_pass.py: its two forms (one pass, a pass per template) give the same gradients with
+    dropout off, and it writes one row per width with both timings."""
+    import json
+
+    from bench.promptbert_template_pass import main, template_pass_forms
+    from bench.train_throughput import bert_config
+
+    torch.manual_seed(0)
+    encoder = AutoModel.from_config(bert_config("tiny")).eval()
+    grads = {}
+    for name, form in template_pass_forms(encoder, 14).items():
+        encoder.zero_grad(set_to_none=True)
+        form()
+        grads[name] = torch.cat([p.grad.flatten() for p in encoder.parameters() if p.grad is not None])
+    torch.testing.assert_close(grads["one_pass"], grads["pass_per_template"], rtol=1e-5, atol=1e-6)
+    out = tmp_path / "bench.json"
+    main(["--config", "tiny", "--widths", "12", "--iters", "1", "--device", "cpu", "--output_json", str(out)])
+    [row] = json.loads(out.read_text())
+    assert row["width"] == 12 and row["rows"] == 3 and row["one_pass_ms"] > 0 and row["pass_per_template_ms"] > 0
