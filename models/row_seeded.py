@@ -284,15 +284,21 @@ def fused_keep_mask(device_type: str):
     return _FUSED[device_type]
 
 
+def _signed32(value: int) -> int:
+    """A 32-bit seed as the signed int with the same low 32 bits: a key only uses ``(id * golden + seed) mod 2**32``,
+    and a value in int32's range is passed to a compiled kernel as is, whatever integer type it declares."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
 def _kernel(compiled, device_type: str):
-    """The compiled rule behind the call signature ``(operands, seed, shape)``: its operands and the seed in the
-    form the device's rule takes (int32 patterns on CPU)."""
+    """The compiled rule behind the call signature ``(operands, seed, shape)``: its operands in the form the
+    device's rule takes (int32 patterns on CPU) and the seed as :func:`_signed32`."""
     if device_type == "cuda":
-        return lambda operands, seed, shape: compiled(operands.row_ids, operands.thresholds, seed, *shape[1:])
+        return lambda operands, seed, shape: compiled(operands.row_ids, operands.thresholds, _signed32(seed),
+                                                      *shape[1:])
 
     def cpu_kernel(operands: KeepOperands, seed: int, shape: torch.Size) -> torch.Tensor:
-        seed32 = seed - (1 << 32) if seed >= 1 << 31 else seed
-        return compiled(*operands.int32(), seed32, *shape[1:]).view(torch.bool)
+        return compiled(*operands.int32(), _signed32(seed), *shape[1:]).view(torch.bool)
     return cpu_kernel
 
 
