@@ -22,6 +22,10 @@ batched GEMMs) of the step; after the steps each distinct shape is timed alone (
 capped at ``--ceiling_rows`` where throughput has long saturated) and the ceiling is the step's GEMM FLOPs / the
 time those GEMMs take alone: what this machine can do on exactly this mix of shapes. "% ceiling" = GFLOP/s /
 ceiling (the CPU analogue of MFU).
+
+Host work: "ops" = the ATen operations one step dispatches (bench/step_ops.py; a compiled keep-mask call counts
+one), counted in one more step after the timed ones, and "host ms" = the median time until a timed step's Python
+returns, before the device is synchronised (on a GPU a launch-bound step costs about its host time).
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from bench.step_ops import count_ops
 from bench.train_throughput import bert_config, build_method_model
 
 GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
@@ -146,7 +151,7 @@ def one(args) -> dict:
 
     sync()
     baseline = torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else rss_mib()
-    times, counter = [], None
+    times, hosts, counter = [], [], None
     for index in range(args.warmup + args.steps):
         start = time.perf_counter()
         if index == args.warmup:  # the first timed step also counts FLOPs and GEMM shapes (a few % slower)
@@ -155,9 +160,14 @@ def one(args) -> dict:
                 step()
         else:
             step()
+        host = time.perf_counter() - start
         sync()
         if index >= args.warmup:
             times.append(time.perf_counter() - start)
+            hosts.append(host)
+    with count_ops(device.type) as ops:  # one more step, its ATen ops counted (not timed)
+        step()
+    sync()
     peak = (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     step_seconds = sorted(times)[len(times) // 2]
@@ -168,7 +178,8 @@ def one(args) -> dict:
             "bf16": args.bf16, "seq_len": args.seq_len, "threads": torch.get_num_threads(), "step_seconds": step_seconds,
             "step_times": times, "peak_rss_mib": peak, "baseline_rss_mib": baseline, "step_mib": peak - baseline,
             "flops": counter.flops, "gemm_flops": gemm_flops, "gflops": gflops, "ceiling_gflops": ceiling,
-            "percent_of_ceiling": 100.0 * gflops / ceiling}
+            "percent_of_ceiling": 100.0 * gflops / ceiling, "ops": ops.total,
+            "host_ms": 1000 * sorted(hosts)[len(hosts) // 2]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -228,14 +239,16 @@ def format_row(row: dict) -> str:
     mode = (f"cached {row['chunk']}" if row["chunk"] else "uncached") + f" {row.get('masks', 'stream')}"
     return (f"{row['config']:7s} {row['method']:10s} B={row['batch']:5d} {mode:10s} step {row['step_seconds']:8.2f} s "
             f"peak RSS {row['peak_rss_mib']:7.0f} MiB (step +{row['step_mib']:6.0f}) {row['gflops']:6.1f} GFLOP/s "
-            f"= {row['percent_of_ceiling']:4.1f}% of {row['ceiling_gflops']:.1f}")
+            f"= {row['percent_of_ceiling']:4.1f}% of {row['ceiling_gflops']:.1f}, {row.get('ops', '-')} ops, host "
+            f"{row.get('host_ms', float('nan')):.1f} ms")
 
 
 def markdown(rows: list[dict]) -> str:
     """One line per (config, method, batch, mode, masks): memory, time, the time ratio to the uncached stream-mask
     step of the same batch, GFLOP/s vs the ceiling."""
     lines = ["| config | method | batch | step | masks | peak RSS MiB (step +) | s/step | time vs uncached stream "
-             "| GFLOP/s (% ceiling) | ceiling GFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| GFLOP/s (% ceiling) | ceiling GFLOP/s | ops/step | host ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     baseline = {(r["config"], r["method"], r["batch"]): r for r in rows
                 if not r["chunk"] and r.get("masks", "stream") == "stream"}
     for row in rows:
@@ -245,7 +258,8 @@ def markdown(rows: list[dict]) -> str:
         lines.append(
             f"| {row['config']} | {row['method']} | {row['batch']} | {mode} | {row.get('masks', 'stream')} | "
             f"{row['peak_rss_mib']:.0f} (+{row['step_mib']:.0f}) | {row['step_seconds']:.3f} | {ratio} | "
-            f"{row['gflops']:.1f} ({row['percent_of_ceiling']:.0f}%) | {row['ceiling_gflops']:.1f} |")
+            f"{row['gflops']:.1f} ({row['percent_of_ceiling']:.0f}%) | {row['ceiling_gflops']:.1f} | "
+            f"{row.get('ops', '-')} | {row.get('host_ms', float('nan')):.1f} |")
     return "\n".join(lines)
 
 

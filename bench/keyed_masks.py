@@ -14,9 +14,12 @@ takes uncached training steps (forward, backward, AdamW) with three kinds of dro
 - ``row_seeded_int64``: the same masks through the int64 reference route (``keyed_element_bits >= threshold``), i.e. how
   they were computed before this work, so every speed-up is measured in the same run.
 
-"mask s" is the time inside mask and rate generation (``keyed_keep_mask`` and ``keyed_uniforms`` as
+"mask s" is the time inside mask and rate generation (``keyed_keep_mask_from`` and ``keyed_uniforms`` as
 trainers/keyed_dropout.py calls them), summed over the step: ``perf_counter`` on CPU, CUDA events around each call on a GPU
-(read after the step, so the step is not synchronised); "share" = mask s / step s.
+(read after the step, so the step is not synchronised); "share" = mask s / step s. "ops" is the number of ATen
+operations one step dispatches (bench/step_ops.py; a compiled keep-mask call counts one) and "host ms" the time until
+the step's Python returns, before the device is synchronised: on a GPU a launch-bound step costs about its host time,
+so these show what the host does per step.
 """
 from __future__ import annotations
 
@@ -32,17 +35,17 @@ import torch
 import models.row_seeded as row_seeded
 import trainers.keyed_dropout as keyed_module
 from bench.cached_memory import make_batch
+from bench.step_ops import count_ops
 from bench.train_throughput import bert_config, build_method_model
-from models.row_seeded import TWO_32, keyed_element_bits
+from models.row_seeded import keyed_element_bits
 
-MASK_FUNCTIONS = ("keyed_keep_mask", "keyed_uniforms")
+MASK_FUNCTIONS = ("keyed_keep_mask_from", "keyed_uniforms")
 VARIANTS = ("stream", "row_seeded", "row_seeded_int32", "row_seeded_int64")
 
 
-def reference_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: torch.Tensor) -> torch.Tensor:
+def reference_keep_mask(seed: int, operands: row_seeded.KeepOperands, shape: torch.Size) -> torch.Tensor:
     """The int64 route: every 32-bit number from :func:`keyed_element_bits`, compared with ``ceil(rate * 2**32)``."""
-    thresholds = (rates.double() * TWO_32).ceil().long().view(-1, *[1] * (len(shape) - 1))
-    return keyed_element_bits(seed, row_ids, shape) >= thresholds
+    return keyed_element_bits(seed, operands.row_ids, shape) >= operands.thresholds.view(-1, *[1] * (len(shape) - 1))
 
 
 class MaskTimer:
@@ -82,7 +85,7 @@ def timed_masks(timer: MaskTimer, variant: str) -> Iterator[None]:
     row_seeded.FUSE_MASKS = variant == "row_seeded"
     try:
         for name, function in originals.items():
-            if name == "keyed_keep_mask" and int64_route:
+            if name == "keyed_keep_mask_from" and int64_route:
                 function = reference_keep_mask
             setattr(keyed_module, name, timer.wrap(function))
         yield
@@ -102,39 +105,50 @@ def measure(args: argparse.Namespace, batch_size: int, precision: str, variant: 
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5, fused=device.type == "cuda")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     timer = MaskTimer(device)
-    steps, mask_seconds = [], []
+    steps, mask_seconds, host_seconds = [], [], []
+
+    def step() -> None:
+        with keyed_module.keyed_step(model, batch_size), \
+                torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
     with timed_masks(timer, variant):
         for index in range(args.warmup + args.steps):
             sync()
             started = time.perf_counter()
-            with keyed_module.keyed_step(model, batch_size), \
-                    torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                model(**batch).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            step()
+            host = time.perf_counter() - started
             sync()
             elapsed, masked = time.perf_counter() - started, timer.total()
             if index >= args.warmup:
                 steps.append(elapsed)
                 mask_seconds.append(masked)
-    step, mask = sorted(steps)[len(steps) // 2], sorted(mask_seconds)[len(mask_seconds) // 2]
+                host_seconds.append(host)
+        with count_ops(device.type) as counter:  # one more step, counted (not timed)
+            step()
+        sync()
+        timer.total()
+    step_time, mask = sorted(steps)[len(steps) // 2], sorted(mask_seconds)[len(mask_seconds) // 2]
     return {"config": args.config, "device": args.device, "batch": batch_size, "seq_len": args.seq_len,
-            "precision": precision, "variant": variant, "threads": torch.get_num_threads(), "step_seconds": step,
-            "mask_seconds": mask, "mask_share": mask / step, "step_times": steps}
+            "precision": precision, "variant": variant, "threads": torch.get_num_threads(), "step_seconds": step_time,
+            "mask_seconds": mask, "mask_share": mask / step_time, "step_times": steps, "ops": counter.total,
+            "host_ms": 1000 * sorted(host_seconds)[len(host_seconds) // 2]}
 
 
 def markdown(rows: list[dict]) -> str:
     """One line per (batch, precision, variant), with the step time against the stream step's."""
     stream = {(r["batch"], r["precision"]): r["step_seconds"] for r in rows if r["variant"] == "stream"}
-    lines = ["| config | batch | precision | masks | s/step | x stream | mask s/step | mask share |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| config | batch | precision | masks | s/step | x stream | mask s/step | mask share | ops/step | host ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         base = stream.get((r["batch"], r["precision"]))
         ratio = f"{r['step_seconds'] / base:.2f}" if base else "-"
         share = "-" if r["variant"] == "stream" else f"{100 * r['mask_share']:.1f}%"
         mask = "-" if r["variant"] == "stream" else f"{r['mask_seconds']:.4f}"
         lines.append(f"| {r['config']} | {r['batch']} | {r['precision']} | {r['variant']} | {r['step_seconds']:.3f} "
-                     f"| {ratio} | {mask} | {share} |")
+                     f"| {ratio} | {mask} | {share} | {r['ops']} | {r['host_ms']:.1f} |")
     return "\n".join(lines)
 
 
@@ -160,7 +174,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 rows.append(measure(args, batch_size, precision, variant))
                 r = rows[-1]
                 print(f"B={batch_size:5d} {precision} {variant:17s} step {r['step_seconds']:.3f} s, masks "
-                      f"{r['mask_seconds']:.4f} s ({100 * r['mask_share']:.1f}%)", flush=True)
+                      f"{r['mask_seconds']:.4f} s ({100 * r['mask_share']:.1f}%), {r['ops']} ops, host "
+                      f"{r['host_ms']:.1f} ms", flush=True)
                 if args.output_json:
                     args.output_json.parent.mkdir(parents=True, exist_ok=True)
                     args.output_json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator, Protocol
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterator, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from .config import check_settings
+from .row_seeded import KeepOperands
 
 logger = logging.getLogger(__name__)
 
@@ -95,9 +96,9 @@ class KeyedDraws(Protocol):
     def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
         """float64 numbers in (0, 1), [len(keys), per_key]."""
 
-    def keep_mask(self, stream: int, call: int, row_ids: torch.Tensor, shape: torch.Size,
-                  rates: torch.Tensor) -> torch.Tensor:
-        """A dropout keep-mask of ``shape`` whose rows are ``row_ids``, kept with probability ``1 - rates``."""
+    def keep_mask(self, stream: int, call: int, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
+        """A dropout keep-mask of ``shape`` whose rows are ``operands.row_ids``, each kept with probability
+        ``1 - rate`` (``operands``: the pass's :class:`models.row_seeded.KeepOperands`, shared by its calls)."""
 
     def categorical(self, probabilities: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
         """One category per row of ``probabilities`` [..., K] from ``uniforms`` [...] (the inverse CDF)."""
@@ -114,6 +115,12 @@ class _Plan:
     #: Rows keyed by these ids (in their own key space) instead of by their sentences (a pass that is not over the
     #: step's sentences: PromptBERT's template-only rows, keyed by the sentence length they stand for).
     row_keys: torch.Tensor | None = None
+    #: What the pass's dropout calls share, made at the first call that needs it (:meth:`RowDropoutController.
+    #: _memo`): the rows' rates at a default rate, their keep-mask operands, their ``1 - rate`` per dtype.
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # a new plan (replace) starts empty
+
+
+_T = TypeVar("_T")
 
 
 class RowDropoutController:
@@ -237,9 +244,36 @@ class RowDropoutController:
         if rows != plan.groups.numel():
             raise RuntimeError(f"row dropout planned for {plan.groups.numel()} rows but a dropout call has {rows}: "
                                "its input's first dimension is not the batch")
+        if self.distribution == "none" and plan.off is None and not self.row_seeded:
+            return None
+        rates = self._memo(plan, self._rates_key(default, device),
+                           lambda: self._planned_rates(plan, rows, default, device, call))
+        self.last_rates = rates
+        return rates
+
+    def _rates_key(self, default: float, device: torch.device) -> Hashable | None:
+        """What a pass's rates depend on beyond its plan: the module's default rate (``none``), nothing (one draw per
+        pass); ``None`` for rates drawn again at every dropout call (``per_op``), which are not shared."""
         if self.distribution == "none":
-            if plan.off is None and not self.row_seeded:
-                return None
+            return ("rates", float(default), str(device))
+        return None if self.per_op else ("pass rates", str(device))
+
+    @staticmethod
+    def _memo(plan: _Plan, key: Hashable | None, make: Callable[[], _T]) -> _T:
+        """``plan.memo[key]``, made by ``make`` at the pass's first call that asks (``key`` ``None``: made every
+        time). A pass's dropout calls (37 in bert-base) share what does not change between them, so a call launches
+        only its mask and its product: on a GPU the step is bound by the host launching kernels."""
+        if key is None:
+            return make()
+        if key not in plan.memo:
+            plan.memo[key] = make()
+        return plan.memo[key]
+
+    def _planned_rates(self, plan: _Plan, rows: int, default: float, device: torch.device,
+                       call: int) -> torch.Tensor:
+        """The rates of a dropout call of the pass ``plan``: the default, or drawn (per call or per pass), with the
+        plan's rows that are off at 0."""
+        if self.distribution == "none":
             rates = torch.full((rows,), float(default), device=device)
         elif self.per_op:
             rates = self._draw(plan, device, RATES, call)
@@ -249,8 +283,7 @@ class RowDropoutController:
             rates = plan.pass_rates.to(device)
         if plan.off is not None:
             rates = rates.masked_fill(plan.off.to(device), 0.0)
-        self.last_rates = rates.detach()
-        return rates
+        return rates.detach()
 
     def dropout(self, x: torch.Tensor, p: float, index: int = 0) -> torch.Tensor:
         """What :class:`RowDropout` number ``index`` of the backbone (default rate ``p``) returns in training mode:
@@ -259,19 +292,36 @@ class RowDropoutController:
         rates = self.rates(x.size(0), p, x.device, index)
         if rates is None:
             return F.dropout(x, p, training=True)
-        keep = (1.0 - rates).to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
+        plan = self._active_plan(x.size(0), x.device)
+        rates_key = self._rates_key(p, x.device)
+        keep = self._memo(plan, None if rates_key is None else ("keep", rates_key, x.dtype, x.dim()),
+                          lambda: (1.0 - rates).to(x.dtype).view(-1, *([1] * (x.dim() - 1))))
         if self.row_seeded:
-            draws = self._keyed()
-            keys = self._plan.row_keys if self._plan is not None else None
-            if keys is None:
-                mask = draws.keep_mask(4 * self.stream + MASKS, index, draws.row_ids(x.size(0), x.device), x.shape,
-                                       rates)
-            else:
-                mask = draws.keep_mask(4 * (self.stream + KEYED_ROWS_STREAM) + MASKS, index, keys.to(x.device),
-                                       x.shape, rates)
+            mask = self._keyed_mask(plan, rates, rates_key, index, x)
         else:
             mask = torch.rand_like(x) < keep
         return x * mask / keep
+
+    def _keyed_mask(self, plan: _Plan, rates: torch.Tensor, rates_key: Hashable | None, index: int,
+                    x: torch.Tensor) -> torch.Tensor:
+        """The keyed keep-mask of dropout module ``index`` for ``x``: rows keyed by the step's sentences (their
+        global indices, in the draws' current pass) or by the plan's ``row_keys``; its operands (the rows' ids and
+        thresholds) made once per pass and rates (:meth:`_memo`), the mask itself one call."""
+        draws = self._keyed()
+        if plan.row_keys is None:
+            stream, row_ids = 4 * self.stream + MASKS, draws.row_ids(x.size(0), x.device)
+        else:
+            stream = 4 * (self.stream + KEYED_ROWS_STREAM) + MASKS
+            row_ids = self._memo(plan, ("row keys", str(x.device)), lambda: plan.row_keys.to(x.device))
+        if rates_key is None:
+            operands = KeepOperands(row_ids, rates)
+        else:  # the rows' ids are the draws' (one tensor per pass of the step, kept): made again if they change
+            key = ("operands", rates_key, row_ids.size(0), str(x.device))
+            held = plan.memo.get(key)
+            if held is None or held[0] is not row_ids:
+                plan.memo[key] = held = (row_ids, KeepOperands(row_ids, rates))
+            operands = held[1]
+        return draws.keep_mask(stream, index, operands, x.shape)
 
 
 class RowDropout(nn.Module):

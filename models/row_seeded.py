@@ -27,9 +27,13 @@ avalanche bias). Its reference form, :func:`mix32`, is evaluated in int64 so tha
 (no overflow): the second multiplier is used as its negative twin ``c - 2**32``, which has the same low 32 bits.
 
 The dropout masks, the bulk of the work (one number per element of every dropout input), take faster routes to the
-same bits (:func:`keyed_keep_mask`). On a GPU, one kernel compiled by ``torch.compile`` from the rule written out
-in int64 (:func:`fused_keep_mask`): it reads nothing and writes one byte per element. Elsewhere (and on a GPU where
-it cannot be compiled), int32 tensors holding the 32-bit patterns (half the bytes of int64), logical shifts as an
+same bits (:func:`keyed_keep_mask`). A dropout call is ONE call of a function compiled by ``torch.compile``
+(:func:`fused_keep_mask`): from the rows' ids and thresholds, made once per backbone pass (:class:`KeepOperands`),
+and the call's seed and input sizes, passed as integers, it computes the line keys and the mask in one graph (on a
+GPU, where the step is bound by the host launching kernels, the ~45 small eager operations per call that built the
+keys and thresholds before were most of the masks' cost; issue 32): on CUDA from the rule written out in int64
+(it reads nothing but the rows' operands and writes one byte per element), on CPU from its int32 form. Where no
+compiler exists, the line keys in int64, then int32 tensors holding the 32-bit patterns (half the bytes of int64), logical shifts as an
 arithmetic shift and a mask, products wrapping modulo 2**32 (two's complement, as the CPU's and the GPU's integer
 multiply do; ``tests/test_row_seeded.py`` checks the result equals the int64 reference on the machine that runs
 it, and ``tests/test_cuda.py`` on a GPU), in-place updates (no fresh temporaries) and, on CPU, blocks of
@@ -46,6 +50,7 @@ MASK32 = 0xFFFFFFFF
 _MULTIPLIER_1, _MULTIPLIER_2 = 0x7FEB352D, 0x846CA68B  # lowbias32's multipliers
 _MULTIPLIER_2_INT64 = _MULTIPLIER_2 - (1 << 32)  # same low 32 bits as _MULTIPLIER_2; |value| < 2**31
 _GOLDEN = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive keys before mixing
+_GOLDEN_INT32 = _GOLDEN - (1 << 32)  # its int32 pattern (the CPU kernel)
 TWO_32 = float(1 << 32)
 _SIGN32 = -(1 << 31)  # int32 bit pattern 0x80000000: XOR with it maps unsigned order onto signed order
 #: Elements of a keep-mask computed at a time on CPU (int32: 512 KiB per temporary, inside a core's L2 cache).
@@ -144,38 +149,95 @@ def keyed_element_bits(seed: int, row_ids: torch.Tensor, shape: torch.Size) -> t
     return mix32((keys.unsqueeze(-1) + elements) & MASK32).view(shape)
 
 
+class KeepOperands:
+    """The per-row operands of a pass's keep-masks, made ONCE per pass and shared by all its dropout calls (on a GPU
+    the step is bound by the host launching kernels, so a call must not rebuild them): the rows' ids and their
+    thresholds ``ceil(rate * 2**32)`` (int64, [rows]), and on demand their int32 forms for the CPU kernel
+    (:meth:`int32`). What differs between the calls of a pass, the call's seed and its input's shape, is given to
+    :func:`keyed_keep_mask_from` as host values."""
+
+    def __init__(self, row_ids: torch.Tensor, rates: torch.Tensor) -> None:
+        self.row_ids = row_ids.long()
+        self.thresholds = (rates.double() * TWO_32).ceil().long()
+        self._int32: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def int32(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[rows] int32 row ids (their low 32 bits: all a key uses), signed thresholds and whether the row keeps
+        anything (:func:`_int32_thresholds`), converted once."""
+        if self._int32 is None:
+            self._int32 = (_to_int32(self.row_ids & MASK32), *_int32_thresholds(self.thresholds))
+        return self._int32
+
+
 def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: torch.Tensor) -> torch.Tensor:
     """Dropout keep-mask (bool, ``shape``) for an input whose dimension 0 are the rows ``row_ids``: an element is kept
     when its 32-bit number (:func:`keyed_element_bits`) is at least ``rate * 2**32`` of its row, i.e. with
-    probability ``1 - rate`` (to within 2**-32). A row at rate 1 (threshold 2**32) keeps nothing.
+    probability ``1 - rate`` (to within 2**-32). A row at rate 1 (threshold 2**32) keeps nothing. One call's
+    :func:`keyed_keep_mask_from` (a pass's calls share their :class:`KeepOperands`)."""
+    return keyed_keep_mask_from(seed, KeepOperands(row_ids, rates), shape)
 
-    One fused kernel computes it where ``torch.compile`` can build one (:func:`fused_keep_mask`); elsewhere the int32
-    route runs op by op (:func:`_int32_keep_mask`). Same bits either way; the line keys (:func:`line_keys`, one per
-    ``shape[-1]`` elements) come first, in int64."""
-    keys = line_keys(seed, row_ids, shape)
-    thresholds = (rates.double() * TWO_32).ceil().long()
-    fused = fused_keep_mask(row_ids.device.type)
-    line_numel = _line_numel(shape)
-    if fused is not None and keys.numel() > 0 and line_numel > 0:
-        # a tensor of its own, not a view: the compiled kernel would guard on the view's base layout, which differs
-        # between 2-, 3- and 4-D inputs, and recompile until torch's limit (8) sends it back to eager (seen on CUDA)
-        return fused(keys.clone(), thresholds, line_numel).view(shape)
-    return _int32_keep_mask(keys, thresholds, line_numel).view(shape)
+
+def keyed_keep_mask_from(seed: int, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
+    """:func:`keyed_keep_mask` of the draw ``seed`` from a pass's :class:`KeepOperands`. One compiled call where
+    ``torch.compile`` can build it (:func:`fused_keep_mask`: the line keys and the mask in one graph, the seed and
+    the sizes passed as integers, so no tensor is made on the host); elsewhere the line keys (:func:`line_keys`,
+    int64) then the int32 route op by op (:func:`_int32_keep_mask`). Same bits either way."""
+    fused = fused_keep_mask(operands.row_ids.device.type)
+    if fused is not None and shape.numel() > 0:
+        return fused(operands, seed, shape)
+    keys = line_keys(seed, operands.row_ids, shape)
+    return _int32_keep_mask(keys, operands.thresholds, _line_numel(shape)).view(shape)
 
 
 def _keep_rule(line_keys: torch.Tensor, thresholds: torch.Tensor, line_numel: int) -> torch.Tensor:
-    """The keep rule written out in int64 (compiled as is on CUDA): element ``j`` of line ``l`` of row ``r``
-    (``line_keys`` [rows, lines], ``thresholds`` [rows]) is kept iff ``mix32(line_keys[r, l] + j) >=
-    thresholds[r]``; -> bool [rows, lines, line_numel]."""
+    """The keep rule written out in int64: element ``j`` of line ``l`` of row ``r`` (``line_keys`` [rows, lines],
+    ``thresholds`` [rows]) is kept iff ``mix32(line_keys[r, l] + j) >= thresholds[r]``; -> bool [rows, lines,
+    line_numel]."""
     elements = torch.arange(line_numel, device=line_keys.device, dtype=torch.long)
     return mix32((line_keys.unsqueeze(-1) + elements) & MASK32) >= thresholds.view(-1, 1, 1)
 
 
-def _int32_operands(line_keys: torch.Tensor, thresholds: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """[rows, lines, 1] int32 keys, and [rows, 1, 1] signed thresholds (``threshold - 2**31``, clamped into int32)
-    and whether the row keeps anything at all (threshold below 2**32)."""
-    signed = (thresholds.clamp(max=(1 << 32) - 1) + _SIGN32).int()
-    return _to_int32(line_keys).unsqueeze(-1), signed.view(-1, 1, 1), (thresholds < 1 << 32).view(-1, 1, 1)
+def _keyed_rule(row_ids: torch.Tensor, thresholds: torch.Tensor, seed: int, *sizes: int) -> torch.Tensor:
+    """A call's whole keep-mask in int64 (compiled as is for CUDA: one graph, no eager op before it): the line keys
+    of an input ``[rows, *sizes]`` (:func:`line_keys`) and the rule on them (:func:`_keep_rule`) -> bool
+    ``[rows, *sizes]``."""
+    shape = (row_ids.size(0), *sizes)
+    keys = line_keys(seed, row_ids, shape)
+    return _keep_rule(keys, thresholds, _line_numel(shape)).view(shape)
+
+
+def _mix32_int32(x: torch.Tensor) -> torch.Tensor:
+    """:func:`mix32_int32_` out of place (the form ``torch.compile`` traces)."""
+    x = x ^ ((x >> 16) & 0xFFFF)
+    x = x * _MULTIPLIER_1
+    x = x ^ ((x >> 15) & 0x1FFFF)
+    x = x * _MULTIPLIER_2_INT64
+    return x ^ ((x >> 16) & 0xFFFF)
+
+
+def _keyed_rule_int32(row_ids32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
+                      seed32: int, *sizes: int) -> torch.Tensor:
+    """:func:`_keyed_rule` in int32 (the CPU kernel's body; module docstring): every key is a 32-bit pattern whose
+    sums and products wrap modulo 2**32, so ``row_id * golden + seed`` and each coordinate's chaining give the int64
+    route's bits; ``seed32`` is the seed's pattern as a signed int. Its operands come converted
+    (:meth:`KeepOperands.int32`): compiled together with int64 -> int32 conversions, inductor's AVX2 code gave wrong
+    masks on torch 2.13. The mask leaves as int8 0/1 (a vectorised store; inductor's bool store is several times
+    slower), viewed as bool by the caller."""
+    rows = row_ids32.size(0)
+    keys = _mix32_int32(row_ids32 * _GOLDEN_INT32 + seed32)
+    for size in sizes[:-1]:
+        coordinates = torch.arange(size, device=row_ids32.device, dtype=torch.int32) * _GOLDEN_INT32
+        keys = _mix32_int32(keys.unsqueeze(-1) + coordinates)
+    elements = torch.arange(sizes[-1] if sizes else 1, device=row_ids32.device, dtype=torch.int32)
+    bits = _mix32_int32(keys.reshape(rows, -1, 1) + elements) ^ _SIGN32
+    keep = (bits >= signed_thresholds.view(-1, 1, 1)) & keeps_any.view(-1, 1, 1)
+    return torch.where(keep, 1, 0).to(torch.int8).view(rows, *sizes)
+
+
+def _int32_thresholds(thresholds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[rows] signed thresholds (``threshold - 2**31``, clamped into int32) and whether the row keeps anything at
+    all (threshold below 2**32)."""
+    return (thresholds.clamp(max=(1 << 32) - 1) + _SIGN32).int(), thresholds < 1 << 32
 
 
 def _int32_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
@@ -189,7 +251,9 @@ def _int32_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any
 
 def _int32_keep_mask(line_keys: torch.Tensor, thresholds: torch.Tensor, line_numel: int) -> torch.Tensor:
     """:func:`_int32_rule` op by op; on CPU in blocks of :data:`CPU_BLOCK_ELEMENTS` (the passes stay in cache)."""
-    keys32, signed_thresholds, keeps_any = _int32_operands(line_keys, thresholds)
+    signed, keeps = _int32_thresholds(thresholds)
+    keys32, signed_thresholds = _to_int32(line_keys).unsqueeze(-1), signed.view(-1, 1, 1)
+    keeps_any = keeps.view(-1, 1, 1)
     elements = torch.arange(line_numel, device=line_keys.device, dtype=torch.int32)
     rows, row_numel = line_keys.size(0), line_keys.size(1) * line_numel
     on_cpu = line_keys.device.type == "cpu"
@@ -201,27 +265,18 @@ def _int32_keep_mask(line_keys: torch.Tensor, thresholds: torch.Tensor, line_num
     return keep
 
 
-def _fused_cpu_rule(keys32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
-                    line_numel: int) -> torch.Tensor:
-    """:func:`_int32_rule` over all rows, the body of the compiled CPU loop (its operands from
-    :func:`_int32_operands`, computed outside it: compiled together with those int64 -> int32 conversions, inductor's
-    AVX2 code gave wrong masks on torch 2.13). The keep-mask leaves the kernel as int8 0/1 (a vectorised store;
-    inductor's bool store is several times slower) and is viewed as bool."""
-    elements = torch.arange(line_numel, device=keys32.device, dtype=torch.int32)
-    return torch.where(_int32_rule(keys32, signed_thresholds, keeps_any, elements), 1, 0).to(torch.int8)
-
-
 _FUSED: dict[str, object] = {}
 #: Set to False to always run the op-by-op int32 route (no ``torch.compile``), e.g. to compare the two.
 FUSE_MASKS = True
 
 
 def fused_keep_mask(device_type: str):
-    """The keep rule compiled by ``torch.compile`` for ``device_type`` (dynamic shapes, built once per process):
-    on CUDA :func:`_keep_rule` as one Triton kernel (nothing read, a byte written per element); on CPU
-    :func:`_fused_cpu_rule` as one vectorised C++ loop. Returns a function ``(line_keys, thresholds, line_numel)
-    -> bool mask [rows, lines, line_numel]``, or ``None`` where it cannot be built or fails its check against the rule
-    (:func:`_mismatch`): then a warning says why, once, and :func:`_int32_keep_mask` runs, with the same bits."""
+    """A call's keep-mask compiled by ``torch.compile`` for ``device_type`` (dynamic shapes, built once per process;
+    one graph per input rank): on CUDA :func:`_keyed_rule` (the line keys and the mask: nothing read but the rows'
+    ids and thresholds, a byte written per element); on CPU :func:`_keyed_rule_int32` as vectorised C++ loops.
+    Returns a function ``(operands: KeepOperands, seed, shape) -> bool mask of shape``, or ``None`` where it cannot
+    be built or fails its check against the rule (:func:`_mismatch`): then a warning says why, once, and the
+    op-by-op route runs, with the same bits."""
     if not FUSE_MASKS or device_type not in ("cpu", "cuda"):
         return None
     if device_type not in _FUSED:
@@ -229,12 +284,28 @@ def fused_keep_mask(device_type: str):
     return _FUSED[device_type]
 
 
+def _signed32(value: int) -> int:
+    """A 32-bit seed as the signed int with the same low 32 bits: a key only uses ``(id * golden + seed) mod 2**32``,
+    and a value in int32's range is passed to a compiled kernel as is, whatever integer type it declares."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _kernel(compiled, device_type: str):
+    """The compiled rule behind the call signature ``(operands, seed, shape)``: its operands in the form the
+    device's rule takes (int32 patterns on CPU) and the seed as :func:`_signed32`."""
+    if device_type == "cuda":
+        return lambda operands, seed, shape: compiled(operands.row_ids, operands.thresholds, _signed32(seed),
+                                                      *shape[1:])
+
+    def cpu_kernel(operands: KeepOperands, seed: int, shape: torch.Size) -> torch.Tensor:
+        return compiled(*operands.int32(), _signed32(seed), *shape[1:]).view(torch.bool)
+    return cpu_kernel
+
+
 def _build_fused(device_type: str):
-    rule = _keep_rule if device_type == "cuda" else _fused_cpu_rule
+    rule = _keyed_rule if device_type == "cuda" else _keyed_rule_int32
     try:
-        compiled = torch.compile(rule, dynamic=True)
-        kernel = compiled if device_type == "cuda" else (
-            lambda keys, thresholds, numel: compiled(*_int32_operands(keys, thresholds), numel).view(torch.bool))
+        kernel = _kernel(torch.compile(rule, dynamic=True), device_type)
         problem = _mismatch(kernel, device_type)  # compiles now: a failure is caught here, not in a training step
     except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same masks, said once
         problem = f"torch.compile could not build it ({type(error).__name__}: {error})"
@@ -249,20 +320,27 @@ def _build_fused(device_type: str):
 
 
 def _mismatch(kernel, device_type: str) -> str | None:
-    """Where a compiled kernel's masks differ from :func:`_keep_rule` on a probe: 24 rows of 3 lines with keys spread
-    over the 32-bit range and thresholds at 0, 1, around 2**31, 2**32 - 1 and 2**32 (rate 1), lines of 1003 elements
-    (no multiple of a vector width, so both the vectorised body and the tail run; several lines per row, so a
-    row's threshold must reach each of its lines). Generated code that is wrong for this machine's instruction set
-    is caught here (seen once: inductor's AVX2 code for the rule compiled together with its operands' int64 ->
-    int32 conversions, ``ATEN_CPU_CAPABILITY=avx2`` on torch 2.13)."""
-    keys = torch.randint(0, 2**32, (24, 3), generator=torch.Generator().manual_seed(0))
+    """Where a compiled kernel's masks differ from the int64 reference (:func:`keyed_element_bits` against the
+    thresholds) on a probe: 24 rows with ids spread over the 32-bit range, thresholds at 0, 1, around 2**31,
+    2**32 - 1 and 2**32 (rate 1), seeds below and above 2**31, inputs of rank 2, 3 and 4 (every graph the kernel
+    compiles) whose lines hold 1003 elements (no multiple of a vector width, so both the vectorised body and the
+    tail run; several lines per row, so a row's threshold must reach each of its lines). Generated code that is
+    wrong for this machine's instruction set is caught here (seen once: inductor's AVX2 code for the rule compiled
+    together with its operands' int64 -> int32 conversions, ``ATEN_CPU_CAPABILITY=avx2`` on torch 2.13)."""
+    row_ids = torch.randint(0, 2**32, (24,), generator=torch.Generator().manual_seed(0))
     thresholds = torch.tensor([0, 1, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 1, 2**32, 429496730] * 3)
-    want = _keep_rule(keys, thresholds, 1003)
-    got = kernel(keys.to(device_type), thresholds.to(device_type), 1003).cpu()
-    if torch.equal(got, want):
+    operands = KeepOperands(row_ids.to(device_type), thresholds.to(device_type).double() / TWO_32)
+    wrong = total = 0
+    for seed, shape in ((5, (24, 1003)), (0xDEADBEEF, (24, 3, 1003)), (2**31 + 7, (24, 2, 3, 1003))):
+        shape = torch.Size(shape)
+        want = keyed_element_bits(seed, row_ids, shape) >= thresholds.view(-1, *[1] * (len(shape) - 1))
+        got = kernel(operands, seed, shape).cpu()
+        wrong, total = wrong + int((got != want).sum()), total + want.numel()
+    if wrong == 0:
         return None
-    return f"its masks differ from the rule on {int((got != want).sum())} of {want.numel()} probe elements"
+    return f"its masks differ from the rule on {wrong} of {total} probe elements"
 
 
-__all__ = ["FUSE_MASKS", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits", "keyed_element_bits",
-           "keyed_keep_mask", "keyed_uniform", "keyed_uniforms", "line_keys", "mix32", "mix32_int", "mix32_int32_"]
+__all__ = ["FUSE_MASKS", "KeepOperands", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits",
+           "keyed_element_bits", "keyed_keep_mask", "keyed_keep_mask_from", "keyed_uniform", "keyed_uniforms",
+           "line_keys", "mix32", "mix32_int", "mix32_int32_"]

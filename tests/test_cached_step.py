@@ -459,7 +459,8 @@ def shared_rows_atol(case: str, gradients: dict[str, torch.Tensor]) -> float:
 # ---------------------------------------------------------------------------------------------- the benchmark
 def test_benchmark_counts_one_extra_forward_and_renders():
     """bench/cached_memory.py on a tiny batch: the cached step executes 4/3 of the uncached step's FLOPs (one
-    extra forward of a forward+backward), the GEMM ceiling is positive, and the table has the pair's row."""
+    extra forward of a forward+backward), the GEMM ceiling is positive, the table has the pair's row, and each row
+    reports the step's ATen op count and host milliseconds."""
     import argparse
 
     from bench.cached_memory import markdown, one
@@ -469,7 +470,10 @@ def test_benchmark_counts_one_extra_forward_and_renders():
             for chunk, masks in ((0, "stream"), (3, "row_seeded"))]
     assert rows[1]["flops"] / rows[0]["flops"] == pytest.approx(4 / 3, rel=0.01)
     assert all(row["ceiling_gflops"] > 0 and row["gflops"] > 0 for row in rows)
+    # the host's work per step beside the times (issue 32): ATen ops dispatched, a compiled keep-mask call as one
+    assert all(row["ops"] > 100 and row["host_ms"] > 0 for row in rows)
     table = markdown(rows)
+    assert "| ops/step | host ms |" in table.splitlines()[0]
     assert "| tiny | simcse | 8 | uncached | stream |" in table and "| tiny | simcse | 8 | cached 3 | row_seeded |" in table
 
 

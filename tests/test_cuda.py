@@ -75,12 +75,16 @@ def test_the_fused_kernel_compiled_and_the_int32_route_agrees_on_cuda():
     from models import row_seeded
 
     assert row_seeded.fused_keep_mask("cuda") is not None, "torch.compile could not build the fused mask kernel"
-    line_keys = row_seeded.mix32(torch.arange(150) * 7919 + 3).view(50, 3)  # 50 rows of 3 lines
+    row_ids = torch.arange(50) * 7919 + 3
     thresholds = torch.tensor([0, 2**32, 2**31, 429496730] * 12 + [1, 2**32 - 1])
-    want = row_seeded._keep_rule(line_keys, thresholds, 777)
-    got_fused = row_seeded.fused_keep_mask("cuda")(line_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
-    got_int32 = row_seeded._int32_keep_mask(line_keys.to(CUDA), thresholds.to(CUDA), 777).cpu()
-    assert torch.equal(got_fused, want) and torch.equal(got_int32, want)
+    operands = row_seeded.KeepOperands(row_ids.to(CUDA), thresholds.to(CUDA).double() / 2**32)
+    for seed, shape in ((5, (50, 777)), (2**31 + 9, (50, 3, 777)), (0xFFFFFFFF, (50, 2, 3, 777))):
+        shape = torch.Size(shape)
+        want = row_seeded.keyed_element_bits(seed, row_ids, shape) >= thresholds.view(-1, *[1] * (len(shape) - 1))
+        got_fused = row_seeded.fused_keep_mask("cuda")(operands, seed, shape).cpu()
+        line_keys = row_seeded.line_keys(seed, row_ids, shape).to(CUDA)
+        got_int32 = row_seeded._int32_keep_mask(line_keys, thresholds.to(CUDA), shape[-1]).view(shape).cpu()
+        assert torch.equal(got_fused, want) and torch.equal(got_int32, want), shape
 
 
 # ------------------------------------------------------------------------------------ cached = uncached on CUDA

@@ -7,6 +7,7 @@ tests/test_cached_step.py; two processes = one process with dropout on is in tes
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 
@@ -73,17 +74,18 @@ def test_the_cpu_kernel_is_used_or_the_fallback_says_why(monkeypatch, caplog):
 
 
 def test_a_kernel_that_differs_from_the_rule_is_refused():
-    """The check can fail: one flipped element of a kernel's output is caught, and the rule itself passes."""
-    def rule(keys, thresholds, numel):
-        return row_seeded._keep_rule(keys, thresholds, numel)
+    """The check can fail: one flipped element of a kernel's output is caught, and the op-by-op route passes."""
+    def rule(operands, seed, shape):
+        keys = row_seeded.line_keys(seed, operands.row_ids, shape)
+        return row_seeded._int32_keep_mask(keys, operands.thresholds, shape[-1]).view(shape)
 
-    def one_flipped(keys, thresholds, numel):
-        mask = row_seeded._keep_rule(keys, thresholds, numel)
-        mask[3, 1, 500] = ~mask[3, 1, 500]
+    def one_flipped(operands, seed, shape):
+        mask = rule(operands, seed, shape)
+        mask.view(-1)[500] = ~mask.view(-1)[500]
         return mask
 
     assert row_seeded._mismatch(rule, "cpu") is None
-    assert row_seeded._mismatch(one_flipped, "cpu") == "its masks differ from the rule on 1 of 72216 probe elements"
+    assert row_seeded._mismatch(one_flipped, "cpu") == "its masks differ from the rule on 3 of 240720 probe elements"
 
 
 @pytest.mark.parametrize("seed", [0, 99, 0xFFFFFFFF])
@@ -317,34 +319,59 @@ def test_the_run_summary_names_a_cached_step_and_its_masks():
     assert describe_step(config("stream"), Namespace(cache_chunk_size=16)).startswith("cached, 16 sentences")
 
 
-def test_the_compiled_keep_rule_is_not_recompiled_for_each_input_layout():
-    """The CUDA kernel's body, compiled as it is there (``dynamic=True``; the eager backend on this CPU): the line
-    keys of 2-, 3- and 4-D dropout inputs of many widths reach it with two graphs at most. Handing it the line keys'
-    view (its base's layout differs per input rank) compiled a graph per layout on an H200, until torch's recompile
-    limit sent the masks back to the op-by-op route."""
+def test_the_compiled_keep_rule_is_not_recompiled_for_each_input_layout(monkeypatch):
+    """The CUDA kernel's body, compiled as it is there (``dynamic=True``; the eager backend on this CPU): dropout
+    inputs of rank 2, 3 and 4, many widths and row counts, and a fresh seed per call reach it with one graph per rank
+    (the seed and the sizes are symbolic integers). Handing the old kernel the line keys' view (its base's layout
+    differs per input rank) compiled a graph per layout on an H200, until torch's recompile limit sent the masks back
+    to the op-by-op route."""
     import random
 
     from torch._dynamo.utils import counters
 
     from models import row_seeded
 
-    compiled = torch.compile(row_seeded._keep_rule, dynamic=True, backend="eager")
+    compiled = row_seeded._kernel(torch.compile(row_seeded._keyed_rule, dynamic=True, backend="eager"), "cuda")
     calls = {"n": 0}
 
-    def kernel(keys, thresholds, numel):
+    def kernel(operands, seed, shape):
         calls["n"] += 1
-        return compiled(keys, thresholds, numel)
+        return compiled(operands, seed, shape)
 
     counters.clear()
     rng = random.Random(0)
-    previous = row_seeded._FUSED.get("cpu")
-    row_seeded._FUSED["cpu"] = kernel
-    try:
-        for _ in range(40):
-            rows, width = rng.choice([4, 8, 16]), rng.randint(5, 32)
-            shape = rng.choice([(rows, width, 64), (rows, 4, width, width), (rows, 64)])
-            row_seeded.keyed_keep_mask(5, torch.arange(rows), torch.Size(shape), torch.full((rows,), 0.1))
-    finally:
-        row_seeded._FUSED["cpu"] = previous
+    monkeypatch.setitem(row_seeded._FUSED, "cpu", kernel)
+    for _ in range(40):
+        rows, width = rng.choice([4, 8, 16]), rng.randint(5, 32)
+        shape = torch.Size(rng.choice([(rows, width, 64), (rows, 4, width, width), (rows, 64)]))
+        seed, rates = rng.getrandbits(32), torch.full((rows,), 0.1)
+        mask = row_seeded.keyed_keep_mask(seed, torch.arange(rows), shape, rates)
+        assert torch.equal(mask, keyed_element_bits(seed, torch.arange(rows), shape) >= 429496730)
     assert calls["n"] == 40
-    assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
+    assert counters["stats"]["unique_graphs"] <= 3, dict(counters["stats"])
+
+
+def test_a_row_seeded_step_launches_few_ops_per_dropout_call(tmp_path):
+    """Issue 32 item 4: on a GPU a row-seeded step is bound by the host launching kernels, so a dropout call must
+    not rebuild its rows' keys and thresholds op by op. A SimCSE step (forward + backward) of the tiny BERT (7
+    dropout calls per forward), batch 8 of length 9, counted by bench.step_ops (ATen ops dispatched; a compiled
+    keep-mask call counts one): measured 319 ops more than the stream-mask step before (about 45 per call: the row
+    ids, per-call rates and thresholds, the line keys' chain, the int32 operands), 12 after (the mask product and
+    the division, the pass's rates, ids and thresholds once). The budget: at most 4 extra ops per dropout call."""
+    from bench.step_ops import COMPILED, count_ops
+    from trainers.keyed_dropout import keyed_step
+
+    backbone = save_tiny_backbone(tmp_path / "bert")
+    counts = {}
+    for masks in ("stream", "row_seeded"):
+        model = build_model("simcse", str(backbone), dropout_masks=masks).train()
+        ids, mask = token_batch(8, 2, 9, same_views=True)
+        for counting in (False, True):  # the first step compiles the kernel (its probe's ops are not the step's)
+            with keyed_step(model, 8), (count_ops() if counting else contextlib.nullcontext()) as counter:
+                model(input_ids=ids, attention_mask=mask).loss.backward()
+        counts[masks] = counter
+    if counts["row_seeded"].ops[COMPILED] == 0:
+        pytest.skip("no compiled keep-mask kernel here: the op-by-op route's ops are not what a GPU launches")
+    calls, extra = counts["row_seeded"].ops[COMPILED], counts["row_seeded"].total - counts["stream"].total
+    assert calls == 7
+    assert extra <= 4 * calls, (extra, counts["row_seeded"].ops.most_common(12))

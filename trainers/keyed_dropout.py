@@ -27,7 +27,12 @@ from torch import nn
 
 from models.distributed import rank
 from models.dropout import RowDropout, RowDropoutController
-from models.row_seeded import call_seed, inverse_cdf_sample, keyed_keep_mask, keyed_uniforms
+from models.row_seeded import KeepOperands, call_seed, inverse_cdf_sample, keyed_keep_mask_from, keyed_uniforms
+
+
+#: Row-id tensors a :class:`StepDraws` keeps at most (a run has a handful of pass layouts: the batch, its chunks, the
+#: last short batch).
+ROW_IDS_KEPT = 64
 
 
 class StepDraws:
@@ -39,6 +44,10 @@ class StepDraws:
         self.seed: int | None = None
         self.first = 0
         self.count: int | None = None
+        #: The rows' ids of each pass layout (rows, device, first row), made once and kept across steps (they do not
+        #: depend on the seed): every dropout call and draw of a pass reads them, and a tensor made per call is a few
+        #: host launches each on a GPU, where the step is bound by them.
+        self._row_ids: dict[tuple, torch.Tensor] = {}
 
     def row_ids(self, rows: int, device: torch.device) -> torch.Tensor:
         if self.seed is None or self.count is None:
@@ -48,7 +57,12 @@ class StepDraws:
                 "do), so that every pass of the step uses the step's seed")
         if rows % self.count:
             raise RuntimeError(f"a pass of {rows} rows over {self.count} sentences: rows are not sentence-major")
-        return torch.arange(rows, device=device) + self.first * (rows // self.count)
+        key = (rows, str(device), self.first * (rows // self.count))
+        if key not in self._row_ids:
+            if len(self._row_ids) >= ROW_IDS_KEPT:
+                self._row_ids.clear()
+            self._row_ids[key] = torch.arange(rows, device=device) + key[2]
+        return self._row_ids[key]
 
     def _seed(self, stream: int, call: int) -> int:
         return call_seed(self.seed, stream, call)
@@ -56,9 +70,8 @@ class StepDraws:
     def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
         return keyed_uniforms(self._seed(stream, call), keys, per_key)
 
-    def keep_mask(self, stream: int, call: int, row_ids: torch.Tensor, shape: torch.Size,
-                  rates: torch.Tensor) -> torch.Tensor:
-        return keyed_keep_mask(self._seed(stream, call), row_ids, shape, rates)
+    def keep_mask(self, stream: int, call: int, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
+        return keyed_keep_mask_from(self._seed(stream, call), operands, shape)
 
     def categorical(self, probabilities: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
         return inverse_cdf_sample(probabilities, uniforms)
