@@ -134,9 +134,12 @@ def line_keys(seed: int, row_ids: torch.Tensor, shape: torch.Size) -> torch.Tens
     row-major (one line per row for a 2-D input). The row's key is ``mix32(row_id * golden + seed)``; each coordinate
     chains it once more, ``key' = mix32(key + c * golden)``, so a line's key depends on its coordinates alone, never
     on the sizes of the dimensions (how wide the batch is padded)."""
-    keys = mix32((row_ids.long() * _GOLDEN + seed) & MASK32)
+    keys = mix32((row_ids.long() * _GOLDEN_INT32 + seed) & MASK32)
     for size in shape[1:-1]:
-        coordinates = torch.arange(size, device=row_ids.device, dtype=torch.long) * _GOLDEN
+        # golden's int32 pattern (same low 32 bits, all a key keeps): a product of an index and a constant above
+        # 2**31 is an index expression Triton refuses to compile in int32 ("Scalar 2654435769 is out of range for
+        # type int32", an H100 run), and inductor indexes in int32 when the sizes are small
+        coordinates = torch.arange(size, device=row_ids.device, dtype=torch.long) * _GOLDEN_INT32
         keys = mix32((keys.unsqueeze(-1) + coordinates) & MASK32)
     return keys.reshape(len(row_ids), -1)
 
@@ -182,9 +185,16 @@ def keyed_keep_mask_from(seed: int, operands: KeepOperands, shape: torch.Size) -
     ``torch.compile`` can build it (:func:`fused_keep_mask`: the line keys and the mask in one graph, the seed and
     the sizes passed as integers, so no tensor is made on the host); elsewhere the line keys (:func:`line_keys`,
     int64) then the int32 route op by op (:func:`_int32_keep_mask`). Same bits either way."""
-    fused = fused_keep_mask(operands.row_ids.device.type)
+    device_type = operands.row_ids.device.type
+    fused = fused_keep_mask(device_type)
     if fused is not None and shape.numel() > 0:
-        return fused(operands, seed, shape)
+        try:
+            return fused(operands, seed, shape)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a compile failure at a new specialisation: the same masks op by op
+            _give_up_fused(device_type, f"it failed on an input of shape {list(shape)} ({type(error).__name__}: "
+                                        f"{str(error).strip().splitlines()[-1][:300] if str(error).strip() else ''})")
     keys = line_keys(seed, operands.row_ids, shape)
     return _int32_keep_mask(keys, operands.thresholds, _line_numel(shape)).view(shape)
 
@@ -284,6 +294,21 @@ def fused_keep_mask(device_type: str):
     return _FUSED[device_type]
 
 
+def _give_up_fused(device_type: str, problem: str) -> None:
+    """Stop using the fused kernel of ``device_type`` for the rest of the process, saying why once (a kernel that
+    passed its build-time check can still fail to compile for a later input's specialisation)."""
+    _FUSED[device_type] = None
+    _warn_unfused(device_type, problem)
+
+
+def _warn_unfused(device_type: str, problem: str) -> None:
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "keyed dropout masks: not using the fused %s kernel: %s; running the int32 route op by op instead (the "
+        "same masks, slower)", device_type, problem)
+
+
 def _signed32(value: int) -> int:
     """A 32-bit seed as the signed int with the same low 32 bits: a key only uses ``(id * golden + seed) mod 2**32``,
     and a value in int32's range is passed to a compiled kernel as is, whatever integer type it declares."""
@@ -311,11 +336,7 @@ def _build_fused(device_type: str):
         problem = f"torch.compile could not build it ({type(error).__name__}: {error})"
     if problem is None:
         return kernel
-    import logging
-
-    logging.getLogger(__name__).warning(
-        "keyed dropout masks: not using the fused %s kernel: %s; running the int32 route op by op instead (the "
-        "same masks, slower)", device_type, problem)
+    _warn_unfused(device_type, problem)
     return None
 
 

@@ -146,3 +146,15 @@ def sts_fixture_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def own_sts_format_files(monkeypatch: pytest.MonkeyPatch) -> None:
     """Turn off the check that STS files have SentEval's line counts (eval/senteval_sizes.py) for this test."""
     monkeypatch.setenv("SENTEVAL_CHECK_SIZES", "0")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def many_compiled_models():
+    """Room in dynamo's cache for every test's compiled backbone. Dynamo keeps one cache entry per model instance
+    for the same code (``BertModel.forward``) and runs the frame eagerly past ``recompile_limit`` (8) entries; in one
+    pytest process the later tests' "compiled" steps then ran eagerly (seen on an H100: a fast-path test's backbone
+    read its mask on the host). A user's run compiles one model, or two (ESimCSE's momentum encoder)."""
+    import torch
+
+    with torch._dynamo.config.patch(recompile_limit=64):
+        yield

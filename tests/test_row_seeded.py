@@ -375,3 +375,37 @@ def test_a_row_seeded_step_launches_few_ops_per_dropout_call(tmp_path):
     calls, extra = counts["row_seeded"].ops[COMPILED], counts["row_seeded"].total - counts["stream"].total
     assert calls == 7
     assert extra <= 4 * calls, (extra, counts["row_seeded"].ops.most_common(12))
+
+
+def test_the_cuda_rule_multiplies_no_index_by_a_constant_outside_int32():
+    """The CUDA kernel's rule (``_keyed_rule``) as inductor sees it: an ``arange`` times a Python constant becomes an
+    index expression, which Triton computes in int32 when the sizes are small and refuses to compile with a constant
+    outside int32 (an H100 run: "Scalar 2654435769 is out of range for type int32"). Every such constant fits."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(row_seeded._keyed_rule)(torch.arange(4), torch.zeros(4, dtype=torch.long), 7, 3, 5, 6).graph
+    from_arange = set()
+    for node in graph.nodes:
+        inputs = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        if node.target == torch.ops.aten.arange.start_step or node.target == torch.ops.aten.arange.default or any(
+                a in from_arange for a in inputs) and node.target in (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor):
+            from_arange.add(node)
+        if node.target == torch.ops.aten.mul.Tensor and any(a in from_arange for a in inputs):
+            constants = [a for a in node.args if isinstance(a, int)]
+            assert all(-(1 << 31) <= c < 1 << 31 for c in constants), (node, constants)
+    assert from_arange  # the coordinates were found
+
+
+def test_a_fused_kernel_that_fails_later_gives_way_to_the_same_masks(monkeypatch, caplog):
+    """A compiled kernel that passed its build-time check but fails on a later input (a new specialisation that does
+    not compile) is dropped for the process with one warning, and that call's mask comes from the op-by-op route."""
+    def failing(operands, seed, shape):
+        raise RuntimeError("InductorError: a kernel failed to compile")
+
+    monkeypatch.setitem(row_seeded._FUSED, "cpu", failing)
+    rates, rows, shape = torch.full((4,), 0.25), torch.arange(4) + 9, torch.Size([4, 3, 8])
+    with caplog.at_level(logging.WARNING, logger="models.row_seeded"):
+        mask = keyed_keep_mask(11, rows, shape, rates)
+    want = keyed_element_bits(11, rows, shape) >= (rates.double() * 2**32).ceil().long().view(-1, 1, 1)
+    assert torch.equal(mask, want)
+    assert row_seeded._FUSED["cpu"] is None and "failed on an input of shape [4, 3, 8]" in caplog.text
