@@ -230,10 +230,12 @@ def markdown(report: dict) -> str:
     profile = (report.get("step_profile") or {}).get("step_profile")
     if profile:
         parts = ", ".join(f"{part} {ms:.2f}" for part, ms in profile["host_ms_per_step_by_part"].items())
+        busy = profile.get("device_busy_ms_per_step")
+        busy = "n/a" if busy is None else f"{busy:.2f}"
         lines += ["## Where the fast path's step goes (SimCSE, `bench.step_profile`, torch.profiler over "
                   f"{profile['steps']} steps)", "",
-                  f"Wall {profile['wall_ms_per_step']:.2f} ms/step; the GPU busy {profile['device_busy_ms_per_step']:.2f}"
-                  f" ms/step; host ms/step (under the profiler): {parts}.", "",
+                  f"Wall {profile['wall_ms_per_step']:.2f} ms/step; the GPU busy {busy} ms/step; host ms/step (under "
+                  f"the profiler): {parts}.", "",
                   "| host operator | ms/step |", "|---|---|"]
         lines += [f"| `{name}` | {ms:.3f} |" for name, ms in profile["top_host_operators_ms_per_step"].items()]
         lines.append("")

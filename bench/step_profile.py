@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from torch.autograd import DeviceType
 from transformers import TrainerCallback
 
 __all__ = ["StepProfiler", "main", "summarise"]
@@ -78,7 +79,8 @@ def summarise(profiler: torch.profiler.profile, steps: int, wall_seconds: float)
     """Per-step milliseconds: wall, device busy (kernels), the parts' host time, the top host operators."""
     averages = profiler.key_averages()
     per_step = lambda microseconds: round(microseconds / 1000 / steps, 3)  # noqa: E731
-    device_busy = sum(getattr(e, "self_device_time_total", 0) for e in averages)
+    # the kernels' own rows only: an operator's row also carries the device time of the kernels it launched
+    device_busy = sum(e.self_device_time_total for e in averages if e.device_type == DeviceType.CUDA)
     parts = {}
     for part, names in PARTS.items():
         parts[part] = per_step(sum(e.cpu_time_total for e in averages if e.key.startswith(names)))
