@@ -221,8 +221,8 @@ def markdown(report: dict) -> str:
 
             steady = loop.get("steady_sentences_per_second")
             ratio = f"{steady / mnrl:.2f}x" if steady and mnrl else "-"
-            lines.append(f"| {loop['method']} | {'fast path (--torch_compile true)' if loop.get('fast_path') else 'eager'}"
-                         f" | {loop['steps']} | {cell('warmup_sentences_per_second')} | "
+            kind = "fast path (--torch_compile true)" if loop.get("fast_path") else "eager"
+            lines.append(f"| {loop['method']} | {kind} | {loop['steps']} | {cell('warmup_sentences_per_second')} | "
                          f"{cell('steady_sentences_per_second')} | {ratio} | {cell('compile_warmup_seconds')} | "
                          f"{cell('evaluation_seconds', '{:.2f}')} | {cell('wall_seconds')} | "
                          f"{cell('wiki1m_epoch_minutes', '{:.1f} min')} |")

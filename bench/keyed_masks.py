@@ -140,15 +140,17 @@ def measure(args: argparse.Namespace, batch_size: int, precision: str, variant: 
 def markdown(rows: list[dict]) -> str:
     """One line per (batch, precision, variant), with the step time against the stream step's."""
     stream = {(r["batch"], r["precision"]): r["step_seconds"] for r in rows if r["variant"] == "stream"}
-    lines = ["| config | batch | precision | masks | s/step | x stream | mask s/step | mask share | ops/step | host ms |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    counted = all("ops" in r for r in rows)  # results recorded before the op count have no such columns
+    lines = ["| config | batch | precision | masks | s/step | x stream | mask s/step | mask share |"
+             + (" ops/step | host ms |" if counted else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if counted else "")]
     for r in rows:
         base = stream.get((r["batch"], r["precision"]))
         ratio = f"{r['step_seconds'] / base:.2f}" if base else "-"
         share = "-" if r["variant"] == "stream" else f"{100 * r['mask_share']:.1f}%"
         mask = "-" if r["variant"] == "stream" else f"{r['mask_seconds']:.4f}"
         lines.append(f"| {r['config']} | {r['batch']} | {r['precision']} | {r['variant']} | {r['step_seconds']:.3f} "
-                     f"| {ratio} | {mask} | {share} | {r['ops']} | {r['host_ms']:.1f} |")
+                     f"| {ratio} | {mask} | {share} |" + (f" {r['ops']} | {r['host_ms']:.1f} |" if counted else ""))
     return "\n".join(lines)
 
 

@@ -92,7 +92,8 @@ def summarise(profiler: torch.profiler.profile, steps: int, wall_seconds: float)
 
 def format_report(report: dict[str, Any]) -> str:
     lines = [f"[step_profile] {report['steps']} steps: wall {report['wall_ms_per_step']} ms/step, device busy "
-             f"{report['device_busy_ms_per_step']} ms/step; host by part (ms/step): {report['host_ms_per_step_by_part']}"]
+             f"{report['device_busy_ms_per_step']} ms/step; host by part (ms/step): "
+             f"{report['host_ms_per_step_by_part']}"]
     lines += [f"  {ms:8.3f} ms  {name}" for name, ms in report["top_host_operators_ms_per_step"].items()]
     return "\n".join(lines)
 

@@ -387,8 +387,9 @@ def test_the_cuda_rule_multiplies_no_index_by_a_constant_outside_int32():
     from_arange = set()
     for node in graph.nodes:
         inputs = [a for a in node.args if isinstance(a, torch.fx.Node)]
-        if node.target == torch.ops.aten.arange.start_step or node.target == torch.ops.aten.arange.default or any(
-                a in from_arange for a in inputs) and node.target in (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor):
+        arithmetic = node.target in (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor)
+        if node.target in (torch.ops.aten.arange.start_step, torch.ops.aten.arange.default) or (
+                arithmetic and any(a in from_arange for a in inputs)):
             from_arange.add(node)
         if node.target == torch.ops.aten.mul.Tensor and any(a in from_arange for a in inputs):
             constants = [a for a in node.args if isinstance(a, int)]
