@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterator, Protocol, TypeVar
+from typing import Any, Callable, Hashable, Iterator, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +42,6 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from .config import check_settings
-from .row_seeded import KeepOperands
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +95,13 @@ class KeyedDraws(Protocol):
     def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
         """float64 numbers in (0, 1), [len(keys), per_key]."""
 
-    def keep_mask(self, stream: int, call: int, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
-        """A dropout keep-mask of ``shape`` whose rows are ``operands.row_ids``, each kept with probability
-        ``1 - rate`` (``operands``: the pass's :class:`models.row_seeded.KeepOperands`, shared by its calls)."""
+    def operands(self, row_ids: torch.Tensor, rates: torch.Tensor) -> Any:
+        """The keep-masks' per-row operands of a pass's rows (their ids and ``rates``), made once and shared by the
+        pass's dropout calls (``trainers.keyed_dropout``: :class:`models.row_seeded.KeepOperands`)."""
+
+    def keep_mask(self, stream: int, call: int, operands: Any, shape: torch.Size) -> torch.Tensor:
+        """A dropout keep-mask of ``shape`` whose rows are those of ``operands`` (:meth:`operands`), each kept with
+        probability ``1 - rate``."""
 
     def categorical(self, probabilities: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
         """One category per row of ``probabilities`` [..., K] from ``uniforms`` [...] (the inverse CDF)."""
@@ -314,12 +317,12 @@ class RowDropoutController:
             stream = 4 * (self.stream + KEYED_ROWS_STREAM) + MASKS
             row_ids = self._memo(plan, ("row keys", str(x.device)), lambda: plan.row_keys.to(x.device))
         if rates_key is None:
-            operands = KeepOperands(row_ids, rates)
+            operands = draws.operands(row_ids, rates)
         else:  # the rows' ids are the draws' (one tensor per pass of the step, kept): made again if they change
             key = ("operands", rates_key, row_ids.size(0), str(x.device))
             held = plan.memo.get(key)
             if held is None or held[0] is not row_ids:
-                plan.memo[key] = held = (row_ids, KeepOperands(row_ids, rates))
+                plan.memo[key] = held = (row_ids, draws.operands(row_ids, rates))
             operands = held[1]
         return draws.keep_mask(stream, index, operands, x.shape)
 

@@ -70,6 +70,9 @@ class StepDraws:
     def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
         return keyed_uniforms(self._seed(stream, call), keys, per_key)
 
+    def operands(self, row_ids: torch.Tensor, rates: torch.Tensor) -> KeepOperands:
+        return KeepOperands(row_ids, rates)
+
     def keep_mask(self, stream: int, call: int, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
         return keyed_keep_mask_from(self._seed(stream, call), operands, shape)
 
