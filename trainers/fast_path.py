@@ -9,8 +9,8 @@ Where the compiled region begins and ends is decided here, and only here:
   its inputs and dropout; ESimCSE's momentum encoder too: ``model.step_backbones()``): :class:`CompiledBackbone`
   compiles each once (``torch.compile``, ``dynamic=False``) and swaps them in for the duration of each training step,
   so the model's own forward and ``compute_loss`` run unchanged around them (ESimCSE's queue, DiffCSE's generator and
-  discriminator stay eager; PromptBERT's template pass runs the compiled encoder at its own shape) and checkpoints, evaluation and the export see the plain module (evaluation's varying widths
-  never reach the compiled graph). On one CUDA device the mode is ``reduce-overhead`` (CUDA graphs; each step
+  discriminator stay eager; PromptBERT's template pass runs the compiled encoder at its own shape) and checkpoints,
+  evaluation and the export see the plain modules (evaluation's varying widths never reach the compiled graph). On one CUDA device the mode is ``reduce-overhead`` (CUDA graphs; each step
   begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's RNG is graph-safe: torch advances the
   generator's offset on every replay). ``--torch_compile_mode`` picks another mode.
 - The backbone stays eager where compiling it would change the result or break a contract: per-row dropout
