@@ -2,7 +2,7 @@
 benchmarks on a BERT-base config (random weights), gathered into ``bench/results/gpu_<device>.json`` and a Markdown
 table beside it.
 
-    bash scripts/gpu_check.sh              # on the GPU machine: the whole check, 8 minutes or less on an H100
+    bash scripts/gpu_check.sh              # on the GPU machine: the whole check (never timed whole: see each step's seconds)
     bash scripts/gpu_check.sh --quick      # what users run, the CUDA tests and the step benchmark at batch 64
     bash scripts/gpu_check.sh --dry_run    # anywhere: the steps it would run, and where it would write
 
