@@ -43,7 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from bench.step_ops import count_ops
+from bench.step_ops import count_ops, make_batch
 from bench.train_throughput import bert_config, build_method_model
 
 GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
@@ -106,16 +106,6 @@ def gemm_ceiling(gemms: Counter, cap_rows: int, device: torch.device = torch.dev
         flops += one * scale * count
         seconds += best * scale * count
     return flops, flops / seconds / 1e9
-
-
-def make_batch(method: str, batch_size: int, seq_len: int, vocab_size: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    views = 3 if method == "sup_simcse" else 2
-    ids = torch.randint(1000, vocab_size, (batch_size, views, seq_len), generator=g)
-    if method != "sup_simcse":
-        ids[:, 1] = ids[:, 0]
-    ids[:, :, 0] = 101  # [CLS]
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
 def rss_mib() -> float:

@@ -34,8 +34,7 @@ import torch
 
 import models.row_seeded as row_seeded
 import trainers.keyed_dropout as keyed_module
-from bench.cached_memory import make_batch
-from bench.step_ops import count_ops
+from bench.step_ops import count_ops, make_batch
 from bench.train_throughput import bert_config, build_method_model
 from models.row_seeded import keyed_element_bits
 

@@ -58,6 +58,17 @@ class OpCounter(TorchDispatchMode):
         return sum(self.ops.values())
 
 
+def make_batch(method: str, batch_size: int, seq_len: int, vocab_size: int) -> dict[str, torch.Tensor]:
+    """Random token ids [batch, views, seq_len] (SimCSE: view 1 = view 0; sup-SimCSE: 3 views), all attended."""
+    g = torch.Generator().manual_seed(0)
+    views = 3 if method == "sup_simcse" else 2
+    ids = torch.randint(1000, vocab_size, (batch_size, views, seq_len), generator=g)
+    if method != "sup_simcse":
+        ids[:, 1] = ids[:, 0]
+    ids[:, :, 0] = 101  # [CLS]
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
 def _source() -> str:
     frames = [frame for frame in traceback.extract_stack()[:-2]
               if frame.filename.startswith(_REPOSITORY) and not frame.filename.endswith("step_ops.py")]
@@ -100,7 +111,6 @@ def host_ms(step: Callable[[], None], repeats: int = 3) -> float:
 def simcse_steps(config_name: str, batch: int, seq_len: int, device: str = "cpu") -> dict[str, Callable[[], None]]:
     """SimCSE training steps (forward + backward, gradients dropped) of a random model of ``config_name``: uncached
     with stream masks, uncached with row-seeded masks, cached in chunks of ``batch // 4`` with row-seeded masks."""
-    from bench.cached_memory import make_batch
     from bench.train_throughput import bert_config, build_method_model
     from trainers.cached_step import cached_forward_backward
     from trainers.keyed_dropout import keyed_step
