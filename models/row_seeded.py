@@ -192,9 +192,10 @@ def keyed_keep_mask_from(seed: int, operands: KeepOperands, shape: torch.Size) -
             return fused(operands, seed, shape)
         except torch.OutOfMemoryError:
             raise
-        except Exception as error:  # noqa: BLE001 - a compile failure at a new specialisation: the same masks op by op
+        except Exception as error:  # noqa: BLE001 - a compile failure for a new specialisation: same masks op by op
+            last_line = str(error).strip().splitlines()[-1][:300] if str(error).strip() else ""
             _give_up_fused(device_type, f"it failed on an input of shape {list(shape)} ({type(error).__name__}: "
-                                        f"{str(error).strip().splitlines()[-1][:300] if str(error).strip() else ''})")
+                                        f"{last_line})")
     keys = line_keys(seed, operands.row_ids, shape)
     return _int32_keep_mask(keys, operands.thresholds, _line_numel(shape)).view(shape)
 
@@ -216,15 +217,6 @@ def _keyed_rule(row_ids: torch.Tensor, thresholds: torch.Tensor, seed: int, *siz
     return _keep_rule(keys, thresholds, _line_numel(shape)).view(shape)
 
 
-def _mix32_int32(x: torch.Tensor) -> torch.Tensor:
-    """:func:`mix32_int32_` out of place (the form ``torch.compile`` traces)."""
-    x = x ^ ((x >> 16) & 0xFFFF)
-    x = x * _MULTIPLIER_1
-    x = x ^ ((x >> 15) & 0x1FFFF)
-    x = x * _MULTIPLIER_2_INT64
-    return x ^ ((x >> 16) & 0xFFFF)
-
-
 def _keyed_rule_int32(row_ids32: torch.Tensor, signed_thresholds: torch.Tensor, keeps_any: torch.Tensor,
                       seed32: int, *sizes: int) -> torch.Tensor:
     """:func:`_keyed_rule` in int32 (the CPU kernel's body; module docstring): every key is a 32-bit pattern whose
@@ -234,13 +226,13 @@ def _keyed_rule_int32(row_ids32: torch.Tensor, signed_thresholds: torch.Tensor, 
     masks on torch 2.13. The mask leaves as int8 0/1 (a vectorised store; inductor's bool store is several times
     slower), viewed as bool by the caller."""
     rows = row_ids32.size(0)
-    keys = _mix32_int32(row_ids32 * _GOLDEN_INT32 + seed32)
+    keys = mix32_int32_(row_ids32 * _GOLDEN_INT32 + seed32)  # in place on fresh temporaries: what compile traces
     for size in sizes[:-1]:
         coordinates = torch.arange(size, device=row_ids32.device, dtype=torch.int32) * _GOLDEN_INT32
-        keys = _mix32_int32(keys.unsqueeze(-1) + coordinates)
+        keys = mix32_int32_(keys.unsqueeze(-1) + coordinates)
     elements = torch.arange(sizes[-1] if sizes else 1, device=row_ids32.device, dtype=torch.int32)
-    bits = _mix32_int32(keys.reshape(rows, -1, 1) + elements) ^ _SIGN32
-    keep = (bits >= signed_thresholds.view(-1, 1, 1)) & keeps_any.view(-1, 1, 1)
+    keep = _int32_rule(keys.reshape(rows, -1, 1), signed_thresholds.view(-1, 1, 1), keeps_any.view(-1, 1, 1),
+                       elements)
     return torch.where(keep, 1, 0).to(torch.int8).view(rows, *sizes)
 
 
