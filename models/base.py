@@ -32,6 +32,7 @@ from transformers.utils import ModelOutput
 from .config import ContrastiveConfig
 from .distributed import gather_with_grad
 from .dropout import controller_for, install_row_dropout, needs_row_dropout
+from .module_lists import listed_parameters, remember_training_modes, training_modes_hold
 from .heads import build_projector
 from .losses import contrastive_objective
 from .masks import prepare_attention_mask
@@ -115,6 +116,32 @@ class ContrastiveModel(PreTrainedModel):
                 "per-row plan. Add --dropout_masks row_seeded (masks the recomputation re-makes exactly), or use "
                 "--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
         super()._set_gradient_checkpointing(enable=enable, **kwargs)
+
+    def train(self, mode: bool = True) -> "ContrastiveModel":
+        """``nn.Module.train(mode)``, then :meth:`set_auxiliary_modes`. ``train(True)`` when the model is already in
+        training mode as the last full call left it (every module's flag, checked in one flat pass:
+        ``models.module_lists``) returns at once: the Trainer calls ``model.train()`` before every step, and the
+        walk over every submodule (bert-base: 230) is host time a GPU step waits for."""
+        if mode and self.training and training_modes_hold(self):
+            return self
+        super().train(mode)
+        self.set_auxiliary_modes(mode)
+        if mode:
+            remember_training_modes(self)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """``nn.Module.zero_grad`` over the listed parameters (``models.module_lists.listed_parameters``: re-checked in a
+        flat pass) instead of walked at every step (the Trainer calls it after every optimizer step)."""
+        if not set_to_none:
+            super().zero_grad(set_to_none=False)
+            return
+        for parameter in listed_parameters(self):
+            parameter.grad = None
+
+    def set_auxiliary_modes(self, mode: bool) -> None:
+        """Hook: after ``train(mode)`` reached every submodule, the modes of networks that do not follow it (DiffCSE's
+        generator). The base has none (ESimCSE's momentum encoder keeps itself in eval mode)."""
 
     # ------------------------------------------------------------------ auxiliary networks
     def sync_auxiliary_networks(self) -> None:

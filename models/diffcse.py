@@ -172,12 +172,10 @@ class DiffCSEModel(ContrastiveModel):
         """The discriminator starts as an exact copy of the loaded encoder (same pretrained weights)."""
         self.discriminator.load_state_dict(self.encoder.state_dict())
 
-    def train(self, mode: bool = True) -> "DiffCSEModel":
+    def set_auxiliary_modes(self, mode: bool) -> None:
         """``model.train()`` switches the frozen generator's dropout on only with ``generator_dropout`` (the
         released code's behaviour); its weights stay frozen either way."""
-        super().train(mode)
         self.generator.train(mode and self.config.generator_dropout)
-        return self
 
     @property
     def rtd_views(self) -> int:

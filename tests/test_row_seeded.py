@@ -291,6 +291,20 @@ def test_stream_is_the_default_and_row_seeded_swaps_every_dropout(tmp_path):
     assert draws.seed is None
 
 
+@pytest.mark.parametrize("dropout_masks", ["stream", "row_seeded"])
+def test_a_step_finds_its_draws_without_walking_the_model(tmp_path, monkeypatch, dropout_masks):
+    """The builder's install is remembered: a training step (``keyed_step``) never walks the model's modules for its
+    draws (a few hundred; on a GPU the step waits on the host), with stream masks (no draws) or row-seeded ones."""
+    backbone = save_tiny_backbone(tmp_path / "bert", seed=0)
+    model = build_model("simcse", str(backbone), dropout_masks=dropout_masks)
+    installed = step_draws(model)
+    assert (installed is None) == (dropout_masks == "stream")
+    monkeypatch.setattr(type(model), "modules", lambda self: (_ for _ in ()).throw(
+        AssertionError("the step walked the model's modules")))
+    with keyed_step(model, 4) as draws:
+        assert draws is installed
+
+
 def test_cache_chunk_size_turns_row_seeded_masks_on_unless_told_otherwise(caplog):
     """One place resolves every setting, the cached step's mask default included."""
     assert resolve_settings("simcse", {"temperature": 0.05}) == {"temperature": 0.05, "method": "simcse"}

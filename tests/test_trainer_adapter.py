@@ -37,7 +37,8 @@ def test_the_tensorboard_callback_still_reads_its_folder_from_logging_dir():
 
 
 PRIVATE_TRAINER_MEMBERS = {"_prepare_inputs", "loss_is_scaled_for_ga", "model_accepts_loss_kwargs",
-                           "_save_checkpoint", "_maybe_log_save_evaluate", "_inner_training_loop"}
+                           "_save_checkpoint", "_maybe_log_save_evaluate", "_inner_training_loop",
+                           "_clip_grad_norm", "_get_grad_norm", "_has_mixed_mesh_grads", "_mixed_mesh_grad_norm"}
 
 
 @pytest.mark.parametrize("path", sorted([*(ROOT / "trainers").glob("*.py"), *(ROOT / "models").glob("*.py")]),
@@ -52,3 +53,74 @@ def test_no_private_trainer_member_nor_torch_internals_outside_the_adapter(path)
                 f"{path.name}:{node.lineno} uses torch._C")
         if isinstance(node, ast.FunctionDef):
             assert node.name not in PRIVATE_TRAINER_MEMBERS, f"{path.name}:{node.lineno} overrides {node.name}"
+
+
+# ------------------------------------------------------------------------------------------------ gradient clipping
+def _trainer_with_gradients(tmp_path, backbone, method: str = "esimcse", **training_args):
+    """A CLTrainer over a tiny ``method`` model whose trainable parameters hold large random gradients (clipped), one
+    frozen parameter too (ESimCSE's momentum encoder: no gradient, as in training)."""
+    import torch
+
+    from tests.tiny import tiny_corpus, tiny_trainer
+    from trainers.methods import build_model
+
+    model = build_model(method, str(backbone))
+    trainer = tiny_trainer(model, backbone, tmp_path / "run", tiny_corpus(tmp_path / "corpus.txt"), **training_args)
+    generator = torch.Generator().manual_seed(0)
+    for parameter in model.parameters():
+        parameter.grad = (torch.randn(parameter.shape, generator=generator) * 3 if parameter.requires_grad else None)
+    return trainer, model
+
+
+def test_the_clipping_is_accelerates_bit_for_bit_without_walking_the_model(tmp_path, backbone, monkeypatch):
+    """The Trainer's clipping route is ``accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)``: the adapter
+    returns the same norm and leaves the same clipped gradients, and after its first call it never walks the model."""
+    import torch
+
+    trainer, model = _trainer_with_gradients(tmp_path, backbone)
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    assert frozen, "the check needs a parameter without a gradient (ESimCSE's momentum encoder)"
+    saved = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    want_norm = trainer.accelerator.clip_grad_norm_(model.parameters(), trainer.args.max_grad_norm)
+    want = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    assert want_norm > trainer.args.max_grad_norm * 10, "the gradients must be clipped for the check to bite"
+    for name, p in model.named_parameters():
+        if name in saved:
+            p.grad = saved[name].clone()
+
+    got_norm = trainer._clip_grad_norm(model)
+    assert torch.equal(got_norm, want_norm)
+    for name, p in model.named_parameters():
+        if name in want:
+            assert torch.equal(p.grad, want[name]), name
+
+    for name, p in model.named_parameters():
+        if name in saved:
+            p.grad = saved[name].clone()
+    monkeypatch.setattr(type(model), "parameters", lambda *a, **k: (_ for _ in ()).throw(
+        AssertionError("the clipping walked model.parameters() again")))
+    assert torch.equal(trainer._clip_grad_norm(model), want_norm)
+
+
+def test_the_logged_norm_without_clipping_is_accelerates(tmp_path, backbone):
+    """``--max_grad_norm 0``: no clipping, and the logged ``grad_norm`` is the norm accelerate computes (with an
+    infinite bound), over the listed parameters."""
+    import torch
+
+    trainer, model = _trainer_with_gradients(tmp_path, backbone, "simcse", max_grad_norm=0.0)
+    saved = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    want = trainer.accelerator.clip_grad_norm_(model.parameters(), float("inf"))
+    got = trainer._get_grad_norm(model)
+    assert torch.equal(got, want)
+    for name, p in model.named_parameters():
+        if name in saved:
+            assert torch.equal(p.grad, saved[name]), name  # not clipped
+
+
+def test_runs_the_trainer_treats_apart_take_its_own_route(tmp_path, backbone, monkeypatch):
+    """Gradients on several device meshes (tensor parallelism): the Trainer's own clipping, not the listed one."""
+    trainer, model = _trainer_with_gradients(tmp_path, backbone, "simcse")
+    called = []
+    monkeypatch.setattr(type(trainer), "_has_mixed_mesh_grads", lambda self, m: True)
+    monkeypatch.setattr(type(trainer), "_mixed_mesh_grad_norm", lambda self, m, norm: called.append(norm) or "theirs")
+    assert trainer._clip_grad_norm(model) == "theirs" and called == [trainer.args.max_grad_norm]

@@ -19,6 +19,7 @@ its per-row dropout controllers ``row_seeded`` (``models/dropout.py``); this mod
 from __future__ import annotations
 
 import random
+import weakref
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -33,6 +34,9 @@ from models.row_seeded import KeepOperands, call_seed, inverse_cdf_sample, keyed
 #: Row-id tensors a :class:`StepDraws` keeps at most (a run has a handful of pass layouts: the batch, its chunks, the
 #: last short batch).
 ROW_IDS_KEPT = 64
+#: What :func:`install_keyed_draws` gave each model (``None``: stream masks), so that a step finds it without walking
+#: the model's modules (a few hundred; on a GPU the step waits on the host).
+_INSTALLED: "weakref.WeakKeyDictionary[nn.Module, StepDraws | None]" = weakref.WeakKeyDictionary()
 
 
 class StepDraws:
@@ -93,16 +97,18 @@ def install_keyed_draws(model: nn.Module) -> StepDraws | None:
     """Give every ``row_seeded`` controller of ``model`` one shared :class:`StepDraws`; ``None`` (nothing to do)
     with stream masks."""
     controllers = keyed_controllers(model)
-    if not controllers:
-        return None
-    draws = StepDraws()
+    draws = StepDraws() if controllers else None
     for controller in controllers:
         controller.use_draws(draws)
+    _INSTALLED[model] = draws
     return draws
 
 
 def step_draws(model: nn.Module) -> StepDraws | None:
-    """The draws :func:`install_keyed_draws` gave ``model`` (``None`` with stream masks)."""
+    """The draws :func:`install_keyed_draws` gave ``model`` (``None`` with stream masks): remembered from the install,
+    else found in its controllers."""
+    if model in _INSTALLED:
+        return _INSTALLED[model]
     return next((controller.draws for controller in keyed_controllers(model)), None)
 
 
