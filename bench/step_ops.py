@@ -71,7 +71,8 @@ def make_batch(method: str, batch_size: int, seq_len: int, vocab_size: int) -> d
 
 def _source() -> str:
     frames = [frame for frame in traceback.extract_stack()[:-2]
-              if frame.filename.startswith(_REPOSITORY) and not frame.filename.endswith("step_ops.py")]
+              if frame.filename.startswith(_REPOSITORY) and not frame.filename.endswith("step_ops.py")
+              and "site-packages" not in frame.filename]  # a virtual environment inside the checkout is not ours
     if not frames:
         return "autograd"
     frame = frames[-1]

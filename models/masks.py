@@ -8,6 +8,12 @@ step here). With dynamic padding nearly every batch has padding, so the skip it 
 backbone then takes the 4D mask as already prepared. Backbones whose modeling code does not build its masks with
 ``create_bidirectional_mask``, or attention implementations without a mask function (e.g. flash attention, which
 takes the 2D mask), get the 2D mask unchanged.
+
+A backbone compiled by ``torch.compile`` (the fast path's, ``trainers/fast_path.py``) gets the 2D mask too: its
+modeling code builds the 4D mask inside the compiled graph, where transformers never reads a tensor on the host (it
+skips the ``all()`` check while dynamo traces: ``transformers.utils.is_tracing``), so the mask is the same one
+built here, made by the graph's own kernels instead of ~30 operations launched one by one before every backbone call
+(on a GPU, where the fast path's step waits on the host).
 """
 from __future__ import annotations
 
@@ -29,7 +35,9 @@ def builds_bidirectional_masks(model_class: type) -> bool:
 def prepare_attention_mask(backbone: nn.Module, attention_mask: torch.Tensor) -> torch.Tensor:
     """[N, L] padding mask (1 = token) -> the mask ``backbone`` takes, built without reading it on the host: the
     4D mask of the backbone's attention implementation (bool for SDPA, additive for eager), or the 2D mask itself
-    where that cannot be done (see the module docstring)."""
+    where that cannot be done or the compiled backbone builds it in its graph (see the module docstring)."""
+    if getattr(backbone, "_orig_mod", None) is not None:  # torch.compile's wrapper: the graph builds it (docstring)
+        return attention_mask
     config = getattr(backbone, "config", None)
     if (attention_mask.dim() != 2 or config is None or getattr(config, "is_decoder", False)
             or config._attn_implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping

@@ -127,6 +127,27 @@ def test_prepared_attention_masks_give_the_same_hidden_states(arch, attn, padded
     torch.testing.assert_close(got[real], expected[real], atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_a_compiled_backbone_builds_the_mask_in_its_graph(arch, torch_single_thread, many_compiled_models):
+    """The fast path's compiled backbone takes the 2D mask (no ~30 eager operations before each call); its graph
+    builds the same 4D mask: the hidden states equal the eager backbone's on the prepared mask."""
+    from transformers import AutoModel
+
+    from models.masks import prepare_attention_mask
+
+    torch.manual_seed(0)
+    backbone = AutoModel.from_config(tiny_config(arch, vocab_size=80), attn_implementation="sdpa").eval()
+    compiled = torch.compile(backbone, backend="aot_eager", dynamic=False)
+    ids = torch.randint(5, 80, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[0, 4:] = 0
+    mask[2, 6:] = 0
+    assert prepare_attention_mask(compiled, mask) is mask
+    expected = backbone(input_ids=ids, attention_mask=prepare_attention_mask(backbone, mask)).last_hidden_state
+    got = compiled(input_ids=ids, attention_mask=prepare_attention_mask(compiled, mask)).last_hidden_state
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+
+
 def test_backbones_without_mask_functions_keep_the_2d_mask():
     from models.masks import prepare_attention_mask
 
