@@ -85,6 +85,10 @@ class ContrastiveModel(PreTrainedModel):
     training_defaults: ClassVar[dict[str, Any]] = {}
     #: Whether a sentence-transformers folder can express the test-time embedding without remote code.
     sentence_transformers_export: ClassVar[bool] = True
+    #: The objective :meth:`contrastive_loss` computes (:func:`models.losses.contrastive_objective`, a pure function
+    #: of the config, the gathered embeddings and the extra negatives), held as an attribute so that the fast path
+    #: swaps its compiled twin in for a training step (:meth:`step_functions`).
+    objective = staticmethod(contrastive_objective)
 
     def __init__(self, config: ContrastiveConfig, encoder: PreTrainedModel | None = None) -> None:
         super().__init__(config)
@@ -155,6 +159,12 @@ class ContrastiveModel(PreTrainedModel):
         (and dropout) at one input shape per step, which the fast path compiles (``trainers/fast_path.py``): the
         base's is its encoder."""
         return [(self, "encoder")]
+
+    def step_functions(self) -> list[tuple[Any, str]]:
+        """Hook: the pure functions a training step runs at one input shape per step, as ``(owner, attribute)``,
+        which the fast path compiles beside the backbones (its graph holds the loss's few dozen small operations and
+        their backward, launched one by one otherwise): the base's is :attr:`objective`."""
+        return [(self, "objective")]
 
     # ------------------------------------------------------------------ encoding
     def encode(
@@ -285,7 +295,7 @@ class ContrastiveModel(PreTrainedModel):
         """SimCSE's InfoNCE over the global batch: view 0 anchors, view 1 positives, optional view 2 hard
         negatives (supervised SimCSE); plus :meth:`extra_negatives` and the config-driven SimCSE++ parts
         (:func:`models.losses.contrastive_objective`: off-dropout negatives, DCL, ablations) on any method."""
-        return contrastive_objective(self.config, embeddings.map(self.gather), self.extra_negatives())
+        return self.objective(self.config, embeddings.map(self.gather), self.extra_negatives())
 
     # ------------------------------------------------------------------ a per-sentence part of the loss
     def sentence_inputs(self, batch: dict[str, Any]) -> dict[str, torch.Tensor] | None:

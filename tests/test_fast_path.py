@@ -172,7 +172,7 @@ def test_esimcse_compiles_its_momentum_encoder_too(files):
         return graph_module.forward
 
     compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend)
-    assert [name for _, name, _, _ in compiled.slots] == ["encoder", "encoder"]
+    assert [name for _, name, _, _ in compiled.slots] == ["encoder", "encoder", "objective"]
     for _ in range(2):
         eager_loss = model(**batch).loss
         eager_loss.backward()

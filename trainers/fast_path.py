@@ -5,9 +5,11 @@ Where the compiled region begins and ends is decided here, and only here:
 - **Fixed shapes** (:func:`fixed_shape_collator`): the collator's views are padded to its widest batch
   (``data.fixed_shapes``), so the compiled backbone sees one shape instead of a new one every step. A short batch
   (the epoch's last) runs eagerly instead of recompiling.
-- **The compiled region is the backbone** (``model.encoder``, the bulk of the step's compute and a pure function of
-  its inputs and dropout; ESimCSE's momentum encoder too: ``model.step_backbones()``): :class:`CompiledBackbone`
-  compiles each once (``torch.compile``, ``dynamic=False``) and swaps them in for the duration of each training step,
+- **The compiled regions are the backbone** (``model.encoder``, the bulk of the step's compute and a pure function of
+  its inputs and dropout; ESimCSE's momentum encoder too: ``model.step_backbones()``) **and the objective** (the
+  contrastive loss, ``model.step_functions()``: a few dozen small operations and their backward; its inputs are the
+  step's embeddings and ESimCSE's queue, whose size grows to its capacity in the first steps: a graph per size):
+  :class:`CompiledBackbone` compiles each once (``torch.compile``, ``dynamic=False``) and swaps them in for the duration of each training step,
   so the model's own forward and ``compute_loss`` run unchanged around them (ESimCSE's queue, DiffCSE's generator and
   discriminator stay eager; PromptBERT's template pass runs the compiled encoder at its own shape) and checkpoints,
   evaluation and the export see the plain modules (evaluation's varying widths never reach the compiled graph). On one CUDA device the mode is ``reduce-overhead`` (CUDA graphs; each step
@@ -85,8 +87,9 @@ def backbone_compile_refusal(model: nn.Module, gradient_checkpointing: bool) -> 
 
 
 class CompiledBackbone:
-    """The model's step backbones (``model.step_backbones()``: its encoder; ESimCSE's momentum encoder too) compiled
-    once, swapped in for each full-size training step (:meth:`step`).
+    """The model's step backbones (``model.step_backbones()``: its encoder; ESimCSE's momentum encoder too) and step
+    functions (``model.step_functions()``: its objective) compiled once, swapped in for each full-size training step
+    (:meth:`step`).
 
     Args:
         model: the unwrapped :class:`models.base.ContrastiveModel`.
@@ -102,9 +105,10 @@ class CompiledBackbone:
         self.mode = mode
         options = {} if mode == "default" else {"mode": mode}
         #: (owner, attribute, the eager module, its compiled twin) for every step backbone.
+        regions = model.step_backbones() + model.step_functions()
         self.slots = [(owner, name, getattr(owner, name),
                        torch.compile(getattr(owner, name), backend=backend, dynamic=False, fullgraph=False, **options))
-                      for owner, name in model.step_backbones()]
+                      for owner, name in regions]
         self.eager, self.compiled = self.slots[0][2], self.slots[0][3]  # the encoder's
         self.cuda_graphs = mode == "reduce-overhead" and backend == "inductor"
         self.seen_shapes: set[tuple[int, ...]] = set()
