@@ -119,8 +119,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--output_json", type=Path, default=None)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    report = measure(args.method, args.repeats, args.dropout_masks)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # host work: one thread, as the step's Python runs
+    try:
+        report = measure(args.method, args.repeats, args.dropout_masks)
+    finally:
+        torch.set_num_threads(threads)
     print(format_report(report), flush=True)
     if args.output_json:
         args.output_json.write_text(json.dumps(report, indent=1))

@@ -196,3 +196,22 @@ def test_the_step_profile_counts_each_kernel_once() -> None:
     report = summarise(SimpleNamespace(key_averages=lambda: events), steps=2, wall_seconds=0.01)
     assert report["device_busy_ms_per_step"] == 2.0 and report["wall_ms_per_step"] == 5.0
     assert report["host_ms_per_step_by_part"]["forward"] == 0.25
+
+
+def test_the_trainer_host_bench_times_each_item_on_bert_bases_structure(tmp_path) -> None:
+    """``bench.trainer_host``: the narrow backbone has bert-base's 199 parameter tensors; every item is timed both
+    ways; the report writes one row per item; the repository's draws lookup does not walk (it is far below the walk
+    even on a loaded machine: a dictionary lookup against a recursion over 229 modules)."""
+    import json
+
+    from bench.trainer_host import format_report, main
+
+    report = main(["--method", "esimcse", "--repeats", "5", "--output_json", str(tmp_path / "host.json")])
+    assert report["trainable_tensors"] == 199 and report["parameter_tensors"] == 398  # + the momentum encoder
+    assert set(report["microseconds"]) == {"clip_grad_norm", "step draws lookup", "model.zero_grad()",
+                                           "model.train()"}
+    assert all(row["trainer"] > 0 and row["ours"] > 0 for row in report["microseconds"].values())
+    lookup = report["microseconds"]["step draws lookup"]
+    assert lookup["ours"] * 10 < lookup["trainer"]
+    assert json.loads((tmp_path / "host.json").read_text()) == report
+    assert len(format_report(report).splitlines()) == 3 + len(report["microseconds"])
