@@ -115,7 +115,7 @@ def describe_step(config: Any, training_args: Any) -> str | None:
     if dropout_masks != "stream":
         parts.append(f"{dropout_masks} dropout masks (--dropout_masks; docs/cached_training.md)")
     if getattr(training_args, "fast_path", False):
-        parts.append("the fast path: fixed shapes, compiled backbone (--torch_compile false: the eager step)")
+        parts.append("the fast path: fixed shapes, compiled backbone and loss (--torch_compile false: the eager step)")
     return "; ".join(parts) or None
 
 
