@@ -8,7 +8,8 @@ Where the compiled region begins and ends is decided here, and only here:
 - **The compiled regions are the backbone** (``model.encoder``, the bulk of the step's compute and a pure function of
   its inputs and dropout; ESimCSE's momentum encoder too: ``model.step_backbones()``) **and the objective** (the
   contrastive loss, ``model.step_functions()``: a few dozen small operations and their backward; its inputs are the
-  step's embeddings and ESimCSE's queue, whose size grows to its capacity in the first steps: a graph per size):
+  step's embeddings and ESimCSE's queue, whose size grows to its capacity in the first steps: compiled with that
+  size symbolic, one graph):
   :class:`CompiledBackbone` compiles each once (``torch.compile``, ``dynamic=False``) and swaps them in for the duration of each training step,
   so the model's own forward and ``compute_loss`` run unchanged around them (ESimCSE's queue, DiffCSE's generator and
   discriminator stay eager; PromptBERT's template pass runs the compiled encoder at its own shape) and checkpoints,
@@ -105,10 +106,15 @@ class CompiledBackbone:
         self.mode = mode
         options = {} if mode == "default" else {"mode": mode}
         #: (owner, attribute, the eager module, its compiled twin) for every step backbone.
-        regions = model.step_backbones() + model.step_functions()
+        # Backbones see one input shape (the fixed width; the short last batch runs eagerly): dynamic=False. The
+        # functions' inputs can grow in the first steps (ESimCSE's queue, up to its capacity: a size per step while
+        # it fills): dynamic=None, so a size that changes becomes symbolic at its first recompile (one graph for all
+        # the sizes, each size still its own CUDA graph), never a recompile per size past dynamo's limit of 8.
+        regions = [(owner, name, False) for owner, name in model.step_backbones()]
+        regions += [(owner, name, None) for owner, name in model.step_functions()]
         self.slots = [(owner, name, getattr(owner, name),
-                       torch.compile(getattr(owner, name), backend=backend, dynamic=False, fullgraph=False, **options))
-                      for owner, name in regions]
+                       torch.compile(getattr(owner, name), backend=backend, dynamic=dynamic, fullgraph=False, **options))
+                      for owner, name, dynamic in regions]
         self.eager, self.compiled = self.slots[0][2], self.slots[0][3]  # the encoder's
         self.cuda_graphs = mode == "reduce-overhead" and backend == "inductor"
         self.seen_shapes: set[tuple[int, ...]] = set()
