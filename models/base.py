@@ -9,6 +9,8 @@ A method is a subclass that overrides one or two of these small hooks, never the
 - :meth:`ContrastiveModel.sync_auxiliary_networks` — called once after the pretrained weights are loaded
   (ESimCSE's momentum encoder, DiffCSE's discriminator are copies of the loaded encoder).
 - :meth:`ContrastiveModel.on_optimizer_step` — called by the trainer after every optimizer step (EMA updates).
+- :meth:`ContrastiveModel.step_backbones` / :meth:`ContrastiveModel.step_functions` — the pure parts of a step the
+  fast path compiles (the encoder, ESimCSE's momentum encoder; the objective).
 - :meth:`ContrastiveModel.sentence_inputs` / :meth:`ContrastiveModel.sentence_loss` — a part of the loss that is
   a sum over sentences (DiffCSE's RTD), beside :meth:`ContrastiveModel.contrastive_loss`, which needs the whole batch.
 
