@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass")
     parser.add_argument("--max_tokens", type=int, default=None,
                         help="padded tokens per forward pass instead of --batch_size sentences (length-sorted "
-                             "sentences, as many as fit; the scores agree up to float rounding)")
+                             "sentences, cut where padding is fewest; the scores agree up to float rounding)")
     parser.add_argument("--max_length", type=int, default=None)
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--eval_dtype", choices=("fp32", "bf16"), default="fp32",

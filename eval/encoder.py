@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from data.padding import pad_rows
+from eval.batching import fewest_padding_cuts
 from eval.fp32_precision import full_fp32
 
 EmbedFn = Callable[..., torch.Tensor]
@@ -25,8 +26,8 @@ _UNBOUNDED_MODEL_MAX_LENGTH = 1_000_000  # tokenizers without a limit report int
 DEV_MAX_TOKENS = 8192
 """The training-time dev evaluation's token budget per forward pass (``--eval_max_tokens``). STS-B + SICK-R dev are
 3,833 distinct sentences, 59,118 tokens with [CLS]/[SEP] (bert-base-uncased's vocabulary): batches of 128 sentences
-are 30 forward passes of about 2,000 tokens (62,920 padded tokens in all), a budget of 8,192 tokens 9 passes (67,033
-padded); 16,384 would be 5 passes but 74,789 padded tokens. Larger matmuls fill a GPU better, longer batches span
+are 30 forward passes of about 2,000 tokens (62,920 padded tokens in all), a budget of 8,192 tokens 9 passes (64,342
+padded, cut where padding is fewest: 67,033 filling each batch in turn); 16,384 would be 5 passes and more padding. Larger matmuls fill a GPU better, longer batches span
 more lengths and pad more: ``python -m bench.eval_speed`` times each setting."""
 
 EVAL_DTYPES = ("fp32", "bf16")
@@ -73,17 +74,22 @@ def evaluation_precision(eval_dtype: str, device: torch.device) -> Iterator[None
 def length_sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest first (an out-of-memory shows up at once).
 
-    ``batch_size`` sentences a batch, or with ``max_tokens`` a token budget instead: each batch takes as many
-    sentences as fit in ``max_tokens`` padded tokens (its first, longest sentence's length times the count; at least
-    one sentence), so batches of short sentences hold more of them and every forward pass does about the same work.
-    The sort is stable, so equal lengths keep their input order and the batching is deterministic.
+    ``batch_size`` sentences a batch, or with ``max_tokens`` a token budget instead: batches of at most
+    ``max_tokens`` padded tokens (a batch pads to its first, longest sentence; a longer sentence alone), as many
+    passes as filling each batch in turn would take, cut where the padded tokens are fewest
+    (:func:`eval.batching.fewest_padding_cuts`), so batches of short sentences hold more of them and every forward
+    pass does about the same work. The sort is stable, so equal lengths keep their input order and the batching is
+    deterministic.
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if max_tokens is None:
+        cuts = list(range(batch_size, len(order), batch_size)) + [len(order)] if order else []
+    else:
+        cuts = fewest_padding_cuts([lengths[i] for i in order], max_tokens)
     batches, start = [], 0
-    while start < len(order):
-        size = batch_size if max_tokens is None else max(1, max_tokens // max(1, lengths[order[start]]))
-        batches.append(order[start:start + size])
-        start += size
+    for end in cuts:
+        batches.append(order[start:end])
+        start = end
     return batches
 
 

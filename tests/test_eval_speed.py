@@ -109,7 +109,41 @@ def test_token_budget_batches():
     assert length_sorted_batches(lengths, batch_size=2, max_tokens=5) == [[1], [4], [2], [3], [6], [0], [5]]
     batches = length_sorted_batches([7] * 5 + [1] * 30, batch_size=1, max_tokens=14)
     assert all(len(b) * max(([7] * 5 + [1] * 30)[i] for i in b) <= 14 for b in batches)
-    assert [len(b) for b in batches] == [2, 2, 2, 14, 14, 1]  # the third pairs the last 7 with a 1
+    # the greedy's six passes (2, 2, 2, 14, 14, 1: the third pairs the last 7 with a 1, 71 padded tokens), cut where
+    # the padding is fewest: one 7 alone, no 7 beside a 1 (65 padded tokens)
+    assert [len(b) for b in batches] == [1, 2, 2, 2, 14, 14]
+
+
+def test_token_budget_cuts_pad_least_within_the_greedys_passes():
+    """Against an exhaustive search over every batching of random length lists: no more passes than filling each
+    batch in turn, every batch within the budget (or one sentence), and the fewest padded tokens there are."""
+    import functools
+    import random
+
+    from eval.batching import fewest_padding_cuts, greedy_cuts, padded_tokens
+
+    rng = random.Random(0)
+    for _ in range(300):
+        lengths = tuple(sorted((rng.randint(1, 9) for _ in range(rng.randint(1, 13))), reverse=True))
+        budget = rng.randint(1, 30)
+        passes = len(greedy_cuts(lengths, budget))
+
+        @functools.lru_cache(None)
+        def fewest(start: int, left: int) -> float:
+            if start == len(lengths):
+                return 0
+            if left == 0:
+                return float("inf")
+            reach = min(len(lengths), start + max(1, budget // lengths[start]))
+            return min(fewest(end, left - 1) + lengths[start] * (end - start) for end in range(start + 1, reach + 1))
+
+        cuts = fewest_padding_cuts(lengths, budget)
+        assert cuts[-1] == len(lengths) and len(cuts) <= passes
+        assert all(end - start == 1 or lengths[start] * (end - start) <= budget
+                   for start, end in zip([0, *cuts], cuts))
+        assert padded_tokens(lengths, cuts) == fewest(0, passes) <= padded_tokens(lengths, greedy_cuts(lengths, budget))
+    with pytest.raises(ValueError, match="sorted"):
+        fewest_padding_cuts([1, 2], 4)
 
 
 def test_a_sentence_longer_than_the_budget_is_a_batch_of_its_own():
