@@ -189,12 +189,12 @@ def test_esimcse_compiles_its_momentum_encoder_too(files):
 
 
 def test_esimcses_filling_queue_compiles_the_objective_twice_not_once_per_size(files):
-    """The objective's input grows while ESimCSE's queue fills (0, 6, ..., 30 entries over six steps of six): it is
+    """The objective's input grows while ESimCSE's queue fills (0, 6, 12, 18 entries over four steps of six): it is
     compiled for the empty queue and once more with the queue's size symbolic, never once per size (dynamo stops
     compiling a function past 8 entries and would leave the full queue's steps eager)."""
     from trainers.fast_path import CompiledBackbone
 
-    model = build_model("esimcse", str(files["encoder"]), queue_size=5 * len(ROWS)).train()
+    model = build_model("esimcse", str(files["encoder"]), queue_size=3 * len(ROWS)).train()
     batch = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12))(ROWS)
     graphs = []
 
@@ -204,12 +204,12 @@ def test_esimcses_filling_queue_compiles_the_objective_twice_not_once_per_size(f
 
     compiled = CompiledBackbone(model, "default", len(ROWS), backend=counting_backend)
     fills = []
-    for _ in range(7):
+    for _ in range(5):
         fills.append(model.queue.entries().size(0))
         with compiled.step(batch["input_ids"]):
             model(**batch).loss.backward()
         model.on_optimizer_step()
-    assert fills == [0, 6, 12, 18, 24, 30, 30]
+    assert fills == [0, 6, 12, 18, 18]
     assert len(graphs) == 4  # the encoder, the momentum encoder, the objective for an empty queue and for the others
 
 
