@@ -137,8 +137,8 @@ class ContrastiveModel(PreTrainedModel):
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """``nn.Module.zero_grad`` over the listed parameters (``models.module_lists.listed_parameters``: re-checked in a
-        flat pass) instead of walked at every step (the Trainer calls it after every optimizer step)."""
+        """``nn.Module.zero_grad`` over the listed parameters (``models.module_lists.listed_parameters``: re-checked
+        in a flat pass) instead of walked at every step (the Trainer calls it after every optimizer step)."""
         if not set_to_none:
             super().zero_grad(set_to_none=False)
             return

@@ -9,13 +9,14 @@ Where the compiled region begins and ends is decided here, and only here:
   its inputs and dropout; ESimCSE's momentum encoder too: ``model.step_backbones()``) **and the objective** (the
   contrastive loss, ``model.step_functions()``: a few dozen small operations and their backward; its inputs are the
   step's embeddings and ESimCSE's queue, whose size grows to its capacity in the first steps: compiled with that
-  size symbolic, one graph):
-  :class:`CompiledBackbone` compiles each once (``torch.compile``, ``dynamic=False``) and swaps them in for the duration of each training step,
-  so the model's own forward and ``compute_loss`` run unchanged around them (ESimCSE's queue, DiffCSE's generator and
-  discriminator stay eager; PromptBERT's template pass runs the compiled encoder at its own shape) and checkpoints,
-  evaluation and the export see the plain modules (evaluation's varying widths never reach the compiled graph). On one CUDA device the mode is ``reduce-overhead`` (CUDA graphs; each step
-  begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's RNG is graph-safe: torch advances the
-  generator's offset on every replay). ``--torch_compile_mode`` picks another mode.
+  size symbolic, one graph): :class:`CompiledBackbone` compiles each once (``torch.compile``; the backbones with
+  ``dynamic=False``) and swaps them in for the duration of each training step, so the model's own forward and
+  ``compute_loss`` run unchanged around them (ESimCSE's queue, DiffCSE's generator and discriminator stay eager;
+  PromptBERT's template pass runs the compiled encoder at its own shape) and checkpoints, evaluation and the export
+  see the plain modules (evaluation's varying widths never reach the compiled graph). On one CUDA device the mode is
+  ``reduce-overhead`` (CUDA graphs; each step begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's
+  RNG is graph-safe: torch advances the generator's offset on every replay). ``--torch_compile_mode`` picks another
+  mode.
 - The backbone stays eager where compiling it would change the result or break a contract: per-row dropout
   controllers (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows, ``--dropout_masks row_seeded``, hence the
   cached step) hold per-step Python state the graph cannot see, and gradient checkpointing recomputes layers
@@ -113,7 +114,8 @@ class CompiledBackbone:
         regions = [(owner, name, False) for owner, name in model.step_backbones()]
         regions += [(owner, name, None) for owner, name in model.step_functions()]
         self.slots = [(owner, name, getattr(owner, name),
-                       torch.compile(getattr(owner, name), backend=backend, dynamic=dynamic, fullgraph=False, **options))
+                       torch.compile(getattr(owner, name), backend=backend, dynamic=dynamic, fullgraph=False,
+                                     **options))
                       for owner, name, dynamic in regions]
         self.eager, self.compiled = self.slots[0][2], self.slots[0][3]  # the encoder's
         self.cuda_graphs = mode == "reduce-overhead" and backend == "inductor"

@@ -14,9 +14,9 @@ member when the installed library changes one of them (:data:`RELIED_ON`).
   walks every module and parameter of the model at every step and scans the list again for DTensors before torch's
   ``clip_grad_norm_``: on a GPU, where the fast path's step waits on the host, a fifth of the step (3.1 of 15.6 ms on an
   H100, docs/benchmarks.md). :meth:`TrainerAdapter._clip_grad_norm` gives torch's ``clip_grad_norm_`` the same
-  parameters, listed by one walk and re-checked in a flat pass (``models.module_lists``); the same norm and the same clipped gradients, bit for bit
-  (``tests/test_trainer_adapter.py``). Runs the Trainer treats apart (DeepSpeed, FSDP, XLA, SageMaker, gradients on
-  several device meshes) take its own route.
+  parameters, listed by one walk and re-checked in a flat pass (``models.module_lists``): the same norm and the same
+  clipped gradients, bit for bit (``tests/test_trainer_adapter.py``). Runs the Trainer treats apart (DeepSpeed, FSDP,
+  XLA, SageMaker, gradients on several device meshes) take its own route.
 - ``TensorBoardCallback.logging_dir`` and ``transformers.integrations.integration_utils.default_logdir``: the
   callback picks its folder at ``on_train_begin``, but a run's 'before training' evaluation logs earlier;
   :func:`pin_tensorboard_dir` gives it the folder the Trainer would, up front.
