@@ -59,8 +59,9 @@ class ModelLists:
         return True
 
     def parameters_current(self) -> bool:
-        """Whether every listed module holds the same parameters and no more."""
-        return _ids(self._parameters) == self._parameter_ids
+        """Whether the modules are those listed (:meth:`modules_current`: a module added since brings parameters) and
+        every one holds the same parameters and no more."""
+        return self.modules_current() and _ids(self._parameters) == self._parameter_ids
 
 
 _LISTS: "weakref.WeakKeyDictionary[nn.Module, ModelLists]" = weakref.WeakKeyDictionary()

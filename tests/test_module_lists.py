@@ -113,6 +113,19 @@ def test_zero_grad_clears_every_gradient_a_walk_would(tiny_backbone):
     assert all(parameter.grad is None for parameter in model.parameters())
 
 
+def test_zero_grad_reaches_the_parameters_of_a_module_added_since(tiny_backbone):
+    """A module added (no listed parameter replaced): its parameters are the model's too, and their gradients are
+    cleared (the Trainer's clipping reads the same list)."""
+    model = build_model("simcse", tiny_backbone)
+    model.zero_grad()  # lists the parameters
+    model.extra = nn.Linear(2, 2)
+    for parameter in model.parameters():
+        parameter.grad = torch.ones_like(parameter)
+    model.zero_grad()
+    assert all(parameter.grad is None for parameter in model.parameters())
+    assert listed_parameters(model) == list(model.parameters())
+
+
 def test_zero_grad_without_set_to_none_is_modules(tiny_backbone):
     model = build_model("simcse", tiny_backbone)
     for parameter in model.parameters():
