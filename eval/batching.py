@@ -10,7 +10,8 @@ padded tokens greedily, 64,342 cut here; 59,118 real).
 The minimum is exact (dynamic programming over the sorted lengths): with ``D_k[i]`` the fewest padded tokens of the
 sentences from position ``i`` on in at most ``k`` passes,
 
-    D_k[i] = min( D_{k-1}[i],  min over j in (i, i + w_i] of  D_{k-1}[j] + L_i * (j - i) ),   w_i = max(1, budget // L_i)
+    D_k[i] = min( D_{k-1}[i],  min over j in (i, i + w_i] of  D_{k-1}[j] + L_i * (j - i) )
+    w_i = max(1, budget // L_i)
 
 where ``L_i`` is the length at ``i`` (the batch ``[i, j)`` pads to it). For the positions of one length ``L`` the inner
 minimum is a sliding-window minimum of ``D_{k-1}[j] + L * j`` over a window of ``w`` (van Herk / Gil-Werman: two

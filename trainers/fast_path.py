@@ -106,13 +106,13 @@ class CompiledBackbone:
         self.batch_size = batch_size
         self.mode = mode
         options = {} if mode == "default" else {"mode": mode}
-        #: (owner, attribute, the eager module, its compiled twin) for every step backbone.
         # Backbones see one input shape (the fixed width; the short last batch runs eagerly): dynamic=False. The
         # functions' inputs can grow in the first steps (ESimCSE's queue, up to its capacity: a size per step while
         # it fills): dynamic=None, so a size that changes becomes symbolic at its first recompile (one graph for all
         # the sizes, each size still its own CUDA graph), never a recompile per size past dynamo's limit of 8.
         regions = [(owner, name, False) for owner, name in model.step_backbones()]
         regions += [(owner, name, None) for owner, name in model.step_functions()]
+        #: (owner, attribute, the eager module or function, its compiled twin) for every region.
         self.slots = [(owner, name, getattr(owner, name),
                        torch.compile(getattr(owner, name), backend=backend, dynamic=dynamic, fullgraph=False,
                                      **options))
