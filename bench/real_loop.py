@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -60,6 +60,7 @@ class LoopResult:
     wiki1m_epoch_minutes: float | None
     command: str
     step_profile: dict[str, Any] | None = None  # with --profile_steps: bench.step_profile's report
+    flags: list[str] = field(default_factory=list)  # the script's further flags (after --)
 
 
 def real_vocabulary() -> Path | None:
@@ -199,7 +200,7 @@ def summarise(args: argparse.Namespace, record: dict[str, Any], wall: float, com
         steady_sentences_per_second=steady, compile_warmup_seconds=record["compile_warmup_seconds"],
         evaluation_seconds=evaluation, evaluations=len(record["evaluations"]), wall_seconds=round(wall, 1),
         final_loss=record["final_loss"], wiki1m_epoch_minutes=projection,
-        command=" ".join(command[1:]))
+        command=" ".join(command[1:]), flags=list(getattr(args, "extra", [])))
 
 
 def format_result(result: LoopResult) -> str:

@@ -99,13 +99,23 @@ def call_seed(step_seed: int, stream: int, call: int) -> int:
     return mix32_int(mix32_int(mix32_int(step_seed) ^ (step_seed >> 32) ^ (stream * _GOLDEN)) + call * _GOLDEN)
 
 
-def keyed_bits(seed: int, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
+def call_seed_tensor(step_seed: torch.Tensor, stream: int, call: int) -> torch.Tensor:
+    """:func:`call_seed` of a step seed held in a 0-d int64 tensor (a value below 2**62), computed by tensor
+    operations: what a compiled backbone reads, so that the step's seed is an input of its graph, not a constant
+    compiled into it (a new graph every step). The same 32 bits as :func:`call_seed`: every :func:`mix32_int` keeps
+    its operand's low 32 bits, which XOR and addition take from their operands' low 32 bits alone, so the constants
+    enter reduced modulo 2**32."""
+    low = mix32(step_seed & MASK32) ^ (step_seed >> 32) ^ ((stream * _GOLDEN) & MASK32)
+    return mix32((mix32(low & MASK32) + ((call * _GOLDEN) & MASK32)) & MASK32)
+
+
+def keyed_bits(seed: int | torch.Tensor, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
     """32-bit random integers [rows, row_numel] (int64): element ``j`` of the row with global index ``row_ids[r]``
     under the draw ``seed``. A row's numbers depend on its id alone, never on the other rows of the tensor."""
     return keyed_element_bits(seed, row_ids, torch.Size([len(row_ids), row_numel]))
 
 
-def keyed_uniforms(seed: int, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
+def keyed_uniforms(seed: int | torch.Tensor, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
     """float64 numbers in (0, 1) [rows, row_numel] (``(bits + 0.5) / 2**32``), keyed like :func:`keyed_bits`."""
     return (keyed_bits(seed, row_ids, row_numel).double() + 0.5) / TWO_32
 
@@ -128,7 +138,7 @@ def _line_numel(shape: torch.Size) -> int:
     return shape[-1] if len(shape) > 1 else 1
 
 
-def line_keys(seed: int, row_ids: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def line_keys(seed: int | torch.Tensor, row_ids: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """The keys [rows, lines] (int64) of the lines of a dropout input of ``shape`` whose dimension 0 are the rows
     ``row_ids``: a line is an index ``(c1, ..., ck)`` into the dimensions between the first and the last, flattened
     row-major (one line per row for a 2-D input). The row's key is ``mix32(row_id * golden + seed)``; each coordinate
@@ -144,7 +154,7 @@ def line_keys(seed: int, row_ids: torch.Tensor, shape: torch.Size) -> torch.Tens
     return keys.reshape(len(row_ids), -1)
 
 
-def keyed_element_bits(seed: int, row_ids: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def keyed_element_bits(seed: int | torch.Tensor, row_ids: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """The 32-bit numbers (int64, ``shape``) of a dropout input's elements, the int64 reference of the masks:
     element ``j`` of a line is ``mix32(line key + j)`` (:func:`line_keys`). For a 2-D input, :func:`keyed_bits`."""
     keys = line_keys(seed, row_ids, shape)
@@ -180,11 +190,16 @@ def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: 
     return keyed_keep_mask_from(seed, KeepOperands(row_ids, rates), shape)
 
 
-def keyed_keep_mask_from(seed: int, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
+def keyed_keep_mask_from(seed: int | torch.Tensor, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
     """:func:`keyed_keep_mask` of the draw ``seed`` from a pass's :class:`KeepOperands`. One compiled call where
     ``torch.compile`` can build it (:func:`fused_keep_mask`: the line keys and the mask in one graph, the seed and
     the sizes passed as integers, so no tensor is made on the host); elsewhere the line keys (:func:`line_keys`,
-    int64) then the int32 route op by op (:func:`_int32_keep_mask`). Same bits either way."""
+    int64) then the int32 route op by op (:func:`_int32_keep_mask`). Same bits either way.
+
+    A seed given as a 0-d int64 tensor (:func:`call_seed_tensor`) is a call inside a compiled backbone's graph: the
+    rule written out in int64 (:func:`_keyed_rule`), which the compiler fuses with the dropout it feeds."""
+    if isinstance(seed, torch.Tensor):
+        return _keyed_rule(operands.row_ids, operands.thresholds, seed, *shape[1:])
     device_type = operands.row_ids.device.type
     fused = fused_keep_mask(device_type)
     if fused is not None and shape.numel() > 0:
@@ -208,7 +223,8 @@ def _keep_rule(line_keys: torch.Tensor, thresholds: torch.Tensor, line_numel: in
     return mix32((line_keys.unsqueeze(-1) + elements) & MASK32) >= thresholds.view(-1, 1, 1)
 
 
-def _keyed_rule(row_ids: torch.Tensor, thresholds: torch.Tensor, seed: int, *sizes: int) -> torch.Tensor:
+def _keyed_rule(row_ids: torch.Tensor, thresholds: torch.Tensor, seed: int | torch.Tensor,
+                *sizes: int) -> torch.Tensor:
     """A call's whole keep-mask in int64 (compiled as is for CUDA: one graph, no eager op before it): the line keys
     of an input ``[rows, *sizes]`` (:func:`line_keys`) and the rule on them (:func:`_keep_rule`) -> bool
     ``[rows, *sizes]``."""
@@ -354,6 +370,6 @@ def _mismatch(kernel, device_type: str) -> str | None:
     return f"its masks differ from the rule on {wrong} of {total} probe elements"
 
 
-__all__ = ["FUSE_MASKS", "KeepOperands", "call_seed", "fused_keep_mask", "inverse_cdf_sample", "keyed_bits",
-           "keyed_element_bits", "keyed_keep_mask", "keyed_keep_mask_from", "keyed_uniform", "keyed_uniforms",
+__all__ = ["FUSE_MASKS", "KeepOperands", "call_seed", "call_seed_tensor", "fused_keep_mask", "inverse_cdf_sample",
+           "keyed_bits", "keyed_element_bits", "keyed_keep_mask", "keyed_keep_mask_from", "keyed_uniform", "keyed_uniforms",
            "line_keys", "mix32", "mix32_int", "mix32_int32_"]

@@ -446,6 +446,49 @@ def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
     assert compiled.compiled_steps == 3 and compiled.cuda_graphs
 
 
+@pytest.mark.parametrize("method, settings", [("simcse", {}), ("s_simcse", {}), ("simcse_pp", {}),
+                                              ("promptbert", {})])
+def test_row_seeded_cuda_graph_fast_path_equals_the_eager_step(method, settings, tmp_path):
+    """Keyed masks inside the CUDA graph (the step's key staged as a device tensor, ``StepDraws.stage``): with dropout
+    ON, three consecutive steps (graph replays, a new step seed each) give the eager steps' losses and gradients
+    within bf16 tolerance: the same masks, so a mask frozen into the graph or drawn from another key would show."""
+    import contextlib
+    import random
+
+    from transformers import AutoTokenizer
+
+    from data.fixed_shapes import FixedShapeCollator
+    from trainers.fast_path import CompiledBackbone
+    from trainers.keyed_dropout import keyed_step
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.1)
+    torch.manual_seed(0)
+    model = build_model(method, str(backbone), dropout_masks="row_seeded", **settings).to(CUDA).train()
+    twin = copy.deepcopy(model)
+    rows = [{"text": t} for t in FAST_PATH_TEXTS]
+    batch = on_cuda(FixedShapeCollator(build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16), 32,
+                                       0)(rows))
+    compiled = CompiledBackbone(twin, "reduce-overhead", len(rows))
+
+    def step(network, context, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        random.seed(seed)  # the step's key
+        network.zero_grad(set_to_none=True)
+        with keyed_step(network, len(rows)), context:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = network(**batch).loss
+            loss.backward()
+        return loss.detach().float().clone(), flat_grad(network).clone()
+
+    losses = []
+    for seed in range(3):
+        eager_loss, eager_grad = step(model, contextlib.nullcontext(), seed)
+        fast_loss, fast_grad = step(twin, compiled.step(batch["input_ids"]), seed)
+        assert abs(fast_loss - eager_loss) <= 2e-2 * abs(eager_loss), (seed, fast_loss, eager_loss)
+        assert torch.nn.functional.cosine_similarity(fast_grad, eager_grad, dim=0) > 0.99
+        losses.append(float(fast_loss))
+    assert compiled.compiled_steps == 3 and compiled.cuda_graphs and len(set(losses)) == 3
+
+
 def test_cuda_graph_dropout_draws_new_masks_every_step(tmp_path):
     """Graph-safe dropout RNG: with dropout on, the compiled step's loss on the same batch differs from step to
     step (a mask frozen into the CUDA graph would repeat it)."""
@@ -470,8 +513,9 @@ def test_cuda_graph_dropout_draws_new_masks_every_step(tmp_path):
     assert len(set(losses[2:])) == 3, losses  # the replays (after the graph's warm-up and recording)
 
 
-@pytest.mark.parametrize("method", ["simcse", "promptbert"])
-def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, tmp_path, monkeypatch):
+@pytest.mark.parametrize("method, extra", [("simcse", []), ("promptbert", []), ("s_simcse", []),
+                                           ("simcse", ["--dropout_masks", "row_seeded"])])
+def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, extra, tmp_path, monkeypatch):
     """``run_unsup.py --torch_compile true`` on CUDA: from the end of step 4 to the log of step 8 (the batch fetch
     and copy, the Trainer's loss bookkeeping, forward, backward, clipping, fused AdamW, the scheduler, the
     divergence monitor, the throughput log's clock) the CUDA runtime raises on any synchronising call."""
@@ -505,6 +549,6 @@ def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, tmp_pa
                         "--method", method, "--max_steps", "8", "--logging_steps", "4", "--eval_strategy", "no",
                         "--output_dir", str(tmp_path / "run"), "--per_device_train_batch_size", "8",
                         "--max_seq_length", "16", "--torch_compile", "true", "--disable_tqdm", "true",
-                        "--report_to", "none"])
+                        "--report_to", "none", *extra])
     finally:
         torch.cuda.set_sync_debug_mode("default")

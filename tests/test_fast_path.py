@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -40,6 +41,7 @@ METHODS = {"simcse": {}, "sup_simcse": {}, "esimcse": {"queue_size": 12}, "simcs
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("fast_path")
     return {"encoder": save_tiny_backbone(root / "encoder", seed=0, dropout=0.0),
+            "dropout_encoder": save_tiny_backbone(root / "dropout_encoder", seed=0, dropout=0.1),
             "generator": save_tiny_generator(root / "generator"),
             "corpus": tiny_corpus(root / "corpus.txt", n=36)}  # batch 8: 4 full batches, then a short one of 4
 
@@ -96,8 +98,10 @@ def test_the_fixed_width_of_each_collator(files):
 
 
 # ------------------------------------------------------------------------------------- through the real scripts
-def run_script(method: str, files, tmp_path, extra: list[str]) -> tuple[list[dict], CLTrainer]:
-    """The method's script for 5 steps (the 5th batch short); its logged rows and the trainer."""
+def run_script(method: str, files, tmp_path, extra: list[str],
+               backbone: str = "encoder") -> tuple[list[dict], CLTrainer]:
+    """The method's script for 5 steps (the 5th batch short) on ``files[backbone]``; its logged rows and the
+    trainer."""
     logged, trainers = [], []
     original_log = CLTrainer.log
 
@@ -108,7 +112,7 @@ def run_script(method: str, files, tmp_path, extra: list[str]) -> tuple[list[dic
         trainers[:] = [self]
         return result
 
-    common = ["--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "5",
+    common = ["--model_name_or_path", str(files[backbone]), "--train_file", str(files["corpus"]), "--max_steps", "5",
               "--eval_strategy", "no", "--output_dir", str(tmp_path / "run"), "--seed", "7", "--max_seq_length", "12",
               "--save_strategy", "no"] + FAST_TRAINING_ARGS + extra
     CLTrainer.log = record
@@ -132,13 +136,22 @@ def run_script(method: str, files, tmp_path, extra: list[str]) -> tuple[list[dic
 LOSS_TOLERANCE, GRAD_NORM_TOLERANCE = 5e-4, 1e-3
 
 
-@pytest.mark.parametrize("method, backend", [("simcse", "inductor"), ("esimcse", "aot_eager"),
-                                             ("diffcse", "aot_eager"), ("promptbert", "aot_eager"),
-                                             ("simcse_pp", "aot_eager")])
-def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, files, tmp_path):
-    eager, _ = run_script(method, files, tmp_path / "eager", [])
+ROW_SEEDED = ["--dropout_masks", "row_seeded"]
+
+
+@pytest.mark.parametrize("method, backend, extra", [
+    ("simcse", "inductor", []), ("esimcse", "aot_eager", []), ("diffcse", "aot_eager", []),
+    ("promptbert", "aot_eager", []), ("simcse_pp", "aot_eager", []),
+    # per-row dropout in the graph, on a backbone with dropout 0.1: keyed masks from the staged step key, the eager
+    # run's bits whatever width a batch is padded to (stream masks drawn over the padded width are other masks:
+    # S-SimCSE's stream step is compared at one width, test_per_row_dropout_in_the_graph_is_the_eager_step)
+    ("simcse", "aot_eager", ROW_SEEDED), ("s_simcse", "aot_eager", ROW_SEEDED), ("simcse_pp", "aot_eager", ROW_SEEDED),
+    ("diffcse", "aot_eager", ROW_SEEDED)])
+def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, files, tmp_path):
+    backbone = "dropout_encoder" if extra else "encoder"
+    eager, _ = run_script(method, files, tmp_path / "eager", extra, backbone)
     fast, trainer = run_script(method, files, tmp_path / "fast",
-                               ["--torch_compile", "true", "--torch_compile_backend", backend])
+                               extra + ["--torch_compile", "true", "--torch_compile_backend", backend], backbone)
     assert len(fast) == len(eager) == 5
     for step, (a, b) in enumerate(zip(eager, fast), start=1):
         assert math.isclose(a["loss"], b["loss"], rel_tol=LOSS_TOLERANCE), (step, a["loss"], b["loss"])
@@ -146,13 +159,108 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, files, tmp
     assert not trainer.args.torch_compile and trainer.args.fast_path  # the Trainer's whole-model compile is off
     assert isinstance(trainer.data_collator, FixedShapeCollator)
     compiled = trainer.compiled_backbone
-    if method == "simcse_pp":  # per-row dropout (its dropout-off rows): the backbone stays eager, shapes still fixed
-        assert compiled is None
-        return
+    assert (trainer.model.dropout_controller is not None) == (method == "simcse_pp" or bool(extra))
     assert trainer.model.encoder is compiled.eager  # the plain module outside the step (checkpoints, evaluation)
     assert (compiled.compiled_steps, compiled.eager_steps) == (4, 1)  # the short last batch ran eagerly
     assert compiled.seen_shapes == {(8, 2, trainer.data_collator.width)}  # one shape: compiled once
     assert fast[0]["compile_warmup_seconds"] > 0 and "compile_warmup_seconds" not in fast[-1]
+
+
+@pytest.mark.parametrize("method, settings", [
+    ("s_simcse", {}), ("s_simcse", {"sentence_wise_dropout": True, "dropout_dist": "normal"}), ("simcse_pp", {}),
+    ("simcse", {"dropout_masks": "row_seeded"}), ("s_simcse", {"dropout_masks": "row_seeded"}),
+    ("simcse_pp", {"dropout_masks": "row_seeded"}), ("promptbert", {"dropout_masks": "row_seeded"})])
+def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files):
+    """Per-row dropout (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows, row-seeded keyed masks) runs inside the
+    compiled backbone: three steps from the same random state give the eager steps' losses and gradients exactly
+    (the graphs run as captured, so any other draw or mask shows), and the backbone is compiled once, not once per
+    step (a step's seed or plan compiled in as a constant would recompile it every step)."""
+    from trainers.fast_path import CompiledBackbone
+
+    torch.manual_seed(0)
+    model = build_model(method, str(files["dropout_encoder"]), **settings).train()
+    twin = copy.deepcopy(model)
+    batch = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12))(ROWS)
+    graphs = []
+
+    def counting_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend)
+    steps = {}
+    for network, step in ((model, nullcontext), (twin, lambda: compiled.step(batch["input_ids"]))):
+        torch.manual_seed(3)
+        random.seed(3)
+        steps[network] = []
+        for _ in range(3):
+            with keyed_step(network, len(ROWS)), step():
+                loss = network(**batch).loss
+                loss.backward()
+            steps[network].append((loss.detach(), [p.grad.clone() for p in network.parameters() if p.grad is not None]))
+            network.zero_grad()
+            if len(steps[network]) == 1 and network is twin:
+                graphs_after_first = len(graphs)
+    for (eager_loss, eager_grads), (fast_loss, fast_grads) in zip(steps[model], steps[twin]):
+        assert torch.equal(eager_loss, fast_loss)
+        assert len(eager_grads) == len(fast_grads) and all(map(torch.equal, eager_grads, fast_grads))
+    assert len(steps[model]) == 3 and len(graphs) == graphs_after_first  # no recompile after the first step
+    templates = 1 if method == "promptbert" else 0  # PromptBERT's template pass: the encoder at its own shape
+    assert graphs_after_first == 2 + templates  # the encoder and the objective
+
+
+def test_row_seeded_masks_compiled_by_inductor_are_the_eager_masks():
+    """Inductor's code for the keyed masks inside a graph (int64 arithmetic on the staged step key, fused with the
+    dropout it feeds) gives the eager masks bit for bit: a compiled function of the shapes of a backbone's dropout
+    inputs (hidden states, attention probabilities), at per-row rates with a row off, over three step seeds (one
+    graph: the seed is an input) and two passes of a cached step's chunks (the staged first sentence)."""
+    from models.dropout import RowDropoutController
+    from trainers.keyed_dropout import StepDraws, pass_sentences
+
+    controller = RowDropoutController(masks="row_seeded")
+    draws = StepDraws()
+    controller.use_draws(draws)
+    x3, x4 = torch.ones(6, 5, 1003), torch.ones(6, 2, 5, 7)  # 1003: no multiple of a vector width
+    off = torch.tensor([False, False, True, False, False, False])
+
+    def masks(x3: torch.Tensor, x4: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with controller.plan(torch.zeros(6, dtype=torch.long), off, num_groups=1):
+            return controller.dropout(x3, 0.3, index=0), controller.dropout(x4, 0.1, index=5)
+
+    graphs = []
+
+    def inductor(graph_module, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        graphs.append(graph_module)
+        return compile_fx(graph_module, example_inputs)
+
+    compiled = torch.compile(masks, backend=inductor, dynamic=False)
+    for seed, first in ((1, 0), (2**61 + 12345, 0), (7, 0), (7, 3)):
+        draws.seed, draws.first, draws.count = seed, 0, 6
+        with pass_sentences(draws, first, first + 6):
+            eager = masks(x3, x4)
+            draws.stage(torch.device("cpu"))
+            fast = compiled(x3, x4)
+            draws.pass_key = None
+        assert all(torch.equal(a, b) for a, b in zip(eager, fast)), (seed, first)
+        assert (eager[0][2] == 1).all() and 0.28 < float((eager[0][off.logical_not()] == 0).float().mean()) < 0.32
+    assert len(graphs) == 1
+
+
+def test_the_cached_step_keeps_its_backbone_eager_on_the_fast_path(files, tmp_path, caplog):
+    """The cached step runs the backbone chunk by chunk, twice: it is not compiled (a warning says why), and the run
+    still gets the fixed shapes and logs the eager cached run's steps."""
+    cached = ["--cache_chunk_size", "4"]
+    eager, _ = run_script("simcse", files, tmp_path / "eager", cached, "dropout_encoder")
+    with caplog.at_level("WARNING", logger="trainers.cl_trainer"):
+        fast, trainer = run_script("simcse", files, tmp_path / "fast",
+                                   cached + ["--torch_compile", "true", "--torch_compile_backend", "aot_eager"],
+                                   "dropout_encoder")
+    assert trainer.compiled_backbone is None and isinstance(trainer.data_collator, FixedShapeCollator)
+    assert "the backbone stays eager because the cached step runs it chunk by chunk" in caplog.text
+    for step, (a, b) in enumerate(zip(eager, fast), start=1):
+        assert math.isclose(a["loss"], b["loss"], rel_tol=LOSS_TOLERANCE), (step, a["loss"], b["loss"])
 
 
 def test_esimcse_compiles_its_momentum_encoder_too(files):

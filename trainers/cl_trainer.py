@@ -110,7 +110,8 @@ class CLTrainer(TrainerAdapter):
     def compile_backbone(self) -> CompiledBackbone | None:
         """The fast path's compiled backbone (:mod:`trainers.fast_path`), or ``None`` (logged) where the backbone
         must stay eager; the fixed shapes and the sync-free loop apply either way."""
-        refusal = backbone_compile_refusal(self.model, self.args.gradient_checkpointing)
+        cached_step = bool(getattr(self.args, "cache_chunk_size", None))
+        refusal = backbone_compile_refusal(self.args.gradient_checkpointing, cached_step)
         if refusal:
             logger.warning("fast path: the backbone stays eager because %s; batches still have fixed shapes", refusal)
             return None

@@ -17,10 +17,13 @@ Where the compiled region begins and ends is decided here, and only here:
   ``reduce-overhead`` (CUDA graphs; each step begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's
   RNG is graph-safe: torch advances the generator's offset on every replay). ``--torch_compile_mode`` picks another
   mode.
-- The backbone stays eager where compiling it would change the result or break a contract: per-row dropout
-  controllers (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows, ``--dropout_masks row_seeded``, hence the
-  cached step) hold per-step Python state the graph cannot see, and gradient checkpointing recomputes layers
-  outside the step. Those runs still get the fixed shapes and the sync-free loop.
+- **Per-row dropout inside the graph**: S-SimCSE's sampled rates and SimCSE++'s dropout-off rows (a plan of tensors
+  whose sizes are fixed by the config) are traced as they are; with ``--dropout_masks row_seeded`` the step's seed and
+  the pass's first sentence reach the graph as a device tensor (``StepDraws.stage``), from which it computes the
+  keyed masks, the same bits as the eager pass.
+- The backbone stays eager where compiling it would break a contract: gradient checkpointing recomputes layers
+  outside the step, and the cached step (``trainers/cached_step.py``) runs it chunk by chunk, twice (without gradients,
+  then replayed with them), at shapes of its own. Those runs still get the fixed shapes and the sync-free loop.
 - **No host-device sync** in the loop between logging steps: the Trainer's NaN/inf filter is off
   (``CLTrainingArguments.logging_nan_inf_filter``; :class:`trainers.divergence.DivergenceMonitor` catches a
   non-finite loss on the device), batches are copied to the device asynchronously from pinned memory
@@ -40,6 +43,8 @@ import torch
 from torch import nn
 
 from data.fixed_shapes import FixedShapeCollator
+
+from .keyed_dropout import step_draws
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +83,11 @@ def compile_mode(requested: str | None, device: torch.device, processes: int, bf
     return "reduce-overhead" if device.type == "cuda" and processes == 1 and bf16 else "default"
 
 
-def backbone_compile_refusal(model: nn.Module, gradient_checkpointing: bool) -> str | None:
-    """Why the backbone of ``model`` must stay eager on the fast path, or ``None`` when it can be compiled."""
-    if getattr(model, "dropout_controller", None) is not None:
-        return ("its dropout is per row (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows or --dropout_masks "
-                "row_seeded), planned per step outside what a compiled graph sees")
+def backbone_compile_refusal(gradient_checkpointing: bool, cached_step: bool = False) -> str | None:
+    """Why the backbone must stay eager on the fast path, or ``None`` when it can be compiled."""
+    if cached_step:
+        return ("the cached step runs it chunk by chunk, without gradients and again with them, at shapes other than "
+                "the step's")
     if gradient_checkpointing:
         return "--gradient_checkpointing recomputes its layers outside the step"
     return None
@@ -135,6 +140,9 @@ class CompiledBackbone:
         shape = tuple(input_ids.shape)
         new_shape = shape not in self.seen_shapes
         started = time.perf_counter()
+        draws = step_draws(self.model)
+        if draws is not None and draws.seed is not None:  # row-seeded masks: the step's key, an input of the graph
+            draws.stage(input_ids.device)
         if self.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         for owner, name, _, compiled in self.slots:

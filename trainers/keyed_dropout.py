@@ -15,6 +15,11 @@ its per-row dropout controllers ``row_seeded`` (``models/dropout.py``); this mod
   (processes in rank order, as the all-gather concatenates them), so N processes draw one process's masks.
 - :func:`pass_sentences`: a pass over some of the step's sentences (a cached step's chunk): its rows' global
   indices start at those sentences.
+- :meth:`StepDraws.stage`: for a compiled backbone (the fast path, ``trainers/fast_path.py``), the step's seed and
+  the pass's first sentence as a device tensor, which the graph reads as an input: its dropout calls compute their
+  seeds (:func:`models.row_seeded.call_seed_tensor`), rows' ids and masks from it inside the graph, the same bits as
+  the eager pass computes from the Python integers (a Python integer read while compiling would be compiled in as a
+  constant: a new graph every step).
 """
 from __future__ import annotations
 
@@ -28,7 +33,8 @@ from torch import nn
 
 from models.distributed import rank
 from models.dropout import RowDropout, RowDropoutController
-from models.row_seeded import KeepOperands, call_seed, inverse_cdf_sample, keyed_keep_mask_from, keyed_uniforms
+from models.row_seeded import (KeepOperands, call_seed, call_seed_tensor, inverse_cdf_sample, keyed_keep_mask_from,
+                               keyed_uniforms)
 
 
 #: Row-id tensors a :class:`StepDraws` keeps at most (a run has a handful of pass layouts: the batch, its chunks, the
@@ -52,15 +58,31 @@ class StepDraws:
         #: depend on the seed): every dropout call and draw of a pass reads them, and a tensor made per call is a few
         #: host launches each on a GPU, where the step is bound by them.
         self._row_ids: dict[tuple, torch.Tensor] = {}
+        #: ``[step seed, first sentence]`` (int64, on the step's device) while a compiled backbone runs the step
+        #: (:meth:`stage`); ``None`` otherwise.
+        self.pass_key: torch.Tensor | None = None
+
+    def stage(self, device: torch.device) -> None:
+        """Put the step's seed and the running pass's first sentence on ``device`` for a compiled backbone (the fast
+        path calls this when a step begins; :func:`pass_sentences` again for each pass): one asynchronous copy from
+        pinned memory on a GPU, no host sync."""
+        key = torch.tensor([self.seed, self.first], dtype=torch.int64)
+        if device.type == "cuda":
+            key = key.pin_memory()
+        self.pass_key = key.to(device, non_blocking=True)
 
     def row_ids(self, rows: int, device: torch.device) -> torch.Tensor:
-        if self.seed is None or self.count is None:
+        compiling = torch.compiler.is_compiling()
+        if (self.pass_key is None) if compiling else (self.seed is None or self.count is None):
             raise RuntimeError(
                 "row-seeded dropout (--dropout_masks row_seeded) ran outside a training step: wrap the pass in "
                 "`with trainers.keyed_dropout.keyed_step(model, batch_size):` (the Trainer's step and the cached step "
-                "do), so that every pass of the step uses the step's seed")
+                "do), so that every pass of the step uses the step's seed; a compiled backbone also needs "
+                "`draws.stage(device)` (trainers.fast_path.CompiledBackbone.step does)")
         if rows % self.count:
             raise RuntimeError(f"a pass of {rows} rows over {self.count} sentences: rows are not sentence-major")
+        if compiling:  # in the graph: the staged first sentence is an input, not a constant
+            return torch.arange(rows, device=device) + self.pass_key[1].to(device) * (rows // self.count)
         key = (rows, str(device), self.first * (rows // self.count))
         if key not in self._row_ids:
             if len(self._row_ids) >= ROW_IDS_KEPT:
@@ -68,7 +90,10 @@ class StepDraws:
             self._row_ids[key] = torch.arange(rows, device=device) + key[2]
         return self._row_ids[key]
 
-    def _seed(self, stream: int, call: int) -> int:
+    def _seed(self, stream: int, call: int) -> int | torch.Tensor:
+        """The seed of one draw: a Python integer, or in a compiled graph a 0-d tensor from the staged key."""
+        if torch.compiler.is_compiling():
+            return call_seed_tensor(self.pass_key[0], stream, call)
         return call_seed(self.seed, stream, call)
 
     def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
@@ -125,7 +150,7 @@ def keyed_step(model: nn.Module, batch_size: int) -> Iterator[StepDraws | None]:
     try:
         yield draws
     finally:
-        draws.seed, draws.first, draws.count = None, 0, None
+        draws.seed, draws.first, draws.count, draws.pass_key = None, 0, None, None
 
 
 @contextmanager
@@ -134,12 +159,14 @@ def pass_sentences(draws: StepDraws | None, start: int, end: int) -> Iterator[No
     if draws is None:
         yield
         return
-    first, count = draws.first, draws.count
+    first, count, staged = draws.first, draws.count, draws.pass_key
     draws.first, draws.count = first + start, end - start
+    if staged is not None:
+        draws.stage(staged.device)
     try:
         yield
     finally:
-        draws.first, draws.count = first, count
+        draws.first, draws.count, draws.pass_key = first, count, staged
 
 
 __all__ = ["StepDraws", "install_keyed_draws", "keyed_controllers", "keyed_step", "pass_sentences", "step_draws"]
