@@ -175,13 +175,20 @@ class DiffCSECollator(EpochDraws):
         return EditedRow(inputs, [False] * len(inputs), list(inputs), labels)
 
     # ------------------------------------------------------------------ padding
+    def padding_values(self) -> dict[str, int]:
+        """What fills each ``rtd_*`` key's padded positions (:meth:`pad`; the fast path's fixed width too)."""
+        pad_id = self.tokenizer.pad_token_id
+        return {"rtd_input_ids": pad_id, "rtd_attention_mask": 0, "rtd_fill": False, "rtd_original_ids": pad_id,
+                "rtd_labels": 0}
+
     def pad(self, rows: list[EditedRow]) -> dict[str, torch.Tensor]:
         """The edited rows padded on the right to the longest one: the ``rtd_*`` batch keys, each ``[N, L']``."""
-        pad_id = self.tokenizer.pad_token_id
-        edited = pad_token_ids([row.input_ids for row in rows], pad_id)
+        fills = self.padding_values()
+        edited = pad_token_ids([row.input_ids for row in rows], fills["rtd_input_ids"])
         length = edited["input_ids"].shape[1]
         return {"rtd_input_ids": edited["input_ids"],
                 "rtd_attention_mask": edited["attention_mask"],
-                "rtd_fill": pad_rows([row.fill for row in rows], False, length=length, dtype=torch.bool),
-                "rtd_original_ids": pad_rows([row.original_ids for row in rows], pad_id, length=length),
-                "rtd_labels": pad_rows([row.labels for row in rows], 0, length=length)}
+                "rtd_fill": pad_rows([row.fill for row in rows], fills["rtd_fill"], length=length, dtype=torch.bool),
+                "rtd_original_ids": pad_rows([row.original_ids for row in rows], fills["rtd_original_ids"],
+                                             length=length),
+                "rtd_labels": pad_rows([row.labels for row in rows], fills["rtd_labels"], length=length)}

@@ -9,12 +9,14 @@ the longest template). One width means one compiled graph per pass; a smaller se
 a batch of 64 almost always holds one sentence long enough to need the full width.
 
 Padding changes no result: a padded position is masked out of attention and pooling (tests/test_fast_path.py checks
-every method's loss). Other keys (DiffCSE's ``rtd_*`` edit rows, which its eager discriminator reads and whose
-padding its ``--fidelity official_code`` loss counts) are left as the collator made them.
+every method's loss). Other keys are padded only where the model says their padding changes nothing
+(``extra_fills``, from the model's ``fixed_width_keys()`` and the collator's ``padding_values()``: DiffCSE's ``rtd_*``
+edit rows, which its generator and discriminator read, unless its ``--rtd_include_padding`` loss counts the padding);
+the rest are left as the collator made them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -31,15 +33,18 @@ class FixedShapeCollator:
         collator: any callable rows -> batch dict; its ``set_epoch`` (per-epoch augmentations) is forwarded.
         width: the width every batch is padded to; a wider batch (none, from this package's collators) is left as is.
         pad_token_id: what fills ``input_ids``; the masks and ``token_type_ids`` are filled with 0.
+        extra_fills: further keys to pad to ``width`` (their last dimension), with the value that fills each.
     """
 
     def __init__(self, collator: Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]], width: int,
-                 pad_token_id: int) -> None:
+                 pad_token_id: int, extra_fills: Mapping[str, int] | None = None) -> None:
         if width < 1:
             raise ValueError(f"width must be positive, got {width}")
         self.collator = collator
         self.width = width
         self.pad_token_id = pad_token_id
+        #: What fills each padded key: the views' and ``extra_fills``.
+        self.fills = {key: pad_token_id if key == "input_ids" else 0 for key in VIEW_KEYS} | dict(extra_fills or {})
 
     def set_epoch(self, epoch: int, seed: int | None = None) -> None:
         """Forwarded to the wrapped collator (ESimCSE's per-epoch repetition draws), when it has one."""
@@ -48,10 +53,7 @@ class FixedShapeCollator:
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch = self.collator(rows)
-        extra = self.width - batch["input_ids"].size(-1)
-        if extra > 0:
-            for key in VIEW_KEYS:
-                if key in batch:
-                    fill = self.pad_token_id if key == "input_ids" else 0
-                    batch[key] = torch.nn.functional.pad(batch[key], (0, extra), value=fill)
+        for key, fill in self.fills.items():
+            if key in batch and (extra := self.width - batch[key].size(-1)) > 0:
+                batch[key] = torch.nn.functional.pad(batch[key], (0, extra), value=fill)
         return batch

@@ -162,6 +162,12 @@ class ContrastiveModel(PreTrainedModel):
         base's is its encoder."""
         return [(self, "encoder")]
 
+    def fixed_width_keys(self) -> tuple[str, ...]:
+        """Hook: the batch keys beyond the views (``input_ids``, ``attention_mask``, ``token_type_ids``) that the fast
+        path pads to its fixed width too, because their padding changes no result and a compiled network reads
+        them (``data/fixed_shapes.py``): the base's, none."""
+        return ()
+
     def step_functions(self) -> list[tuple[Any, str]]:
         """Hook: the pure functions a training step runs at one input shape per step, as ``(owner, attribute)``,
         which the fast path compiles beside the backbones (its graph holds the loss's few dozen small operations and

@@ -177,6 +177,27 @@ class DiffCSEModel(ContrastiveModel):
         released code's behaviour); its weights stay frozen either way."""
         self.generator.train(mode and self.config.generator_dropout)
 
+    #: The collator's edit rows (``data/diffcse_collator.py``), which the generator and the discriminator read.
+    EDIT_KEYS = ("rtd_input_ids", "rtd_attention_mask", "rtd_fill", "rtd_original_ids", "rtd_labels")
+
+    def fixed_width_keys(self) -> tuple[str, ...]:
+        """The edit rows, padded to the fast path's fixed width unless ``rtd_include_padding`` (the code's loss
+        counts padded positions as kept tokens, so their number changes it); elsewhere a padded position is masked
+        out of the generator's fill, the discriminator's attention and the RTD loss."""
+        return () if self.config.rtd_include_padding else self.EDIT_KEYS
+
+    def step_backbones(self) -> list[tuple[nn.Module, str]]:
+        """The encoder and, when the edit rows have the fixed width (:meth:`fixed_width_keys`), the generator's
+        no-grad pass and the discriminator's pass over them, each at one shape per step. The discriminator only where
+        h enters through its inputs (``rtd_condition_site`` ``inputs_embeds``): the code's site is a forward hook
+        registered for each pass, which a compiled graph would take for a new graph every step."""
+        backbones = super().step_backbones()
+        if self.fixed_width_keys():
+            backbones.append((self, "generator"))
+            if self.config.rtd_condition_site == "inputs_embeds":
+                backbones.append((self, "discriminator"))
+        return backbones
+
     @property
     def rtd_views(self) -> int:
         """Leading views that get an edited copy: 1 (the paper: one x'' per sentence) or 2 (the code)."""

@@ -155,7 +155,8 @@ class RowDropoutController:
         self._plan: _Plan | None = None
         #: row_seeded: the last pass's plan, for gradient checkpointing's recomputation during backward.
         self._last_plan: _Plan | None = None
-        #: The rates of the last dropout call of a planned pass, [rows] (for inspection and tests).
+        #: The rates of the last dropout call of a planned eager pass, [rows] (for inspection and tests; a compiled
+        #: backbone's graph does not set it, which would make every call's rates an output of the graph).
         self.last_rates: torch.Tensor | None = None
 
     def use_draws(self, draws: KeyedDraws) -> None:
@@ -251,7 +252,8 @@ class RowDropoutController:
             return None
         rates = self._memo(plan, self._rates_key(default, device),
                            lambda: self._planned_rates(plan, rows, default, device, call))
-        self.last_rates = rates
+        if not torch.compiler.is_compiling():
+            self.last_rates = rates
         return rates
 
     def _rates_key(self, default: float, device: torch.device) -> Hashable | None:

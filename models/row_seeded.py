@@ -39,6 +39,11 @@ multiply do; ``tests/test_row_seeded.py`` checks the result equals the int64 ref
 it, and ``tests/test_cuda.py`` on a GPU), in-place updates (no fresh temporaries) and, on CPU, blocks of
 :data:`CPU_BLOCK_ELEMENTS` so that the dozen passes of the mixer stay in the core's cache: about 8x faster than the
 int64 route on a CPU, and faster than torch's own ``bernoulli`` dropout (bench/keyed_masks.py; docs/benchmarks.md).
+
+Inside a compiled backbone (the fast path, ``trainers/fast_path.py``) the seeds are tensors: the step's seed reaches
+the graph as a device tensor (``trainers.keyed_dropout.StepDraws.stage``), each call's seed is
+:func:`call_seed_tensor` of it and its mask the int64 rule (:func:`_keyed_rule`), all in the backbone's graph, which
+the compiler fuses with the dropout the mask feeds: the same bits as the eager route, with no host value compiled in.
 """
 from __future__ import annotations
 

@@ -72,19 +72,27 @@ PADDING_TOLERANCE = 1e-5
 def test_the_fixed_width_changes_no_loss(method, files):
     """Dropout 0 (the backbone's config). S-SimCSE samples its own rates, whose masks are drawn over the padded
     shape (other masks, the same distribution): it is compared in eval mode (no dropout), its pooling and loss the
-    same."""
+    same. DiffCSE's edit rows are padded too (its generator and discriminator are compiled); its generator's stream
+    sampling over a padded width draws other tokens (the same distribution), so it takes the argmax here."""
     model = tiny_model(method, files)
     model.train(method != "s_simcse")
+    if method == "diffcse":
+        model.config.sample_generator = False
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 16)
-    padded = fixed_shape_collator(collate)
+    padded = fixed_shape_collator(collate, model.fixed_width_keys())
     assert isinstance(padded, FixedShapeCollator) and padded.width == collate.max_width
     dynamic, fixed = collate(ROWS), padded(ROWS)
     assert fixed["input_ids"].size(-1) == padded.width > dynamic["input_ids"].size(-1)
+    assert {key for key in fixed if fixed[key].size(-1) == padded.width} - {"token_type_ids"} == {
+        "input_ids", "attention_mask", *model.fixed_width_keys()}
+    assert bool(model.fixed_width_keys()) == (method == "diffcse")
     expected = loss_of(model, dynamic).item()
     assert loss_of(model, fixed).item() == pytest.approx(expected, rel=PADDING_TOLERANCE)
     padding = fixed["attention_mask"] == 0  # the check of the check: the padding as tokens, attended to
     fixed["input_ids"] = fixed["input_ids"].masked_fill(padding, 7)
     fixed["attention_mask"] = torch.ones_like(fixed["attention_mask"])
+    if method == "diffcse":  # and the edit rows' padding as tokens the discriminator sees
+        fixed["rtd_attention_mask"] = torch.ones_like(fixed["rtd_attention_mask"])
     assert abs(loss_of(model, fixed).item() - expected) > 3 * PADDING_TOLERANCE * abs(expected)
 
 
@@ -140,7 +148,9 @@ ROW_SEEDED = ["--dropout_masks", "row_seeded"]
 
 
 @pytest.mark.parametrize("method, backend, extra", [
-    ("simcse", "inductor", []), ("esimcse", "aot_eager", []), ("diffcse", "aot_eager", []),
+    # DiffCSE's generator, discriminator and padded edit rows: its argmax (stream sampling over a padded width draws
+    # other tokens), and sampled with row-seeded masks below (keyed by position: the eager run's tokens)
+    ("simcse", "inductor", []), ("esimcse", "aot_eager", []), ("diffcse", "aot_eager", ["--sample_generator", "false"]),
     ("promptbert", "aot_eager", []), ("simcse_pp", "aot_eager", []),
     # per-row dropout in the graph, on a backbone with dropout 0.1: keyed masks from the staged step key, the eager
     # run's bits whatever width a batch is padded to (stream masks drawn over the padded width are other masks:
@@ -148,7 +158,7 @@ ROW_SEEDED = ["--dropout_masks", "row_seeded"]
     ("simcse", "aot_eager", ROW_SEEDED), ("s_simcse", "aot_eager", ROW_SEEDED), ("simcse_pp", "aot_eager", ROW_SEEDED),
     ("diffcse", "aot_eager", ROW_SEEDED)])
 def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, files, tmp_path):
-    backbone = "dropout_encoder" if extra else "encoder"
+    backbone = "dropout_encoder" if extra[:1] == ROW_SEEDED[:1] else "encoder"
     eager, _ = run_script(method, files, tmp_path / "eager", extra, backbone)
     fast, trainer = run_script(method, files, tmp_path / "fast",
                                extra + ["--torch_compile", "true", "--torch_compile_backend", backend], backbone)
@@ -159,7 +169,10 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, fil
     assert not trainer.args.torch_compile and trainer.args.fast_path  # the Trainer's whole-model compile is off
     assert isinstance(trainer.data_collator, FixedShapeCollator)
     compiled = trainer.compiled_backbone
-    assert (trainer.model.dropout_controller is not None) == (method == "simcse_pp" or bool(extra))
+    assert (trainer.model.dropout_controller is not None) == (method == "simcse_pp" or extra == ROW_SEEDED)
+    if method == "diffcse":  # the generator's and the discriminator's passes compiled too, at the fixed width
+        assert [name for _, name, _, _ in trainer.compiled_backbone.slots] == ["encoder", "generator",
+                                                                             "discriminator", "objective"]
     assert trainer.model.encoder is compiled.eager  # the plain module outside the step (checkpoints, evaluation)
     assert (compiled.compiled_steps, compiled.eager_steps) == (4, 1)  # the short last batch ran eagerly
     assert compiled.seen_shapes == {(8, 2, trainer.data_collator.width)}  # one shape: compiled once
@@ -169,7 +182,8 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, fil
 @pytest.mark.parametrize("method, settings", [
     ("s_simcse", {}), ("s_simcse", {"sentence_wise_dropout": True, "dropout_dist": "normal"}), ("simcse_pp", {}),
     ("simcse", {"dropout_masks": "row_seeded"}), ("s_simcse", {"dropout_masks": "row_seeded"}),
-    ("simcse_pp", {"dropout_masks": "row_seeded"}), ("promptbert", {"dropout_masks": "row_seeded"})])
+    ("simcse_pp", {"dropout_masks": "row_seeded"}), ("promptbert", {"dropout_masks": "row_seeded"}),
+    ("diffcse", {"dropout_masks": "row_seeded", "generator_dropout": True})])
 def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files):
     """Per-row dropout (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows, row-seeded keyed masks) runs inside the
     compiled backbone: three steps from the same random state give the eager steps' losses and gradients exactly
@@ -178,9 +192,12 @@ def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files)
     from trainers.fast_path import CompiledBackbone
 
     torch.manual_seed(0)
+    if method == "diffcse":  # its discriminator's and generator's keyed masks, its keyed sampling, in their graphs
+        settings = settings | {"generator_name": str(files["generator"])}
     model = build_model(method, str(files["dropout_encoder"]), **settings).train()
     twin = copy.deepcopy(model)
-    batch = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12))(ROWS)
+    collate = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12)
+    batch = fixed_shape_collator(collate, model.fixed_width_keys())(ROWS)
     graphs = []
 
     def counting_backend(graph_module, example_inputs):
@@ -205,8 +222,8 @@ def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files)
         assert torch.equal(eager_loss, fast_loss)
         assert len(eager_grads) == len(fast_grads) and all(map(torch.equal, eager_grads, fast_grads))
     assert len(steps[model]) == 3 and len(graphs) == graphs_after_first  # no recompile after the first step
-    templates = 1 if method == "promptbert" else 0  # PromptBERT's template pass: the encoder at its own shape
-    assert graphs_after_first == 2 + templates  # the encoder and the objective
+    networks = {"promptbert": 1, "diffcse": 2}.get(method, 0)  # PromptBERT's template pass (the encoder at its own
+    assert graphs_after_first == 2 + networks  # shape); DiffCSE's generator and discriminator; the encoder, objective
 
 
 def test_row_seeded_masks_compiled_by_inductor_are_the_eager_masks():

@@ -87,7 +87,9 @@ class CLTrainer(TrainerAdapter):
             kwargs["eval_dataset"] = self.DEV_SETS
         fast_path = getattr(kwargs.get("args"), "fast_path", False)
         if fast_path and kwargs.get("data_collator") is not None:
-            kwargs["data_collator"] = fixed_shape_collator(kwargs["data_collator"])
+            model = kwargs.get("model", args[0] if args else None)
+            keys = model.fixed_width_keys() if hasattr(model, "fixed_width_keys") else ()
+            kwargs["data_collator"] = fixed_shape_collator(kwargs["data_collator"], keys)
         super().__init__(*args, **kwargs)
         self.compiled_backbone = self.compile_backbone() if fast_path else None
         self._reported_warmup = 0.0

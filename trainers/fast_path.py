@@ -2,17 +2,19 @@
 
 Where the compiled region begins and ends is decided here, and only here:
 
-- **Fixed shapes** (:func:`fixed_shape_collator`): the collator's views are padded to its widest batch
-  (``data.fixed_shapes``), so the compiled backbone sees one shape instead of a new one every step. A short batch
-  (the epoch's last) runs eagerly instead of recompiling.
-- **The compiled regions are the backbone** (``model.encoder``, the bulk of the step's compute and a pure function of
-  its inputs and dropout; ESimCSE's momentum encoder too: ``model.step_backbones()``) **and the objective** (the
+- **Fixed shapes** (:func:`fixed_shape_collator`): the collator's views, and the batch keys the model names
+  (``model.fixed_width_keys()``: DiffCSE's edit rows), are padded to its widest batch (``data.fixed_shapes``), so
+  the compiled networks see one shape instead of a new one every step. A short batch (the epoch's last) runs
+  eagerly instead of recompiling.
+- **The compiled regions are the backbones** (``model.step_backbones()``: the encoder, the bulk of the step's compute
+  and a pure function of its inputs and dropout; ESimCSE's momentum encoder; DiffCSE's generator and discriminator
+  where its edit rows have the fixed width and h enters through the inputs) **and the objective** (the
   contrastive loss, ``model.step_functions()``: a few dozen small operations and their backward; its inputs are the
   step's embeddings and ESimCSE's queue, whose size grows to its capacity in the first steps: compiled with that
   size symbolic, one graph): :class:`CompiledBackbone` compiles each once (``torch.compile``; the backbones with
   ``dynamic=False``) and swaps them in for the duration of each training step, so the model's own forward and
-  ``compute_loss`` run unchanged around them (ESimCSE's queue, DiffCSE's generator and discriminator stay eager;
-  PromptBERT's template pass runs the compiled encoder at its own shape) and checkpoints, evaluation and the export
+  ``compute_loss`` run unchanged around them (ESimCSE's queue and DiffCSE's sampling stay eager; PromptBERT's
+  template pass runs the compiled encoder at its own shape) and checkpoints, evaluation and the export
   see the plain modules (evaluation's varying widths never reach the compiled graph). On one CUDA device the mode is
   ``reduce-overhead`` (CUDA graphs; each step begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's
   RNG is graph-safe: torch advances the generator's offset on every replay). ``--torch_compile_mode`` picks another
@@ -55,13 +57,16 @@ __all__ = ["COMPILE_MODES", "CompiledBackbone", "asynchronous_batches", "backbon
            "fixed_shape_collator"]
 
 
-def fixed_shape_collator(collator: Any) -> Any:
-    """``collator`` with its views padded to its ``max_width`` (:mod:`data.fixed_shapes`). A collator without
-    ``max_width`` / ``tokenizer`` is returned unchanged."""
+def fixed_shape_collator(collator: Any, keys: tuple[str, ...] = ()) -> Any:
+    """``collator`` with its views, and the further batch ``keys`` (the model's ``fixed_width_keys()``: those whose
+    padding changes no result), padded to its ``max_width`` (:mod:`data.fixed_shapes`; each key filled with the
+    collator's ``padding_values()``). A collator without ``max_width`` / ``tokenizer`` is returned unchanged."""
     if isinstance(collator, FixedShapeCollator) or not hasattr(collator, "max_width"):
         return collator
     pad_token_id = collator.tokenizer.pad_token_id
-    return FixedShapeCollator(collator, collator.max_width, 0 if pad_token_id is None else int(pad_token_id))
+    fills = collator.padding_values() if keys else {}
+    return FixedShapeCollator(collator, collator.max_width, 0 if pad_token_id is None else int(pad_token_id),
+                              {key: fills[key] for key in keys})
 
 
 def asynchronous_batches(args: Any) -> None:
