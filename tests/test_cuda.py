@@ -514,7 +514,8 @@ def test_cuda_graph_dropout_draws_new_masks_every_step(tmp_path):
 
 
 @pytest.mark.parametrize("method, extra", [("simcse", []), ("promptbert", []), ("s_simcse", []),
-                                           ("simcse", ["--dropout_masks", "row_seeded"])])
+                                           ("simcse", ["--dropout_masks", "row_seeded"])],
+                         ids=["simcse", "promptbert", "s_simcse", "simcse_row_seeded"])
 def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, extra, tmp_path, monkeypatch):
     """``run_unsup.py --torch_compile true`` on CUDA: from the end of step 4 to the log of step 8 (the batch fetch
     and copy, the Trainer's loss bookkeeping, forward, backward, clipping, fused AdamW, the scheduler, the
