@@ -127,11 +127,18 @@ def varying_lines(rng, blocks: int) -> list[str]:
     return [" ".join(rng.choices(WORDS, k=words)) for _ in range(blocks) for words in BLOCK_WORDS]
 
 
+#: The fast path under two processes (``two_fast``): the compiled backbones' keyed masks read each process's first
+#: sentence from the staged step key (rank x batch), and its batches are padded to the fixed width.
+FAST_PATH_METHODS = ("simcse", "diffcse")
+FAST_PATH = ("--torch_compile", "true", "--torch_compile_backend", "aot_eager")
+
+
 @pytest.fixture(scope="module")
 def row_seeded_runs(tmp_path_factory):
     """Every method trained 3 steps with dropout on under row-seeded masks, through its entry point: 2 processes x
-    4 sentences uncached and cached (``--cache_chunk_size 3``: chunks of 3 + 1), all 14 runs in one torchrun launch,
-    and 1 process x 8 sentences uncached. Returns the root folder; run ``<method>/<two|two_cached|one>``."""
+    4 sentences uncached and cached (``--cache_chunk_size 3``: chunks of 3 + 1) and, for :data:`FAST_PATH_METHODS`, on
+    the fast path, all 16 runs in one torchrun launch, and 1 process x 8 sentences uncached. Returns the root folder;
+    run ``<method>/<two|two_cached|two_fast|one>``."""
     import random
 
     root = tmp_path_factory.mktemp("row_seeded_ddp")
@@ -155,6 +162,7 @@ def row_seeded_runs(tmp_path_factory):
 
     two = [[ROW_SEEDED_METHODS[m][0], argv(m, run, 4, extra)] for m in ROW_SEEDED_METHODS
            for run, extra in (("two", ()), ("two_cached", ("--cache_chunk_size", "3")))]
+    two += [[ROW_SEEDED_METHODS[m][0], argv(m, "two_fast", 4, FAST_PATH)] for m in FAST_PATH_METHODS]
     run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(two)})
     scripts = {"run_unsup": run_unsup.main, "run_diffcse": run_diffcse.main}
     previous = torch.get_num_threads()
@@ -167,23 +175,34 @@ def row_seeded_runs(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("cached", [False, True], ids=["uncached", "cached"])
+@pytest.mark.parametrize("run", ["two", "two_cached"], ids=["uncached", "cached"])
 @pytest.mark.parametrize("method", list(ROW_SEEDED_METHODS))
-def test_two_processes_train_the_one_process_objective_under_row_seeded_masks(row_seeded_runs, method, cached):
+def test_two_processes_train_the_one_process_objective_under_row_seeded_masks(row_seeded_runs, method, run):
     """Issue 33: with dropout on (hidden states and attention probabilities) and lines of different lengths, each
     process pads its own half of the global batch to its own width (11 and 8 tokens; one process: 11). Row-seeded
     masks are keyed by coordinates, not by offsets from the padded width, so 2 processes x 4 sentences, uncached or
     cached, export the weights of 1 process x 8 sentences after 3 SGD steps at lr 0.1 (measured: at most 6e-8 apart;
     SGD, not AdamW, whose normalised steps would blow float32 rounding in near-zero gradients up to lr-sized
     moves). On e921ce2, whose keys used the padded width: 8e-5 (SimCSE++) to 4.3e-4 (PromptBERT) apart."""
+    assert_two_processes_export_one_process_weights(row_seeded_runs, method, run)
+
+
+@pytest.mark.parametrize("method", FAST_PATH_METHODS)
+def test_two_processes_on_the_fast_path_train_the_one_process_objective(row_seeded_runs, method):
+    """The same on the fast path (``--torch_compile true``, aot_eager): 2 processes, their backbones compiled (DiffCSE's
+    generator and discriminator too) with the keyed masks inside the graphs, export 1 eager process's weights."""
+    assert_two_processes_export_one_process_weights(row_seeded_runs, method, "two_fast")
+
+
+def assert_two_processes_export_one_process_weights(root, method: str, run: str) -> None:
+    """``root/<method>/<run>``'s exported weights are within 1e-6 of the one-process run's, and training moved them."""
     from safetensors.torch import load_file
 
-    one = load_file(row_seeded_runs / method / "one" / "export" / "hf" / "model.safetensors")
-    two = load_file(row_seeded_runs / method / ("two_cached" if cached else "two") / "export" / "hf" /
-                    "model.safetensors")
+    one = load_file(root / method / "one" / "export" / "hf" / "model.safetensors")
+    two = load_file(root / method / run / "export" / "hf" / "model.safetensors")
     assert one.keys() == two.keys()
     difference = max(float((two[name] - one[name]).abs().max()) for name in one)
     assert difference < 1e-6, f"{method}: 2 processes' export is {difference:.2e} from 1 process's"
-    initial = load_file(row_seeded_runs / "model" / "model.safetensors")
+    initial = load_file(root / "model" / "model.safetensors")
     moved = max(float((one[name] - initial[name]).abs().max()) for name in initial if name in one)
     assert moved > 1e-3, "training did not move the weights, so the comparison above proves nothing"
