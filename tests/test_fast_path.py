@@ -86,6 +86,8 @@ def test_the_fixed_width_changes_no_loss(method, files):
     assert {key for key in fixed if fixed[key].size(-1) == padded.width} - {"token_type_ids"} == {
         "input_ids", "attention_mask", *model.fixed_width_keys()}
     assert bool(model.fixed_width_keys()) == (method == "diffcse")
+    if method == "diffcse":  # the model names every edit key the collator pads, and only those
+        assert set(model.fixed_width_keys()) == set(collate.padding_values())
     expected = loss_of(model, dynamic).item()
     assert loss_of(model, fixed).item() == pytest.approx(expected, rel=PADDING_TOLERANCE)
     padding = fixed["attention_mask"] == 0  # the check of the check: the padding as tokens, attended to
