@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from data.corpus import CorpusStats
+from trainers.fast_path import backbone_compile_refusal
 
 
 @dataclass
@@ -115,7 +116,10 @@ def describe_step(config: Any, training_args: Any) -> str | None:
     if dropout_masks != "stream":
         parts.append(f"{dropout_masks} dropout masks (--dropout_masks; docs/cached_training.md)")
     if getattr(training_args, "fast_path", False):
-        parts.append("the fast path: fixed shapes, compiled backbone and loss (--torch_compile false: the eager step)")
+        refusal = backbone_compile_refusal(bool(getattr(training_args, "gradient_checkpointing", False)),
+                                           bool(cache_chunk_size))
+        compiled = "compiled backbones and loss" if refusal is None else f"the backbone eager ({refusal})"
+        parts.append(f"the fast path: fixed shapes, {compiled} (--torch_compile false: the eager step)")
     return "; ".join(parts) or None
 
 
