@@ -211,7 +211,7 @@ def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files)
         return graph_module.forward
 
     compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend)
-    steps = {}
+    steps, graph_counts = {}, []  # graph_counts: graphs compiled so far, after each fast step
     for network, step in ((model, nullcontext), (twin, lambda: compiled.step(batch["input_ids"]))):
         torch.manual_seed(3)
         random.seed(3)
@@ -222,14 +222,15 @@ def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files)
                 loss.backward()
             steps[network].append((loss.detach(), [p.grad.clone() for p in network.parameters() if p.grad is not None]))
             network.zero_grad()
-            if len(steps[network]) == 1 and network is twin:
-                graphs_after_first = len(graphs)
+            if network is twin:
+                graph_counts.append(len(graphs))
     for (eager_loss, eager_grads), (fast_loss, fast_grads) in zip(steps[model], steps[twin]):
         assert torch.equal(eager_loss, fast_loss)
         assert len(eager_grads) == len(fast_grads) and all(map(torch.equal, eager_grads, fast_grads))
-    assert len(steps[model]) == 3 and len(graphs) == graphs_after_first  # no recompile after the first step
-    networks = {"promptbert": 1, "diffcse": 2}.get(method, 0)  # PromptBERT's template pass (the encoder at its own
-    assert graphs_after_first == 2 + networks  # shape); DiffCSE's generator and discriminator; the encoder, objective
+    # the encoder and the objective, PromptBERT's template pass (the encoder at its own shape), DiffCSE's generator
+    # and discriminator: compiled at the first step, never again
+    networks = {"promptbert": 1, "diffcse": 2}.get(method, 0)
+    assert len(steps[model]) == 3 and graph_counts == [2 + networks] * 3
 
 
 def test_row_seeded_masks_compiled_by_inductor_are_the_eager_masks():

@@ -82,7 +82,7 @@ class StepDraws:
         if rows % self.count:
             raise RuntimeError(f"a pass of {rows} rows over {self.count} sentences: rows are not sentence-major")
         if compiling:  # in the graph: the staged first sentence is an input, not a constant
-            return torch.arange(rows, device=device) + self.pass_key[1].to(device) * (rows // self.count)
+            return torch.arange(rows, device=device) + self.pass_key[1] * (rows // self.count)
         key = (rows, str(device), self.first * (rows // self.count))
         if key not in self._row_ids:
             if len(self._row_ids) >= ROW_IDS_KEPT:
