@@ -19,7 +19,8 @@ the report is rewritten after every step, with each step's seconds, so a check c
    Then the real loop (:mod:`bench.real_loop`): ``run_unsup.py --method simcse`` for 1,000 steps on the fast path
    (``--torch_compile true``) and eager, then every other method's fast path for 300 steps, STS-B dev every 125
    steps: the Trainer's own sentences/s per logging window (first window = compile warm-up, then the steady state),
-   against MNRL's isolated step (step 2), evaluation seconds, a wiki1m epoch projected; and ``step_profile``: where
+   against MNRL's isolated step (step 2), evaluation seconds, a wiki1m epoch projected; SimCSE's fast path at batch
+   512 uncached and cached in chunks of 128 (the cached step's cost); and ``step_profile``: where
    the fast SimCSE step's time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part);
    ``eval_speed``: the dev evaluation's seconds per batching against its fp32 compute floor, and ``python -m eval``'s
    STS test sets (:mod:`bench.eval_speed`).
@@ -66,13 +67,17 @@ class Step:
     output: Path
 
 
-#: The real-loop runs (``bench.real_loop``): (step name, method, fast path, steps, the script's further flags). SimCSE
-#: for 1,000 steps on the fast path and eager (the issue's measure); every other method's fast path for 300, and
-#: SimCSE's with row-seeded masks (the keyed masks inside the compiled graph: their cost is its time over ``fast``'s).
-REAL_LOOPS = (("fast", "simcse", "true", "1000", ()), ("eager", "simcse", "false", "1000", ()),
-              *((f"fast_{method}", method, "true", "300", ())
+#: The real-loop runs (``bench.real_loop``): (step name, method, fast path, steps, ``bench.real_loop``'s further
+#: options, the script's further flags). SimCSE for 1,000 steps on the fast path and eager (the issue's measure);
+#: every other method's fast path for 300, and SimCSE's with row-seeded masks (the keyed masks inside the compiled
+#: graph: their cost is its time over ``fast``'s); SimCSE at batch 512 uncached and cached in chunks of 128 (row-seeded
+#: masks, the cached step's default), both on the fast path: the cached step's cost is the ratio of their rates.
+REAL_LOOPS = (("fast", "simcse", "true", "1000", (), ()), ("eager", "simcse", "false", "1000", (), ()),
+              *((f"fast_{method}", method, "true", "300", (), ())
                 for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")),
-              ("fast_row_seeded", "simcse", "true", "300", ("--dropout_masks", "row_seeded")))
+              ("fast_row_seeded", "simcse", "true", "300", (), ("--dropout_masks", "row_seeded")),
+              ("fast_b512", "simcse", "true", "200", ("--batch_size", "512"), ()),
+              ("fast_b512_cached", "simcse", "true", "200", ("--batch_size", "512"), ("--cache_chunk_size", "128")))
 
 #: ``--quick``: what users run first, then the CUDA tests and the isolated step at batch 64.
 QUICK_STEPS = ("end_to_end", "cuda_tests", "throughput_b64")
@@ -87,11 +92,11 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
         Step("end_to_end", (python, "-m", "bench.gpu_e2e", "--work_dir", str(work_dir / "e2e"), *vocab,
                             "--output_json", str(work_dir / "end_to_end.json")), work_dir / "end_to_end.json"),
         *(Step(f"real_loop_{name}", (python, "-m", "bench.real_loop", "--method", method, "--fast_path", flag,
-                                     "--steps", steps, *vocab, "--workdir", str(work_dir / "real_loop"),
+                                     "--steps", steps, *options, *vocab, "--workdir", str(work_dir / "real_loop"),
                                      "--output_json", str(work_dir / f"real_loop_{name}.json"),
                                      *(("--", *extra) if extra else ())),
                work_dir / f"real_loop_{name}.json")
-          for name, method, flag, steps, extra in REAL_LOOPS),
+          for name, method, flag, steps, options, extra in REAL_LOOPS),
         Step("step_profile", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true", "--steps",
                               "120", "--profile_steps", "80:120", *vocab, "--workdir", str(work_dir / "real_loop"),
                               "--output_json", str(work_dir / "step_profile.json")), work_dir / "step_profile.json"),
@@ -211,25 +216,26 @@ def markdown(report: dict) -> str:
                   "figures)", "", end_to_end_markdown(end_to_end), ""]
     loops = [report[f"real_loop_{name}"] for name, *_ in REAL_LOOPS if report.get(f"real_loop_{name}")]
     if loops:
-        mnrl = next((r["sentences_per_second"] for r in (report.get("throughput_b64") or {}).get("results", [])
-                     if r["name"] == "st_mnrl"), None)
-        lines += ["## The real loop (`run_unsup.py` / `run_diffcse.py`, BERT-base config, random weights, batch 64, "
-                  "length 32, bf16; the Trainer's own sentences/s per logging window)", "",
-                  "| method | loop | steps | first window (warm-up) | steady (median of the rest) | x MNRL (isolated "
-                  "step, batch 64) | compile warm-up s | dev evaluation s | wall s | wiki1m epoch projected |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        mnrl = {batch: next((r["sentences_per_second"] for r in (report.get(f"throughput_b{batch}") or {})
+                            .get("results", []) if r["name"] == "st_mnrl"), None) for batch in (64, 512)}
+        lines += ["## The real loop (`run_unsup.py` / `run_diffcse.py`, BERT-base config, random weights, length 32, "
+                  "bf16; the Trainer's own sentences/s per logging window)", "",
+                  "| method | loop | batch | steps | first window (warm-up) | steady (median of the rest) | x MNRL "
+                  "(isolated step, same batch) | compile warm-up s | dev evaluation s | wall s | wiki1m epoch "
+                  "projected |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for loop in loops:
             def cell(key: str, fmt: str = "{:,.1f}") -> str:
                 return fmt.format(loop[key]) if isinstance(loop.get(key), (int, float)) else "-"
 
-            steady = loop.get("steady_sentences_per_second")
-            ratio = f"{steady / mnrl:.2f}x" if steady and mnrl else "-"
+            steady, batch = loop.get("steady_sentences_per_second"), loop.get("batch_size", 64)
+            ratio = f"{steady / mnrl[batch]:.2f}x" if steady and mnrl.get(batch) else "-"
             kind = "fast path (--torch_compile true)" if loop.get("fast_path") else "eager"
             kind += "".join(f" {flag}" for flag in loop.get("flags", []))
-            lines.append(f"| {loop['method']} | {kind} | {loop['steps']} | {cell('warmup_sentences_per_second')} | "
-                         f"{cell('steady_sentences_per_second')} | {ratio} | {cell('compile_warmup_seconds')} | "
-                         f"{cell('evaluation_seconds', '{:.2f}')} | {cell('wall_seconds')} | "
-                         f"{cell('wiki1m_epoch_minutes', '{:.1f} min')} |")
+            lines.append(f"| {loop['method']} | {kind} | {batch} | {loop['steps']} | "
+                         f"{cell('warmup_sentences_per_second')} | {cell('steady_sentences_per_second')} | {ratio} | "
+                         f"{cell('compile_warmup_seconds')} | {cell('evaluation_seconds', '{:.2f}')} | "
+                         f"{cell('wall_seconds')} | {cell('wiki1m_epoch_minutes', '{:.1f} min')} |")
         lines.append("")
     profile = (report.get("step_profile") or {}).get("step_profile")
     if profile:

@@ -17,12 +17,13 @@ What is read is the Trainer's own record, ``<output_dir>/trainer_state.json``'s 
 between log lines, without a sync in the step), the fast path's ``compile_warmup_seconds`` and each evaluation's
 ``eval_runtime``. Reported: the first window (compile warm-up) apart from the steady state (the median of the later
 windows), the evaluation's median seconds, the script's wall time, and a wiki1m epoch projected at the steady rate:
-15,625 steps of 64 sentences + one dev evaluation every 125 steps (+ the warm-up).
+1,000,000 sentences (15,625 steps of 64) + one dev evaluation every ``--eval_steps`` steps (+ the warm-up).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -34,8 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
-WIKI1M_STEPS = 15_625  # one epoch of wiki1m (1,000,000 sentences) at batch 64
-WIKI1M_EVALUATIONS = WIKI1M_STEPS // 125
+WIKI1M_SENTENCES = 1_000_000  # one epoch of wiki1m: 15,625 steps at batch 64, 1,954 at 512
 
 __all__ = ["LoopResult", "build_inputs", "main", "read_log", "real_vocabulary", "run_script", "save_backbone"]
 
@@ -192,8 +192,9 @@ def summarise(args: argparse.Namespace, record: dict[str, Any], wall: float, com
     evaluation = statistics.median(record["evaluations"]) if record["evaluations"] else None
     projection = None
     if steady:
-        minutes = WIKI1M_STEPS * args.batch_size / steady + WIKI1M_EVALUATIONS * (evaluation or 0.0)
-        projection = round((minutes + (record["compile_warmup_seconds"] or 0.0)) / 60, 1)
+        evaluations = math.ceil(WIKI1M_SENTENCES / args.batch_size) // args.eval_steps
+        seconds = WIKI1M_SENTENCES / steady + evaluations * (evaluation or 0.0)
+        projection = round((seconds + (record["compile_warmup_seconds"] or 0.0)) / 60, 1)
     return LoopResult(
         method=args.method, fast_path=args.fast_path, device=args.device, steps=args.steps, batch_size=args.batch_size,
         window_sentences_per_second=windows, warmup_sentences_per_second=windows[0] if windows else None,

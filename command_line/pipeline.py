@@ -116,6 +116,10 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         metrics.update(trainer.evaluate(metric_key_prefix="before"))  # the pretrained model's STS-B dev
     train_result = trainer.train(resume_from_checkpoint=resume)
     metrics.update(train_result.metrics)
+    compile_failure = trainer.compiled_backbone.failure if trainer.compiled_backbone is not None else None
+    if compile_failure:
+        warnings.append(f"the fast path's compiled step failed ({compile_failure}): the run trained with the eager "
+                        "step from there on")
     metrics["train_precision"] = training_precision(training_args.bf16, training_args.fp16)
     metrics["evaluation_seconds"] = round(trainer.evaluation_seconds, 2)  # of train_runtime (not training throughput)
     metrics.update(peak_accelerator_memory())
@@ -142,7 +146,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             evaluation_seconds=trainer.evaluation_seconds,
             wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
             tensorboard_dir=tensorboard_dir(training_args), warnings=warnings,
-            step=describe_step(model.config, training_args),
+            step=describe_step(model.config, training_args, compile_failure),
             precision=metrics["train_precision"])),
             flush=True)
     return metrics

@@ -106,9 +106,9 @@ def format_summary(summary: RunSummary) -> str:
     return "\n".join(lines)
 
 
-def describe_step(config: Any, training_args: Any) -> str | None:
-    """The summary's ``step:`` line from the model's config and the training arguments, or ``None`` for the plain
-    step (uncached, stream masks, eager)."""
+def describe_step(config: Any, training_args: Any, compile_failure: str | None = None) -> str | None:
+    """The summary's ``step:`` line from the model's config and the training arguments (and why the fast path's
+    compiled step was given up, if it was), or ``None`` for the plain step (uncached, stream masks, eager)."""
     dropout_masks, cache_chunk_size = config.dropout_masks, getattr(training_args, "cache_chunk_size", None)
     parts = []
     if cache_chunk_size:
@@ -117,7 +117,9 @@ def describe_step(config: Any, training_args: Any) -> str | None:
         parts.append(f"{dropout_masks} dropout masks (--dropout_masks; docs/cached_training.md)")
     if getattr(training_args, "fast_path", False):
         refusal = backbone_compile_refusal(bool(getattr(training_args, "gradient_checkpointing", False)),
-                                           bool(cache_chunk_size))
+                                           bool(cache_chunk_size), keyed_masks=dropout_masks == "row_seeded")
+        if compile_failure:
+            refusal = f"its compiled step failed: {compile_failure}"
         compiled = "compiled backbones and loss" if refusal is None else f"the backbone eager ({refusal})"
         parts.append(f"the fast path: fixed shapes, {compiled} (--torch_compile false: the eager step)")
     return "; ".join(parts) or None

@@ -104,22 +104,27 @@ def test_the_real_loop_benchmark_runs_the_script_and_reads_its_log(tmp_path, mon
     assert result.warmup_sentences_per_second == windows[0]
     assert result.steady_sentences_per_second == pytest.approx((windows[1] + windows[2]) / 2)
     assert result.evaluations == 0 and result.compile_warmup_seconds is None and result.final_loss is not None
-    assert result.wiki1m_epoch_minutes == pytest.approx(15625 * 8 / result.steady_sentences_per_second / 60, abs=0.1)
+    # a wiki1m epoch is 1,000,000 sentences at any batch (125,000 steps of 8); no evaluation in this run
+    assert result.wiki1m_epoch_minutes == pytest.approx(1_000_000 / result.steady_sentences_per_second / 60, abs=0.1)
     assert "run_unsup.py --model_name_or_path" in json.loads(out.read_text())["command"]
 
 
 def test_the_real_loop_projection_counts_evaluations_and_warmup() -> None:
-    """A wiki1m epoch = 15,625 steps at the steady rate + 125 dev evaluations + the compile warm-up."""
+    """A wiki1m epoch = 1,000,000 sentences at the steady rate + a dev evaluation every --eval_steps steps (125 at
+    batch 64: 15,625 steps; 15 at batch 512: 1,954 steps) + the compile warm-up."""
     import argparse
 
     from bench.real_loop import summarise
 
-    args = argparse.Namespace(method="simcse", fast_path=True, device="cuda", steps=1000, batch_size=64)
     record = {"windows": [500.0, 6400.0, 6000.0, 6800.0], "compile_warmup_seconds": 60.0,
               "evaluations": [0.3, 0.2, 0.25], "final_loss": 0.01}
-    result = summarise(args, record, 100.0, ["python", "run_unsup.py"])
-    assert result.steady_sentences_per_second == 6400.0 and result.evaluation_seconds == 0.25
-    assert result.wiki1m_epoch_minutes == pytest.approx((15625 * 64 / 6400 + 125 * 0.25 + 60) / 60, abs=0.05)
+    for batch_size, evaluations in ((64, 125), (512, 15)):
+        args = argparse.Namespace(method="simcse", fast_path=True, device="cuda", steps=1000, batch_size=batch_size,
+                                  eval_steps=125)
+        result = summarise(args, record, 100.0, ["python", "run_unsup.py"])
+        assert result.steady_sentences_per_second == 6400.0 and result.evaluation_seconds == 0.25
+        assert result.wiki1m_epoch_minutes == pytest.approx((1_000_000 / 6400 + evaluations * 0.25 + 60) / 60,
+                                                            abs=0.05)
 
 
 def test_real_loop_runs_in_one_work_directory_share_their_inputs(tmp_path, monkeypatch) -> None:

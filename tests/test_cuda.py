@@ -489,6 +489,50 @@ def test_row_seeded_cuda_graph_fast_path_equals_the_eager_step(method, settings,
     assert compiled.compiled_steps == 3 and compiled.cuda_graphs and len(set(losses)) == 3
 
 
+@pytest.mark.parametrize("method", ["simcse", "s_simcse", "diffcse"])
+def test_compiled_cached_step_equals_the_eager_cached_step_on_cuda(method, tmp_path):
+    """The cached step with its backbones compiled by inductor on the GPU (its mode: no CUDA graphs), row-seeded masks,
+    dropout ON, chunks of 5 of 8 sentences (a short last chunk of 3): three steps give the eager cached steps' losses
+    and gradients within bf16 tolerance, i.e. each chunk's replay drew the no-grad pass's masks from its staged
+    key."""
+    import contextlib
+
+    from transformers import AutoTokenizer
+
+    from data.fixed_shapes import FixedShapeCollator
+    from tests.tiny import save_tiny_generator
+    from trainers.cached_step import cached_forward_backward
+    from trainers.fast_path import CompiledBackbone, compile_mode
+    from trainers.keyed_dropout import keyed_step
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.1)
+    extra = {"generator_name": str(save_tiny_generator(tmp_path / "generator"))} if method == "diffcse" else {}
+    torch.manual_seed(0)
+    model = build_model(method, str(backbone), dropout_masks="row_seeded", **extra).to(CUDA).train()
+    twin = copy.deepcopy(model)
+    rows = [{"text": t} for t in FAST_PATH_TEXTS]
+    collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
+    fills = collate.padding_values() if model.fixed_width_keys() else {}
+    batch = on_cuda(FixedShapeCollator(collate, 32, 0, {key: fills[key] for key in model.fixed_width_keys()})(rows))
+    mode = compile_mode(None, CUDA, 1, bf16=True, cached_step=True)
+    compiled = CompiledBackbone(twin, mode, len(rows), chunk_size=5)
+
+    def step(network, context, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        random.seed(seed)  # the step's key
+        network.zero_grad(set_to_none=True)
+        with keyed_step(network, len(rows)), context:
+            loss, _ = cached_forward_backward(network, batch, 5,
+                                              autocast=lambda: torch.autocast(CUDA.type, dtype=torch.bfloat16))
+        return loss.float().clone(), flat_grad(network).clone()
+
+    for seed in range(3):
+        eager_loss, eager_grad = step(model, contextlib.nullcontext(), seed)
+        fast_loss, fast_grad = step(twin, compiled.step(batch["input_ids"]), seed)
+        assert abs(fast_loss - eager_loss) <= 2e-2 * abs(eager_loss), (seed, fast_loss, eager_loss)
+        assert torch.nn.functional.cosine_similarity(fast_grad, eager_grad, dim=0) > 0.99
+    assert mode == "default" and compiled.compiled_steps == 3 and not compiled.cuda_graphs
+
+
 def test_cuda_graph_dropout_draws_new_masks_every_step(tmp_path):
     """Graph-safe dropout RNG: with dropout on, the compiled step's loss on the same batch differs from step to
     step (a mask frozen into the CUDA graph would repeat it)."""

@@ -124,8 +124,12 @@ def test_the_fast_path_is_the_default_of_one_gpu_training_in_bf16(monkeypatch):
     assert args.fast_path and not args.torch_compile  # ours, not the Trainer's whole-model compile
     assert "the fast path: fixed shapes, compiled backbones" in describe_step(Namespace(dropout_masks="stream"), args)
     cached = CLTrainingArguments(output_dir="x", report_to="none", cache_chunk_size=16)
-    assert "the fast path: fixed shapes, the backbone eager (the cached step runs it" in describe_step(
-        Namespace(dropout_masks="row_seeded"), cached)
+    assert "the fast path: fixed shapes, compiled backbones" in describe_step(Namespace(dropout_masks="row_seeded"),
+                                                                              cached)
+    assert "the fast path: fixed shapes, the backbone eager (the cached step replays each chunk's stream" in (
+        describe_step(Namespace(dropout_masks="stream"), cached))
+    assert "the backbone eager (its compiled step failed: InductorError at step 1: boom)" in describe_step(
+        Namespace(dropout_masks="stream"), args, "InductorError at step 1: boom")
     assert not CLTrainingArguments(output_dir="x", report_to="none", torch_compile=False).fast_path
     assert not CLTrainingArguments(output_dir="x", report_to="none", bf16=False).fast_path
     assert not default_fast_path(on_cpu=False, bf16=True, processes=2)

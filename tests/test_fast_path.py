@@ -272,19 +272,151 @@ def test_row_seeded_masks_compiled_by_inductor_are_the_eager_masks():
     assert len(graphs) == 1
 
 
-def test_the_cached_step_keeps_its_backbone_eager_on_the_fast_path(files, tmp_path, caplog):
-    """The cached step runs the backbone chunk by chunk, twice: it is not compiled (a warning says why), and the run
-    still gets the fixed shapes and logs the eager cached run's steps."""
-    cached = ["--cache_chunk_size", "4"]
+@pytest.mark.parametrize("method, graphs", [("simcse", 5), ("sup_simcse", 5), ("esimcse", 7), ("simcse_pp", 5),
+                                           ("s_simcse", 5), ("promptbert", 6), ("diffcse", 11)])
+def test_the_cached_step_in_the_graph_is_the_eager_cached_step(method, graphs, files):
+    """The cached step (row-seeded masks, its default) with the compiled backbones: chunks of 4 of the 6 sentences (a
+    short last chunk), each encoded without gradients, then replayed with them. Three steps from the same random
+    state give the eager cached steps' losses and gradients exactly (the replay's graph computes the no-grad pass's
+    masks from the chunk's staged key; any other mask shows in the gradients), and the graphs are compiled in the
+    first steps only: each backbone at 2 grad modes x 2 chunk sizes (DiffCSE's generator without gradients only),
+    the objective once (ESimCSE's again at the second step, its queue's size symbolic), PromptBERT's template pass
+    once."""
+    from trainers.cached_step import cached_forward_backward
+    from trainers.fast_path import CompiledBackbone
+
+    settings = {"dropout_masks": "row_seeded", **METHODS[method]}
+    if method == "diffcse":
+        settings["generator_name"] = str(files["generator"])
+    torch.manual_seed(0)
+    model = build_model(method, str(files["dropout_encoder"]), **settings).train()
+    twin = copy.deepcopy(model)
+    collate = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12)
+    batch = fixed_shape_collator(collate, model.fixed_width_keys())(ROWS)
+    compiled_graphs = []
+
+    def counting_backend(graph_module, example_inputs):
+        compiled_graphs.append(graph_module)
+        return graph_module.forward
+
+    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend, chunk_size=4)
+    steps, graph_counts = {}, []
+    for network, step in ((model, nullcontext), (twin, lambda: compiled.step(batch["input_ids"]))):
+        torch.manual_seed(3)
+        random.seed(3)
+        steps[network] = []
+        for _ in range(3):
+            with keyed_step(network, len(ROWS)), step():
+                loss, _ = cached_forward_backward(network, batch, 4)
+            steps[network].append((loss, [p.grad.clone() for p in network.parameters() if p.grad is not None]))
+            network.zero_grad()
+            network.on_optimizer_step()
+            if network is twin:
+                graph_counts.append(len(compiled_graphs))
+    for (eager_loss, eager_grads), (fast_loss, fast_grads) in zip(steps[model], steps[twin]):
+        assert torch.equal(eager_loss, fast_loss)
+        assert len(eager_grads) == len(fast_grads) > 30 and all(map(torch.equal, eager_grads, fast_grads))
+    assert graph_counts[1:] == [graphs] * 2 and (graph_counts[0] == graphs) == (method != "esimcse")
+
+
+def test_the_cached_step_makes_room_for_its_graphs_in_dynamos_cache(files):
+    """Dynamo compiles at most ``recompile_limit`` (8) graphs per code object, and the HF models' forwards share one:
+    the cached step's backbones need a graph per grad mode and chunk size each. Past the limit they would run
+    eagerly with a warning only; the fast path raises it, and only for the cached step."""
+    from trainers.fast_path import CompiledBackbone, recompile_limit
+
+    assert recompile_limit(1, 64, None) == 2 and recompile_limit(3, 64, None) == 6  # the uncached step: within 8
+    assert recompile_limit(1, 512, 128) == 3  # one chunk size: 2 grad modes, + PromptBERT's template pass
+    assert recompile_limit(3, 6, 4) == 15  # DiffCSE: encoder, generator, discriminator; chunks of 4 and 2
+    assert recompile_limit(1, 6, 6) == recompile_limit(1, 6, 100) == 3
+    model = tiny_model("diffcse", files)
+    with torch._dynamo.config.patch(recompile_limit=8):  # dynamo's default (the suite runs with more room)
+        CompiledBackbone(model, "default", 6, backend="aot_eager")
+        assert torch._dynamo.config.recompile_limit == 8
+        CompiledBackbone(model, "default", 6, backend="aot_eager", chunk_size=4)
+        assert torch._dynamo.config.recompile_limit == 15
+
+
+def test_a_cached_run_compiles_its_backbones_on_the_fast_path(files, tmp_path, caplog):
+    """Through ``run_unsup.py``: a cached run (chunks of 3 of 8 sentences: a short last chunk; row-seeded masks, its
+    default) with ``--torch_compile true`` compiles its backbones without CUDA graphs and logs the eager cached run's
+    steps; with ``--dropout_masks stream`` (replayed by restoring the RNG state) the backbone stays eager, a warning
+    says why, and the batches still have the fixed width."""
+    cached = ["--cache_chunk_size", "3"]
+    fast_flags = ["--torch_compile", "true", "--torch_compile_backend", "aot_eager"]
     eager, _ = run_script("simcse", files, tmp_path / "eager", cached, "dropout_encoder")
-    with caplog.at_level("WARNING", logger="trainers.cl_trainer"):
-        fast, trainer = run_script("simcse", files, tmp_path / "fast",
-                                   cached + ["--torch_compile", "true", "--torch_compile_backend", "aot_eager"],
-                                   "dropout_encoder")
-    assert trainer.compiled_backbone is None and isinstance(trainer.data_collator, FixedShapeCollator)
-    assert "the backbone stays eager because the cached step runs it chunk by chunk" in caplog.text
+    fast, trainer = run_script("simcse", files, tmp_path / "fast", cached + fast_flags, "dropout_encoder")
+    compiled = trainer.compiled_backbone
+    assert trainer.model.config.dropout_masks == "row_seeded" and compiled is not None and compiled.mode == "default"
+    assert (compiled.compiled_steps, compiled.eager_steps) == (4, 1)
+    assert len(fast) == len(eager) == 5
     for step, (a, b) in enumerate(zip(eager, fast), start=1):
         assert math.isclose(a["loss"], b["loss"], rel_tol=LOSS_TOLERANCE), (step, a["loss"], b["loss"])
+        assert math.isclose(a["grad_norm"], b["grad_norm"], rel_tol=GRAD_NORM_TOLERANCE), (step, a, b)
+    with caplog.at_level("WARNING", logger="trainers.cl_trainer"):
+        _, trainer = run_script("simcse", files, tmp_path / "stream",
+                                cached + fast_flags + ["--dropout_masks", "stream"], "dropout_encoder")
+    assert trainer.compiled_backbone is None and isinstance(trainer.data_collator, FixedShapeCollator)
+    assert "the backbone stays eager because the cached step replays each chunk's stream dropout masks" in caplog.text
+
+
+def register_failing_backends() -> None:
+    """``fails_compiling_forward``: a backend that raises when dynamo hands it the first graph (a compiler error);
+    ``fails_compiling_backward``: one that compiles the forward (eager kernels) and raises when the first backward
+    needs its graph, i.e. after the forward ran: dropout drew from the generator and ESimCSE enqueued its batch."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+
+    def fail(graph_module, example_inputs):
+        raise RuntimeError("the test's compiler refuses this graph")
+
+    for name, backend in (("fails_compiling_forward", fail),
+                          ("fails_compiling_backward", aot_autograd(fw_compiler=boxed_nop, bw_compiler=fail))):
+        if name not in torch._dynamo.list_backends(exclude_tags=()):
+            torch._dynamo.register_backend(backend, name=name)
+
+
+@pytest.mark.parametrize("method, backend, extra", [
+    ("esimcse", "fails_compiling_backward", []), ("simcse", "fails_compiling_forward", []),
+    ("simcse", "fails_compiling_backward", ["--cache_chunk_size", "3"])])
+def test_a_warm_up_step_that_fails_falls_back_to_the_eager_step(method, backend, extra, files, tmp_path, caplog,
+                                                                 capsys):
+    """A compiled step that fails in its warm-up (its compiler raising, in the forward or in the first backward) is
+    undone (RNG states, buffers such as ESimCSE's queue, gradients, logged metrics) and run again eagerly, and so is
+    every later step: the run logs exactly the steps of the fast path's eager twin (its fixed shapes, the backbone
+    never compiled), a warning says what failed, and the summary repeats it. (Dropout on, stream masks: the failed
+    forward's draws and ESimCSE's enqueued batch would otherwise show.)"""
+    register_failing_backends()
+    flags = extra + ["--torch_compile", "true", "--torch_compile_backend", backend]
+    with pytest.MonkeyPatch.context() as never_compiled:
+        never_compiled.setattr(CLTrainer, "compile_backbone", lambda self: None)
+        eager, _ = run_script(method, files, tmp_path / "eager", flags, "dropout_encoder")
+    capsys.readouterr()
+    with caplog.at_level("WARNING", logger="trainers.fast_path"):
+        fast, trainer = run_script(method, files, tmp_path / "fast", flags, "dropout_encoder")
+    assert [(row["loss"], row["grad_norm"]) for row in fast] == [(row["loss"], row["grad_norm"]) for row in eager]
+    compiled = trainer.compiled_backbone
+    assert compiled.failure.startswith(("RuntimeError at step 1: ",
+                                        "RuntimeError in BackendCompilerFailed at step 1: "))
+    assert compiled.failure.endswith(": the test's compiler refuses this graph")
+    assert (compiled.compiled_steps, compiled.eager_steps) == (0, 5)
+    assert "fast path: the compiled step failed" in caplog.text
+    summary = capsys.readouterr().out
+    assert "the backbone eager (its compiled step failed:" in summary and "the run trained with the eager" in summary
+
+
+def test_a_step_that_fails_eagerly_too_raises_its_error(files, tmp_path, monkeypatch):
+    """The fallback hides nothing: when the eager step fails as well, its error is the run's."""
+    register_failing_backends()
+    from models.base import ContrastiveModel
+
+    def broken(self, *args, **kwargs):
+        raise ValueError("a broken model")
+
+    monkeypatch.setattr(ContrastiveModel, "forward", broken)
+    with pytest.raises(ValueError, match="a broken model"):
+        run_script("simcse", files, tmp_path / "broken",
+                   ["--torch_compile", "true", "--torch_compile_backend", "fails_compiling_forward"])
 
 
 def test_esimcse_compiles_its_momentum_encoder_too(files):
@@ -403,3 +535,17 @@ def test_cuda_graphs_only_for_one_gpu_training_in_bf16():
     assert compile_mode(None, cuda, 2, bf16=True) == "default"
     assert compile_mode(None, cpu, 1, bf16=True) == "default"
     assert compile_mode("max-autotune-no-cudagraphs", cuda, 1, bf16=True) == "max-autotune-no-cudagraphs"
+
+
+def test_the_cached_step_compiles_without_cuda_graphs():
+    """A CUDA graph replayed for the next chunk would overwrite the outputs the cached step still holds: its default
+    mode has none, and a mode with them is refused with the reason."""
+    from trainers.errors import UsageError
+    from trainers.fast_path import CUDA_GRAPH_MODES, compile_mode
+
+    cuda = torch.device("cuda", 0)
+    assert compile_mode(None, cuda, 1, bf16=True, cached_step=True) == "default"
+    assert compile_mode("max-autotune-no-cudagraphs", cuda, 1, cached_step=True) == "max-autotune-no-cudagraphs"
+    for mode in CUDA_GRAPH_MODES:
+        with pytest.raises(UsageError, match="CUDA graphs replay one graph per chunk"):
+            compile_mode(mode, cuda, 1, cached_step=True)

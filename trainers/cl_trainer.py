@@ -32,8 +32,8 @@ from .cached_step import cached_loss, refuse_unsupported
 from .curves import TrainingCurvesCallback
 from .divergence import DivergenceMonitor
 from .errors import UsageError
-from .fast_path import CompiledBackbone, backbone_compile_refusal, compile_mode, fixed_shape_collator
-from .keyed_dropout import keyed_step
+from .fast_path import CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator
+from .keyed_dropout import keyed_step, step_draws
 from .trainer_adapter import TrainerAdapter, pin_tensorboard_dir
 
 logger = logging.getLogger(__name__)
@@ -112,14 +112,16 @@ class CLTrainer(TrainerAdapter):
     def compile_backbone(self) -> CompiledBackbone | None:
         """The fast path's compiled backbone (:mod:`trainers.fast_path`), or ``None`` (logged) where the backbone
         must stay eager; the fixed shapes and the sync-free loop apply either way."""
-        cached_step = bool(getattr(self.args, "cache_chunk_size", None))
-        refusal = backbone_compile_refusal(self.args.gradient_checkpointing, cached_step)
+        chunk_size = getattr(self.args, "cache_chunk_size", None)
+        refusal = backbone_compile_refusal(self.args.gradient_checkpointing, bool(chunk_size),
+                                           keyed_masks=step_draws(self.model) is not None)
         if refusal:
             logger.warning("fast path: the backbone stays eager because %s; batches still have fixed shapes", refusal)
             return None
-        mode = compile_mode(self.args.fast_path_mode, self.args.device, self.args.world_size, bool(self.args.bf16))
+        mode = compile_mode(self.args.fast_path_mode, self.args.device, self.args.world_size, bool(self.args.bf16),
+                            cached_step=bool(chunk_size))
         return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
-                                backend=self.args.fast_path_backend)
+                                backend=self.args.fast_path_backend, chunk_size=chunk_size)
 
     def fast_step(self, inputs: dict[str, Any]):
         """The context of one training step: the compiled backbone swapped in on the fast path, else nothing."""
@@ -184,9 +186,26 @@ class CLTrainer(TrainerAdapter):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """The stock step (``compute_loss``, then the backward, scaled for gradient accumulation), inside one
-        :func:`trainers.keyed_dropout.keyed_step` (row-seeded masks: the step's seed, for its forward and backward)."""
+        :func:`trainers.keyed_dropout.keyed_step` (row-seeded masks: the step's seed, for its forward and backward).
+        A fast-path warm-up step of one process is guarded: if it fails, the state before it is restored and it runs
+        again eagerly (:mod:`trainers.fast_path`)."""
         if self._throughput_mark is None:
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
+        backbone = self.compiled_backbone
+        if backbone is None or self.args.world_size > 1 or not backbone.warming_up(inputs["input_ids"]):
+            return self._step(model, inputs, num_items_in_batch)
+        snapshot = StepSnapshot.take(self.model)
+        metrics = dict(self._metric_sums), self._metric_count, self.divergence.first_bad_step
+        try:
+            return self._step(model, inputs, num_items_in_batch)
+        except Exception as error:  # noqa: BLE001 - any failure of the compiled step: the eager step decides
+            snapshot.restore(self.model)
+            self._metric_sums, self._metric_count, self.divergence.first_bad_step = metrics
+            backbone.give_up(error, self.state.global_step + 1)
+        # outside the handler: the failed step's traceback, and the activations its frames hold, are gone
+        return self._step(model, inputs, num_items_in_batch)
+
+    def _step(self, model, inputs, num_items_in_batch):
         with keyed_step(self.model, inputs["input_ids"].size(0)), self.fast_step(inputs):
             return super().training_step(model, inputs, num_items_in_batch)
 

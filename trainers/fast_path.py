@@ -23,9 +23,23 @@ Where the compiled region begins and ends is decided here, and only here:
   whose sizes are fixed by the config) are traced as they are; with ``--dropout_masks row_seeded`` the step's seed and
   the pass's first sentence reach the graph as a device tensor (``StepDraws.stage``), from which it computes the
   keyed masks, the same bits as the eager pass.
+- **The cached step** (``--cache_chunk_size``, ``trainers/cached_step.py``) runs the compiled backbones chunk by chunk,
+  twice (without gradients, then replayed with them): a graph per grad mode and chunk shape (the last chunk may be
+  shorter), four at most. Its masks are row-seeded (its default): each chunk's are computed in the graph from the
+  staged key (:func:`trainers.keyed_dropout.pass_sentences` stages each chunk's first sentence), so the replay draws
+  the first pass's masks by construction. Its mode never has CUDA graphs (:func:`compile_mode`): a graph replayed
+  for the next chunk would overwrite the outputs the step still holds (the chunks' embeddings, the replay's
+  activations).
 - The backbone stays eager where compiling it would break a contract: gradient checkpointing recomputes layers
-  outside the step, and the cached step (``trainers/cached_step.py``) runs it chunk by chunk, twice (without gradients,
-  then replayed with them), at shapes of its own. Those runs still get the fixed shapes and the sync-free loop.
+  outside the step, and a cached step with ``--dropout_masks stream`` replays a chunk's masks by restoring the RNG
+  state, which nothing checks a compiled graph's draws to follow. Those runs still get the fixed shapes and the
+  sync-free loop.
+- **A warm-up that fails falls back to the eager step**: the graphs are compiled in the first full-size steps
+  (:data:`WARMUP_STEPS`); each runs after a :class:`StepSnapshot` (RNG states, buffers, gradients), and if it raises
+  (a compiler's error, an out-of-memory in a CUDA graph's pool...), the snapshot is restored, the backbones stay eager
+  for the rest of the run (a warning with the error; the run summary repeats it) and the step runs again eagerly: a
+  single process then trains what the eager run trains. If the eager step fails too, its error is raised. Several
+  processes raise the first error (DDP's reducer does not survive a failed backward).
 - **No host-device sync** in the loop between logging steps: the Trainer's NaN/inf filter is off
   (``CLTrainingArguments.logging_nan_inf_filter``; :class:`trainers.divergence.DivergenceMonitor` catches a
   non-finite loss on the device), batches are copied to the device asynchronously from pinned memory
@@ -37,8 +51,10 @@ gradients against the eager step's, and that padding changes no loss.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -46,15 +62,23 @@ from torch import nn
 
 from data.fixed_shapes import FixedShapeCollator
 
+from .cached_step import RNGState, capture_rng, chunk_bounds, restore_rng
+from .errors import UsageError
 from .keyed_dropout import step_draws
 
 logger = logging.getLogger(__name__)
 
 #: ``torch.compile``'s modes (``--torch_compile_mode``).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: The first full-size steps of a run on the fast path, in which it compiles its graphs (the first step; ESimCSE's
+#: objective once more at the second, its queue's size then symbolic): each runs guarded by a :class:`StepSnapshot`.
+WARMUP_STEPS = 2
+#: The modes that capture CUDA graphs.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
-__all__ = ["COMPILE_MODES", "CompiledBackbone", "asynchronous_batches", "backbone_compile_refusal", "compile_mode",
-           "fixed_shape_collator"]
+__all__ = ["COMPILE_MODES", "CUDA_GRAPH_MODES", "CompiledBackbone", "StepSnapshot", "WARMUP_STEPS",
+           "asynchronous_batches", "backbone_compile_refusal", "compile_mode", "fixed_shape_collator",
+           "recompile_limit"]
 
 
 def fixed_shape_collator(collator: Any, keys: tuple[str, ...] = ()) -> Any:
@@ -77,25 +101,48 @@ def asynchronous_batches(args: Any) -> None:
         args.accelerator_config.non_blocking = True
 
 
-def compile_mode(requested: str | None, device: torch.device, processes: int, bf16: bool = True) -> str:
+def compile_mode(requested: str | None, device: torch.device, processes: int, bf16: bool = True,
+                 cached_step: bool = False) -> str:
     """The ``torch.compile`` mode: ``requested`` (``--torch_compile_mode``) if given, else ``reduce-overhead``
     (CUDA graphs) on one CUDA device training in bf16 autocast (the GPU default, the set-up measured on an H200),
     else ``default``: a CPU; several processes, whose gradient all-reduce runs inside the backward a CUDA graph
     would capture; fp32 training, where the CUDA-graph step failed on an H200 (torch 2.11: "accessing tensor output
-    of CUDAGraphs that has been overwritten by a subsequent run" in the backward; docs/benchmarks.md)."""
+    of CUDAGraphs that has been overwritten by a subsequent run" in the backward; docs/benchmarks.md); the cached step
+    (``cached_step``), which calls each graph once per chunk and holds every call's outputs: a mode with CUDA graphs
+    is refused there."""
+    if cached_step and requested in CUDA_GRAPH_MODES:
+        raise UsageError(f"--torch_compile_mode {requested} with --cache_chunk_size: CUDA graphs replay one graph per "
+                         "chunk into the same memory, overwriting the embeddings and activations of the chunks the "
+                         "cached step still holds; leave --torch_compile_mode unset (default: no CUDA graphs) or "
+                         "choose max-autotune-no-cudagraphs")
     if requested:
         return requested
-    return "reduce-overhead" if device.type == "cuda" and processes == 1 and bf16 else "default"
+    cuda_graphs = device.type == "cuda" and processes == 1 and bf16 and not cached_step
+    return "reduce-overhead" if cuda_graphs else "default"
 
 
-def backbone_compile_refusal(gradient_checkpointing: bool, cached_step: bool = False) -> str | None:
-    """Why the backbone must stay eager on the fast path, or ``None`` when it can be compiled."""
-    if cached_step:
-        return ("the cached step runs it chunk by chunk, without gradients and again with them, at shapes other than "
-                "the step's")
+def backbone_compile_refusal(gradient_checkpointing: bool, cached_step: bool = False,
+                             keyed_masks: bool = True) -> str | None:
+    """Why the backbone must stay eager on the fast path, or ``None`` when it can be compiled. ``keyed_masks``: the
+    model's dropout masks are row-seeded (``trainers.keyed_dropout.step_draws`` finds its draws)."""
     if gradient_checkpointing:
         return "--gradient_checkpointing recomputes its layers outside the step"
+    if cached_step and not keyed_masks:
+        return ("the cached step replays each chunk's stream dropout masks by restoring the RNG state, which a "
+                "compiled graph's draws are not checked to follow (the cached step's default, --dropout_masks "
+                "row_seeded, compiles it)")
     return None
+
+
+def recompile_limit(backbones: int, batch_size: int, chunk_size: int | None) -> int:
+    """The graphs one compiled function may need in a run: every backbone of the step (the HF models' forwards share
+    one code object, and dynamo's ``recompile_limit`` counts a code object's graphs, all modules together) at each
+    grad mode and pass shape, plus one (PromptBERT's template pass at its own shape). The uncached step's backbones
+    run once per step with gradients (a graph each); the cached step's run each chunk without gradients and again
+    with them, at the chunk's size and the last chunk's if shorter. Past the limit dynamo runs a function eagerly
+    (with a warning only), which would leave a cached step's backbones eager."""
+    shapes = 1 if chunk_size is None else 2 * len({end - start for start, end in chunk_bounds(batch_size, chunk_size)})
+    return backbones * (shapes + 1)
 
 
 class CompiledBackbone:
@@ -109,13 +156,21 @@ class CompiledBackbone:
         batch_size: the per-device batch size the graph is specialised to; another size (the epoch's short last
             batch) runs eagerly.
         backend: the ``torch.compile`` backend (``inductor``; tests may pass ``aot_eager``).
+        chunk_size: the cached step's sentences per pass (``--cache_chunk_size``), whose graphs
+            :func:`recompile_limit` makes room for; ``None``: the uncached step.
     """
 
-    def __init__(self, model: nn.Module, mode: str, batch_size: int, backend: str = "inductor") -> None:
+    def __init__(self, model: nn.Module, mode: str, batch_size: int, backend: str = "inductor",
+                 chunk_size: int | None = None) -> None:
         self.model = model
         self.batch_size = batch_size
         self.mode = mode
         options = {} if mode == "default" else {"mode": mode}
+        limit = recompile_limit(len(model.step_backbones()), batch_size, chunk_size)
+        if limit > torch._dynamo.config.recompile_limit:
+            logger.info("fast path: dynamo's recompile limit raised from %d to %d graphs per function (the cached "
+                        "step's passes)", torch._dynamo.config.recompile_limit, limit)
+            torch._dynamo.config.recompile_limit = limit
         # Backbones see one input shape (the fixed width; the short last batch runs eagerly): dynamic=False. The
         # functions' inputs can grow in the first steps (ESimCSE's queue, up to its capacity: a size per step while
         # it fills): dynamic=None, so a size that changes becomes symbolic at its first recompile (one graph for all
@@ -133,12 +188,28 @@ class CompiledBackbone:
         self.warmup_seconds = 0.0  # host time of the steps that compiled a new shape (compile + first run)
         self.compiled_steps = 0
         self.eager_steps = 0
+        #: Why the backbones run eagerly for the rest of the run (a warm-up step failed: :meth:`give_up`), or ``None``.
+        self.failure: str | None = None
+
+    def warming_up(self, input_ids: torch.Tensor) -> bool:
+        """Whether the step of ``input_ids`` is a warm-up step (:data:`WARMUP_STEPS`), which may compile a graph."""
+        return self.failure is None and input_ids.size(0) == self.batch_size and self.compiled_steps < WARMUP_STEPS
+
+    def give_up(self, error: BaseException, step: int) -> None:
+        """A warm-up step failed with ``error``: the backbones run eagerly from now on, and a warning says why."""
+        cause = getattr(error, "inner_exception", None) or error  # a compiler's error wrapped by dynamo
+        message = (str(cause).strip().splitlines() or [""])[0][:300]
+        wrapped = f"{type(cause).__name__} in " if cause is not error else ""
+        self.failure = f"{wrapped}{type(error).__name__} at step {step}: {message}"
+        logger.warning("fast path: the compiled step failed (%s); the snapshot taken before it is restored and the "
+                       "run goes on with the eager step (the same results; --torch_compile false skips the attempt)",
+                       self.failure)
 
     @contextmanager
     def step(self, input_ids: torch.Tensor) -> Iterator[None]:
         """One training step (forward and backward) with the compiled backbones in place of the eager ones;
-        eagerly when the batch is not ``batch_size`` sentences."""
-        if input_ids.size(0) != self.batch_size:
+        eagerly when the batch is not ``batch_size`` sentences, or after a failed warm-up (:attr:`failure`)."""
+        if input_ids.size(0) != self.batch_size or self.failure is not None:
             self.eager_steps += 1
             yield
             return
@@ -163,3 +234,32 @@ class CompiledBackbone:
             self.warmup_seconds += time.perf_counter() - started
             logger.info("fast path: compiled %d backbone(s) (%s) for batches of shape %s in %.1f s", len(self.slots),
                         self.mode, list(shape), time.perf_counter() - started)
+
+
+@dataclass
+class StepSnapshot:
+    """What a training step changes before its optimizer step, taken before a fast-path warm-up step
+    (:data:`WARMUP_STEPS`) so that a failed one leaves no trace: the RNG states (torch's CPU and CUDA generators;
+    Python's ``random``, which draws the row-seeded steps' seeds), the model's buffers (ESimCSE's queue, BatchNorm
+    statistics) and its parameters' gradients."""
+
+    rng: RNGState
+    python_random: Any
+    buffers: dict[str, torch.Tensor]
+    grads: list[torch.Tensor | None]
+
+    @classmethod
+    def take(cls, model: nn.Module) -> "StepSnapshot":
+        with torch.no_grad():
+            return cls(capture_rng(), random.getstate(),
+                       {name: buffer.clone() for name, buffer in model.named_buffers()},
+                       [None if p.grad is None else p.grad.clone() for p in model.parameters()])
+
+    def restore(self, model: nn.Module) -> None:
+        restore_rng(self.rng)
+        random.setstate(self.python_random)
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                buffer.copy_(self.buffers[name])
+        for param, grad in zip(model.parameters(), self.grads):
+            param.grad = grad
