@@ -137,8 +137,8 @@ FAST_PATH = ("--torch_compile", "true", "--torch_compile_backend", "aot_eager")
 def row_seeded_runs(tmp_path_factory):
     """Every method trained 3 steps with dropout on under row-seeded masks, through its entry point: 2 processes x
     4 sentences uncached and cached (``--cache_chunk_size 3``: chunks of 3 + 1) and, for :data:`FAST_PATH_METHODS`, on
-    the fast path, all 16 runs in one torchrun launch, and 1 process x 8 sentences uncached. Returns the root folder;
-    run ``<method>/<two|two_cached|two_fast|one>``."""
+    the fast path uncached and cached, all 18 runs in one torchrun launch, and 1 process x 8 sentences uncached.
+    Returns the root folder; run ``<method>/<two|two_cached|two_fast|two_fast_cached|one>``."""
     import random
 
     root = tmp_path_factory.mktemp("row_seeded_ddp")
@@ -162,7 +162,8 @@ def row_seeded_runs(tmp_path_factory):
 
     two = [[ROW_SEEDED_METHODS[m][0], argv(m, run, 4, extra)] for m in ROW_SEEDED_METHODS
            for run, extra in (("two", ()), ("two_cached", ("--cache_chunk_size", "3")))]
-    two += [[ROW_SEEDED_METHODS[m][0], argv(m, "two_fast", 4, FAST_PATH)] for m in FAST_PATH_METHODS]
+    two += [[ROW_SEEDED_METHODS[m][0], argv(m, run, 4, FAST_PATH + extra)] for m in FAST_PATH_METHODS
+            for run, extra in (("two_fast", ()), ("two_fast_cached", ("--cache_chunk_size", "3")))]
     run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(two)})
     scripts = {"run_unsup": run_unsup.main, "run_diffcse": run_diffcse.main}
     previous = torch.get_num_threads()
@@ -187,11 +188,13 @@ def test_two_processes_train_the_one_process_objective_under_row_seeded_masks(ro
     assert_two_processes_export_one_process_weights(row_seeded_runs, method, run)
 
 
+@pytest.mark.parametrize("run", ["two_fast", "two_fast_cached"], ids=["uncached", "cached"])
 @pytest.mark.parametrize("method", FAST_PATH_METHODS)
-def test_two_processes_on_the_fast_path_train_the_one_process_objective(row_seeded_runs, method):
+def test_two_processes_on_the_fast_path_train_the_one_process_objective(row_seeded_runs, method, run):
     """The same on the fast path (``--torch_compile true``, aot_eager): 2 processes, their backbones compiled (DiffCSE's
-    generator and discriminator too) with the keyed masks inside the graphs, export 1 eager process's weights."""
-    assert_two_processes_export_one_process_weights(row_seeded_runs, method, "two_fast")
+    generator and discriminator too) with the keyed masks inside the graphs, uncached and cached (each chunk's
+    compiled passes, its key staged), export 1 eager process's weights."""
+    assert_two_processes_export_one_process_weights(row_seeded_runs, method, run)
 
 
 def assert_two_processes_export_one_process_weights(root, method: str, run: str) -> None:

@@ -7,6 +7,10 @@
   width), the epoch's short last batch ran eagerly, the compile warm-up is logged, and the Trainer's own whole-model
   compile is not used. ``simcse`` runs the real backend (inductor); the other methods ``--torch_compile_backend
   aot_eager`` (the same capture and autograd, eager kernels: seconds instead of a minute each).
+- The cached step runs the compiled backbones chunk by chunk (row-seeded masks): the eager cached step's losses and
+  gradients exactly; with stream masks its backbone stays eager.
+- A warm-up step that fails (the compiler raising in the forward or the first backward) is undone and run again
+  eagerly: the run logs exactly what the never-compiled run logs.
 - A training step of PromptBERT copies no host data to the device after its first step (its template ids).
 - The dev evaluation tokenizes its sentences once per run.
 """
@@ -337,25 +341,32 @@ def test_the_cached_step_makes_room_for_its_graphs_in_dynamos_cache(files):
         assert torch._dynamo.config.recompile_limit == 15
 
 
-def test_a_cached_run_compiles_its_backbones_on_the_fast_path(files, tmp_path, caplog):
-    """Through ``run_unsup.py``: a cached run (chunks of 3 of 8 sentences: a short last chunk; row-seeded masks, its
-    default) with ``--torch_compile true`` compiles its backbones without CUDA graphs and logs the eager cached run's
-    steps; with ``--dropout_masks stream`` (replayed by restoring the RNG state) the backbone stays eager, a warning
-    says why, and the batches still have the fixed width."""
+@pytest.mark.parametrize("method", ["simcse", "diffcse"])
+def test_a_cached_run_compiles_its_backbones_on_the_fast_path(method, files, tmp_path):
+    """Through ``run_unsup.py`` / ``run_diffcse.py``: a cached run (chunks of 3 of 8 sentences: a short last chunk;
+    row-seeded masks, its default) with ``--torch_compile true`` compiles its backbones (DiffCSE's generator and
+    discriminator too) without CUDA graphs and logs the eager cached run's steps."""
     cached = ["--cache_chunk_size", "3"]
     fast_flags = ["--torch_compile", "true", "--torch_compile_backend", "aot_eager"]
-    eager, _ = run_script("simcse", files, tmp_path / "eager", cached, "dropout_encoder")
-    fast, trainer = run_script("simcse", files, tmp_path / "fast", cached + fast_flags, "dropout_encoder")
+    eager, _ = run_script(method, files, tmp_path / "eager", cached, "dropout_encoder")
+    fast, trainer = run_script(method, files, tmp_path / "fast", cached + fast_flags, "dropout_encoder")
     compiled = trainer.compiled_backbone
     assert trainer.model.config.dropout_masks == "row_seeded" and compiled is not None and compiled.mode == "default"
-    assert (compiled.compiled_steps, compiled.eager_steps) == (4, 1)
+    assert (compiled.compiled_steps, compiled.eager_steps, compiled.failure) == (4, 1, None)
+    assert len(compiled.slots) == (4 if method == "diffcse" else 2)
     assert len(fast) == len(eager) == 5
     for step, (a, b) in enumerate(zip(eager, fast), start=1):
         assert math.isclose(a["loss"], b["loss"], rel_tol=LOSS_TOLERANCE), (step, a["loss"], b["loss"])
         assert math.isclose(a["grad_norm"], b["grad_norm"], rel_tol=GRAD_NORM_TOLERANCE), (step, a, b)
+
+
+def test_a_stream_masked_cached_run_keeps_its_backbone_eager(files, tmp_path, caplog):
+    """With ``--dropout_masks stream`` a cached step replays a chunk's masks by restoring the RNG state: the backbone
+    stays eager on the fast path, a warning says why, and the batches still have the fixed width."""
+    flags = ["--cache_chunk_size", "3", "--dropout_masks", "stream", "--torch_compile", "true",
+             "--torch_compile_backend", "aot_eager"]
     with caplog.at_level("WARNING", logger="trainers.cl_trainer"):
-        _, trainer = run_script("simcse", files, tmp_path / "stream",
-                                cached + fast_flags + ["--dropout_masks", "stream"], "dropout_encoder")
+        _, trainer = run_script("simcse", files, tmp_path / "stream", flags, "dropout_encoder")
     assert trainer.compiled_backbone is None and isinstance(trainer.data_collator, FixedShapeCollator)
     assert "the backbone stays eager because the cached step replays each chunk's stream dropout masks" in caplog.text
 
