@@ -187,6 +187,48 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, fil
     assert fast[0]["compile_warmup_seconds"] > 0 and "compile_warmup_seconds" not in fast[-1]
 
 
+def dropout_model_and_batch(method: str, settings: dict, files) -> tuple[torch.nn.Module, dict]:
+    """The method on the tiny backbone with dropout 0.1, and :data:`ROWS` at the fixed width."""
+    torch.manual_seed(0)
+    model = build_model(method, str(files["dropout_encoder"]), **settings).train()
+    collate = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12)
+    return model, fixed_shape_collator(collate, model.fixed_width_keys())(ROWS)
+
+
+def assert_the_compiled_steps_are_the_eager_steps(model, batch, run_step, chunk_size: int | None = None) -> list[int]:
+    """Three steps of ``model`` (``run_step(network)``: forward and backward, returns the loss) eagerly, and of a copy
+    with its backbones compiled (a backend that runs each graph as captured, and counts them), from the same random
+    state (ESimCSE's momentum update between steps): the losses and every gradient equal exactly. Returns the graphs
+    compiled so far after each fast step."""
+    from trainers.fast_path import CompiledBackbone
+
+    twin = copy.deepcopy(model)
+    graphs = []
+
+    def counting_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend, chunk_size=chunk_size)
+    steps, graph_counts = {}, []
+    for network, step in ((model, nullcontext), (twin, lambda: compiled.step(batch["input_ids"]))):
+        torch.manual_seed(3)
+        random.seed(3)
+        steps[network] = []
+        for _ in range(3):
+            with keyed_step(network, len(ROWS)), step():
+                loss = run_step(network)
+            steps[network].append((loss.detach(), [p.grad.clone() for p in network.parameters() if p.grad is not None]))
+            network.zero_grad()
+            network.on_optimizer_step()
+            if network is twin:
+                graph_counts.append(len(graphs))
+    for (eager_loss, eager_grads), (fast_loss, fast_grads) in zip(steps[model], steps[twin]):
+        assert torch.equal(eager_loss, fast_loss)
+        assert len(eager_grads) == len(fast_grads) > 30 and all(map(torch.equal, eager_grads, fast_grads))
+    return graph_counts
+
+
 @pytest.mark.parametrize("method, settings", [
     ("s_simcse", {}), ("s_simcse", {"sentence_wise_dropout": True, "dropout_dist": "normal"}), ("simcse_pp", {}),
     ("simcse", {"dropout_masks": "row_seeded"}), ("s_simcse", {"dropout_masks": "row_seeded"}),
@@ -199,42 +241,20 @@ def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files)
     compiled backbone: three steps from the same random state give the eager steps' losses and gradients exactly
     (the graphs run as captured, so any other draw or mask shows), and the backbone is compiled once, not once per
     step (a step's seed or plan compiled in as a constant would recompile it every step)."""
-    from trainers.fast_path import CompiledBackbone
-
-    torch.manual_seed(0)
     if method == "diffcse":  # its discriminator's and generator's keyed masks, its keyed sampling, in their graphs
         settings = settings | {"generator_name": str(files["generator"])}
-    model = build_model(method, str(files["dropout_encoder"]), **settings).train()
-    twin = copy.deepcopy(model)
-    collate = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12)
-    batch = fixed_shape_collator(collate, model.fixed_width_keys())(ROWS)
-    graphs = []
+    model, batch = dropout_model_and_batch(method, settings, files)
 
-    def counting_backend(graph_module, example_inputs):
-        graphs.append(graph_module)
-        return graph_module.forward
+    def uncached_step(network) -> torch.Tensor:
+        loss = network(**batch).loss
+        loss.backward()
+        return loss
 
-    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend)
-    steps, graph_counts = {}, []  # graph_counts: graphs compiled so far, after each fast step
-    for network, step in ((model, nullcontext), (twin, lambda: compiled.step(batch["input_ids"]))):
-        torch.manual_seed(3)
-        random.seed(3)
-        steps[network] = []
-        for _ in range(3):
-            with keyed_step(network, len(ROWS)), step():
-                loss = network(**batch).loss
-                loss.backward()
-            steps[network].append((loss.detach(), [p.grad.clone() for p in network.parameters() if p.grad is not None]))
-            network.zero_grad()
-            if network is twin:
-                graph_counts.append(len(graphs))
-    for (eager_loss, eager_grads), (fast_loss, fast_grads) in zip(steps[model], steps[twin]):
-        assert torch.equal(eager_loss, fast_loss)
-        assert len(eager_grads) == len(fast_grads) and all(map(torch.equal, eager_grads, fast_grads))
+    graph_counts = assert_the_compiled_steps_are_the_eager_steps(model, batch, uncached_step)
     # the encoder and the objective, PromptBERT's template pass (the encoder at its own shape), DiffCSE's generator
     # and discriminator: compiled at the first step, never again
     networks = {"promptbert": 1, "diffcse": 2}.get(method, 0)
-    assert len(steps[model]) == 3 and graph_counts == [2 + networks] * 3
+    assert graph_counts == [2 + networks] * 3
 
 
 def test_row_seeded_masks_compiled_by_inductor_are_the_eager_masks():
@@ -287,39 +307,13 @@ def test_the_cached_step_in_the_graph_is_the_eager_cached_step(method, graphs, f
     the objective once (ESimCSE's again at the second step, its queue's size symbolic), PromptBERT's template pass
     once."""
     from trainers.cached_step import cached_forward_backward
-    from trainers.fast_path import CompiledBackbone
 
     settings = {"dropout_masks": "row_seeded", **METHODS[method]}
     if method == "diffcse":
         settings["generator_name"] = str(files["generator"])
-    torch.manual_seed(0)
-    model = build_model(method, str(files["dropout_encoder"]), **settings).train()
-    twin = copy.deepcopy(model)
-    collate = build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12)
-    batch = fixed_shape_collator(collate, model.fixed_width_keys())(ROWS)
-    compiled_graphs = []
-
-    def counting_backend(graph_module, example_inputs):
-        compiled_graphs.append(graph_module)
-        return graph_module.forward
-
-    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend, chunk_size=4)
-    steps, graph_counts = {}, []
-    for network, step in ((model, nullcontext), (twin, lambda: compiled.step(batch["input_ids"]))):
-        torch.manual_seed(3)
-        random.seed(3)
-        steps[network] = []
-        for _ in range(3):
-            with keyed_step(network, len(ROWS)), step():
-                loss, _ = cached_forward_backward(network, batch, 4)
-            steps[network].append((loss, [p.grad.clone() for p in network.parameters() if p.grad is not None]))
-            network.zero_grad()
-            network.on_optimizer_step()
-            if network is twin:
-                graph_counts.append(len(compiled_graphs))
-    for (eager_loss, eager_grads), (fast_loss, fast_grads) in zip(steps[model], steps[twin]):
-        assert torch.equal(eager_loss, fast_loss)
-        assert len(eager_grads) == len(fast_grads) > 30 and all(map(torch.equal, eager_grads, fast_grads))
+    model, batch = dropout_model_and_batch(method, settings, files)
+    graph_counts = assert_the_compiled_steps_are_the_eager_steps(
+        model, batch, lambda network: cached_forward_backward(network, batch, 4)[0], chunk_size=4)
     assert graph_counts[1:] == [graphs] * 2 and (graph_counts[0] == graphs) == (method != "esimcse")
 
 
