@@ -195,17 +195,18 @@ class CLTrainer(TrainerAdapter):
         if backbone is None or self.args.world_size > 1 or not backbone.warming_up(inputs["input_ids"]):
             return self._step(model, inputs, num_items_in_batch)
         snapshot = StepSnapshot.take(self.model)
-        metrics = dict(self._metric_sums), self._metric_count, self.divergence.first_bad_step
+        recorded = dict(self._metric_sums), self._metric_count, self.divergence.first_bad_step
         try:
             return self._step(model, inputs, num_items_in_batch)
         except Exception as error:  # noqa: BLE001 - any failure of the compiled step: the eager step decides
             snapshot.restore(self.model)
-            self._metric_sums, self._metric_count, self.divergence.first_bad_step = metrics
+            self._metric_sums, self._metric_count, self.divergence.first_bad_step = recorded
             backbone.give_up(error, self.state.global_step + 1)
         # outside the handler: the failed step's traceback, and the activations its frames hold, are gone
         return self._step(model, inputs, num_items_in_batch)
 
     def _step(self, model, inputs, num_items_in_batch):
+        """The stock step in the step's keyed draws and, on the fast path, with the compiled backbones."""
         with keyed_step(self.model, inputs["input_ids"].size(0)), self.fast_step(inputs):
             return super().training_step(model, inputs, num_items_in_batch)
 

@@ -166,7 +166,8 @@ class CompiledBackbone:
         self.batch_size = batch_size
         self.mode = mode
         options = {} if mode == "default" else {"mode": mode}
-        limit = recompile_limit(len(model.step_backbones()), batch_size, chunk_size)
+        backbones = model.step_backbones()
+        limit = recompile_limit(len(backbones), batch_size, chunk_size)
         if limit > torch._dynamo.config.recompile_limit:
             logger.info("fast path: dynamo's recompile limit raised from %d to %d graphs per function (the cached "
                         "step's passes)", torch._dynamo.config.recompile_limit, limit)
@@ -175,7 +176,7 @@ class CompiledBackbone:
         # functions' inputs can grow in the first steps (ESimCSE's queue, up to its capacity: a size per step while
         # it fills): dynamic=None, so a size that changes becomes symbolic at its first recompile (one graph for all
         # the sizes, each size still its own CUDA graph), never a recompile per size past dynamo's limit of 8.
-        regions = [(owner, name, False) for owner, name in model.step_backbones()]
+        regions = [(owner, name, False) for owner, name in backbones]
         regions += [(owner, name, None) for owner, name in model.step_functions()]
         #: (owner, attribute, the eager module or function, its compiled twin) for every region.
         self.slots = [(owner, name, getattr(owner, name),
