@@ -116,10 +116,9 @@ def describe_step(config: Any, training_args: Any, compile_failure: str | None =
     if dropout_masks != "stream":
         parts.append(f"{dropout_masks} dropout masks (--dropout_masks; docs/cached_training.md)")
     if getattr(training_args, "fast_path", False):
-        refusal = backbone_compile_refusal(bool(getattr(training_args, "gradient_checkpointing", False)),
-                                           bool(cache_chunk_size), keyed_masks=dropout_masks == "row_seeded")
-        if compile_failure:
-            refusal = f"its compiled step failed: {compile_failure}"
+        refusal = f"its compiled step failed: {compile_failure}" if compile_failure else backbone_compile_refusal(
+            bool(getattr(training_args, "gradient_checkpointing", False)), bool(cache_chunk_size),
+            keyed_masks=dropout_masks == "row_seeded")
         compiled = "compiled backbones and loss" if refusal is None else f"the backbone eager ({refusal})"
         parts.append(f"the fast path: fixed shapes, {compiled} (--torch_compile false: the eager step)")
     return "; ".join(parts) or None

@@ -499,10 +499,9 @@ def test_compiled_cached_step_equals_the_eager_cached_step_on_cuda(method, tmp_p
 
     from transformers import AutoTokenizer
 
-    from data.fixed_shapes import FixedShapeCollator
     from tests.tiny import save_tiny_generator
     from trainers.cached_step import cached_forward_backward
-    from trainers.fast_path import CompiledBackbone, compile_mode
+    from trainers.fast_path import CompiledBackbone, compile_mode, fixed_shape_collator
     from trainers.keyed_dropout import keyed_step
 
     backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.1)
@@ -512,8 +511,7 @@ def test_compiled_cached_step_equals_the_eager_cached_step_on_cuda(method, tmp_p
     twin = copy.deepcopy(model)
     rows = [{"text": t} for t in FAST_PATH_TEXTS]
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
-    fills = collate.padding_values() if model.fixed_width_keys() else {}
-    batch = on_cuda(FixedShapeCollator(collate, 32, 0, {key: fills[key] for key in model.fixed_width_keys()})(rows))
+    batch = on_cuda(fixed_shape_collator(collate, model.fixed_width_keys())(rows))  # the trainer's fixed shapes
     mode = compile_mode(None, CUDA, 1, bf16=True, cached_step=True)
     compiled = CompiledBackbone(twin, mode, len(rows), chunk_size=5)
 
