@@ -11,8 +11,8 @@ a batch of 64 almost always holds one sentence long enough to need the full widt
 Padding changes no result: a padded position is masked out of attention and pooling (tests/test_fast_path.py checks
 every method's loss). Other keys are padded only where the model says their padding changes nothing
 (``extra_fills``, from the model's ``fixed_width_keys()`` and the collator's ``padding_values()``: DiffCSE's ``rtd_*``
-edit rows, which its generator and discriminator read, unless its ``--rtd_include_padding`` loss counts the padding);
-the rest are left as the collator made them.
+edit rows, which its generator and discriminator read; its ``--rtd_include_padding`` loss counts the padding up to
+the collator's own width only); the rest are left as the collator made them.
 """
 from __future__ import annotations
 

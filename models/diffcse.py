@@ -20,7 +20,8 @@
   word embeddings with its own embedding layer, puts h at position 0 and passes ``inputs_embeds=``; the backbone
   then adds position/type embeddings and applies LayerNorm + dropout to h as to any token.
   ``"embeddings_output"`` reproduces the original code exactly (h replaces position 0 *after* the embeddings
-  module's LayerNorm/dropout) with a forward hook on ``discriminator.embeddings`` that lives for one call.
+  module's LayerNorm/dropout) with a forward hook on ``discriminator.embeddings``, registered once, that reads h
+  while :meth:`DiffCSEModel.discriminate` runs.
 - Only the sentence encoder (+ projector where the method keeps it) is exported; the generator, discriminator and
   RTD head exist for training only (``models.export`` writes ``model.encoder``).
 
@@ -101,7 +102,7 @@ def check_generator_vocabulary(tokenizer, generator_tokenizer, encoder_config, g
 
 def rtd_loss(
     logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor, include_padding: bool = False,
-    normaliser: torch.Tensor | None = None,
+    normaliser: torch.Tensor | None = None, width: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""DiffCSE's replaced-token-detection loss (Chuang et al., 2022, Sec. 3), the mean binary cross-entropy of
     the conditional discriminator's per-token predictions:
@@ -116,22 +117,34 @@ def rtd_loss(
         logits: [N, L, 2] discriminator scores (class 0 = original, 1 = replaced).
         labels: [N, L] in {0, 1}; ignored at padding.
         attention_mask: [N, L], 1 for real tokens.
-        include_padding: ``False`` (default): T = the real (non-padding) tokens. ``True``: T = every position, padded
-            ones counting as "not replaced" (label 0), which is what the original code's
-            ``CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1))`` over the padded batch does.
+        include_padding: ``False`` (default): T = the real (non-padding) tokens. ``True``: T = every position of
+            the batch's own width, padded ones counting as "not replaced" (label 0), which is what the original
+            code's ``CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1))`` over the padded batch does.
         normaliser: the token count |T| of the batch when these rows are some of its sentences: their summed loss /
             |T|, so that the parts of a batch add up to its loss. ``None``: the mean over these rows.
+        width: with ``include_padding``, the batch's own width (:func:`batch_width`) when the rows were padded past it
+            (the fast path's fixed width): the positions beyond it are not in T. ``None``: every position is.
     """
     logits = upcast(logits).reshape(-1, logits.size(-1))
     real = attention_mask.reshape(-1).bool()
     labels = labels.reshape(-1).long()
     reduction = "mean" if normaliser is None else "sum"
     if include_padding:
-        loss = F.cross_entropy(logits, labels.masked_fill(~real, 0), reduction=reduction)
+        targets = labels.masked_fill(~real, 0)
+        if width is not None:  # the columns past the batch's own width: ignored (a [L] mask, no host-device sync)
+            beyond = torch.arange(attention_mask.size(-1), device=targets.device) >= width
+            targets = targets.view(attention_mask.shape).masked_fill(beyond, -100).reshape(-1)
+        loss = F.cross_entropy(logits, targets, ignore_index=-100, reduction=reduction)
     else:
         # Padding positions are ignored (not indexed away: boolean indexing would sync the host with the device).
         loss = F.cross_entropy(logits, labels.masked_fill(~real, -100), ignore_index=-100, reduction=reduction)
     return loss if normaliser is None else loss / normaliser
+
+
+def batch_width(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The width the collator padded the rows of ``attention_mask`` to, its longest row's length (a 0-d tensor on the
+    rows' device), whatever width they were padded to since: what ``rtd_loss(include_padding=True)`` counts."""
+    return attention_mask.sum(-1).max()
 
 
 def generator_from_config(generator_config: dict) -> PreTrainedModel:
@@ -157,6 +170,14 @@ class DiffCSEModel(ContrastiveModel):
         self.rtd_head = nn.Linear(config.hidden_size, 2)
         self.generator = generator if generator is not None else generator_from_config(config.generator_config)
         self.generator.requires_grad_(False)
+        #: h while the discriminator reads it at the ``embeddings_output`` site (:meth:`discriminate`), else ``None``.
+        self.rtd_condition: torch.Tensor | None = None
+        if config.rtd_condition_site == "embeddings_output":
+            embeddings = getattr(self.discriminator, "embeddings", None)
+            if not isinstance(embeddings, nn.Module):
+                raise ValueError(f"rtd_condition_site='embeddings_output' needs a `.embeddings` module; "
+                                 f"{type(self.discriminator).__name__} has none: use 'inputs_embeds'")
+            embeddings.register_forward_hook(self.put_condition_first)
         # Row-seeded masks reach the discriminator and the generator (its dropout with generator_dropout, and its
         # sampling) too: each row keyed by its own index, whatever else is in the pass.
         self.discriminator_row_dropout = self.generator_row_dropout = None
@@ -181,22 +202,15 @@ class DiffCSEModel(ContrastiveModel):
     EDIT_KEYS = ("rtd_input_ids", "rtd_attention_mask", "rtd_fill", "rtd_original_ids", "rtd_labels")
 
     def fixed_width_keys(self) -> tuple[str, ...]:
-        """The edit rows, padded to the fast path's fixed width unless ``rtd_include_padding`` (the code's loss
-        counts padded positions as kept tokens, so their number changes it); elsewhere a padded position is masked
-        out of the generator's fill, the discriminator's attention and the RTD loss."""
-        return () if self.config.rtd_include_padding else self.EDIT_KEYS
+        """The edit rows, padded to the fast path's fixed width: a padded position is masked out of the generator's
+        fill, the discriminator's attention and the RTD loss; ``rtd_include_padding``'s loss counts the padding up to
+        the batch's own width only (:func:`batch_width`), the width the code's loss has."""
+        return self.EDIT_KEYS
 
     def step_backbones(self) -> list[tuple[nn.Module, str]]:
-        """The encoder and, when the edit rows have the fixed width (:meth:`fixed_width_keys`), the generator's
-        no-grad pass and the discriminator's pass over them, each at one shape per step. The discriminator only where
-        h enters through its inputs (``rtd_condition_site`` ``inputs_embeds``): the code's site is a forward hook
-        registered for each pass, which a compiled graph would take for a new graph every step."""
-        backbones = super().step_backbones()
-        if self.fixed_width_keys():
-            backbones.append((self, "generator"))
-            if self.config.rtd_condition_site == "inputs_embeds":
-                backbones.append((self, "discriminator"))
-        return backbones
+        """The encoder, the generator's no-grad pass and the discriminator's pass over the edit rows, each at one shape
+        per step (the rows at the fixed width: :meth:`fixed_width_keys`)."""
+        return [*super().step_backbones(), (self, "generator"), (self, "discriminator")]
 
     @property
     def rtd_views(self) -> int:
@@ -261,22 +275,23 @@ class DiffCSEModel(ContrastiveModel):
             words = self.discriminator.get_input_embeddings()(input_ids)
             words = torch.cat([h.unsqueeze(1).to(words.dtype), words[:, 1:]], dim=1)
             hidden = self.discriminator(inputs_embeds=words, attention_mask=attention_mask, **extra).last_hidden_state
-        else:
-            embeddings = getattr(self.discriminator, "embeddings", None)
-            if not isinstance(embeddings, nn.Module):
-                raise ValueError(f"rtd_condition_site='embeddings_output' needs a `.embeddings` module; "
-                                 f"{type(self.discriminator).__name__} has none: use 'inputs_embeds'")
-
-            def put_h_first(module, args, output):
-                return torch.cat([h.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
-
-            handle = embeddings.register_forward_hook(put_h_first)
+        else:  # the code's site: put_condition_first, the discriminator's embeddings' hook, reads h for this pass
+            self.rtd_condition = h
             try:
                 hidden = self.discriminator(input_ids=input_ids, attention_mask=attention_mask,
                                             **extra).last_hidden_state
             finally:
-                handle.remove()
+                self.rtd_condition = None
         return self.rtd_head(hidden)
+
+    def put_condition_first(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        """The forward hook on the discriminator's embeddings at the ``embeddings_output`` site (the released code's):
+        h (:attr:`rtd_condition`) replaces position 0 of their output, after their LayerNorm and dropout. Registered
+        once, with the discriminator: a compiled discriminator's graph holds it and reads h as an input (a hook
+        registered for each pass would be a new function, and a new graph, every step)."""
+        if self.rtd_condition is None:
+            return output
+        return torch.cat([self.rtd_condition.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
 
     def rtd(self, embeddings: ViewEmbeddings, edited: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any],
             mask: torch.Tensor | None = None, normaliser: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -287,7 +302,8 @@ class DiffCSEModel(ContrastiveModel):
         h = source[:, : self.rtd_views].reshape(-1, source.size(-1))
         token_types = torch.zeros_like(edited) if batch.get("token_type_ids") is not None else None
         logits = self.discriminate(h, edited, mask, token_types)
-        loss = rtd_loss(logits, labels, mask, include_padding=self.config.rtd_include_padding, normaliser=normaliser)
+        width = batch_width(batch["rtd_attention_mask"]) if self.config.rtd_include_padding else None
+        loss = rtd_loss(logits, labels, mask, self.config.rtd_include_padding, normaliser, width)
         return loss, rtd_counts(logits, labels, mask)
 
     # ------------------------------------------------------------------ L_RTD as a per-sentence part
@@ -303,7 +319,7 @@ class DiffCSEModel(ContrastiveModel):
         mask = batch["rtd_attention_mask"]
         normaliser = None
         if inputs["edited"].size(0) != mask.size(0):
-            normaliser = mask.new_tensor(mask.numel()) if self.config.rtd_include_padding else mask.sum()
+            normaliser = mask.size(0) * batch_width(mask) if self.config.rtd_include_padding else mask.sum()
         rtd, counts = self.rtd(embeddings, inputs["edited"], inputs["labels"], batch, inputs["mask"], normaliser)
         return self.config.lambda_weight * rtd, {"rtd_loss": rtd.detach(), "rtd_counts": counts}
 

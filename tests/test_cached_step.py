@@ -34,6 +34,7 @@ from models.diffcse import DiffCSEModel
 from tests.launch import run_torchrun
 from tests.tiny import WORDS, save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer, token_batch, tiny_trainer
 from trainers.cached_step import cached_forward_backward
+from trainers.fast_path import fixed_shape_collator
 from trainers.keyed_dropout import keyed_step, pass_sentences, step_draws
 
 BATCH = 8
@@ -52,6 +53,11 @@ CASES = {
     "diffcse": ("diffcse", {}),
     "diffcse_official_code": ("diffcse", {"rtd_all_views": True, "condition_before_projector": True,
                                           "rtd_include_padding": True}),
+    # the fast path's batch: edit rows padded past the batch's own width, which the loss over padding counts alone
+    # (each chunk's share: over the batch's positions within it); h put in after the embeddings by their hook
+    "diffcse_official_code_fixed_width": ("diffcse", {"rtd_all_views": True, "rtd_include_padding": True,
+                                                      "rtd_condition_site": "embeddings_output",
+                                                      "generator_all_positions": True, "sample_generator": False}),
     "diffcse_plus_simcse_pp": ("diffcse", {"off_dropout": True, "dcl_weight": 0.1, "lambda_weight": 0.05}),
     "diffcse_code_generator": ("diffcse", {"sample_generator": False, "generator_dropout": True,
                                            "generator_all_positions": True, "mask_style": "bert"}),
@@ -95,6 +101,8 @@ def make_batch(model, case: str, paths) -> dict:
     method = CASES[case][0]
     if method in ("diffcse", "esimcse", "promptbert"):
         collator = build_collator(model, BertTokenizerFast.from_pretrained(str(paths["encoder"])), 16)
+        if case.endswith("_fixed_width"):
+            collator = fixed_shape_collator(collator, model.fixed_width_keys())
         torch.manual_seed(5)
         return {k: v for k, v in collator(ROWS).items() if torch.is_tensor(v)}
     ids, mask = token_batch(BATCH, 3 if method == "sup_simcse" else 2, seed=1, same_views=method != "sup_simcse")

@@ -403,11 +403,20 @@ FAST_PATH_TEXTS = ("the cat sits on the big red chair", "a dog runs in the park"
                    "she writes a song", "water is blue")
 
 
-@pytest.mark.parametrize("method", ["simcse", "sup_simcse", "esimcse", "diffcse", "promptbert"])
+#: The released code's DiffCSE (``--fidelity official_code``) but its generator's dropout: its loss over padding counted
+#: to the batch's own width at the fixed one, its embeddings' hook reading h inside the discriminator's CUDA graph.
+OFFICIAL_DIFFCSE_WITHOUT_DROPOUT = {"rtd_include_padding": True, "rtd_condition_site": "embeddings_output",
+                                    "rtd_all_views": True, "generator_all_positions": True, "sample_generator": False,
+                                    "mask_style": "bert"}
+
+
+@pytest.mark.parametrize("method", ["simcse", "sup_simcse", "esimcse", "diffcse", "diffcse_official_code",
+                                    "promptbert"])
 def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
     """The backbone compiled with CUDA graphs (``reduce-overhead``, trainers/fast_path.py) on a fixed-shape batch:
     loss and gradients equal the eager step's within bf16 tolerance, on three consecutive steps (graph replays).
-    Dropout is 0 in both (the compiled graph draws its masks from its own RNG stream)."""
+    Dropout is 0 in both (the compiled graph draws its masks from its own RNG stream). DiffCSE's edit rows are padded
+    too with the code's settings (:data:`OFFICIAL_DIFFCSE_WITHOUT_DROPOUT`)."""
     from transformers import AutoTokenizer
 
     from data.fixed_shapes import FixedShapeCollator
@@ -415,7 +424,9 @@ def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
     from trainers.fast_path import CompiledBackbone
 
     backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.0)
-    extra = {"generator_name": str(save_tiny_generator(tmp_path / "generator"))} if method == "diffcse" else {}
+    official = method == "diffcse_official_code"
+    method, extra = ("diffcse", dict(OFFICIAL_DIFFCSE_WITHOUT_DROPOUT)) if official else (method, {})
+    extra |= {"generator_name": str(save_tiny_generator(tmp_path / "generator"))} if method == "diffcse" else {}
     extra |= {"queue_size": 8} if method == "esimcse" else {}
     torch.manual_seed(0)
     model = build_model(method, str(backbone), **extra).to(CUDA).train()
@@ -423,7 +434,8 @@ def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
     rows = ([{"sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in FAST_PATH_TEXTS]
             if method == "sup_simcse" else [{"text": t} for t in FAST_PATH_TEXTS])
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
-    batch = on_cuda(FixedShapeCollator(collate, 32, 0)(rows))
+    edit_rows = {key: collate.padding_values()[key] for key in model.fixed_width_keys()} if official else {}
+    batch = on_cuda(FixedShapeCollator(collate, 32, 0, edit_rows)(rows))
     compiled = CompiledBackbone(twin, "reduce-overhead", batch["input_ids"].size(0))
 
     def step(network, context) -> tuple[torch.Tensor, torch.Tensor]:

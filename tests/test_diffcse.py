@@ -3,6 +3,7 @@ h, the auxiliary networks (discriminator = encoder at step 0, frozen generator),
 the ablations, the argument profiles, a few training steps through run_diffcse.main and the encoder-only export."""
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +20,7 @@ from data.diffcse_collator import DiffCSECollator
 from trainers.methods import build_collator, build_model, load_contrastive_model
 from models.diffcse import DiffCSEModel, VocabularyMismatchError, rtd_statistics
 from models.export import export_model
-from models.diffcse import rtd_loss
+from models.diffcse import batch_width, rtd_loss
 from tests.tiny import (FAST_TRAINING_ARGS, SPECIAL, WORDS, save_tiny_backbone, save_tiny_generator, tiny_config,
                         tiny_corpus, tiny_tokenizer)
 from trainers.errors import UsageError
@@ -88,6 +89,30 @@ def test_rtd_loss_equals_a_written_out_cross_entropy():
     assert rtd_loss(logits, labels, mask).item() == pytest.approx(total / count, abs=1e-6)
     assert rtd_loss(logits, labels, mask, include_padding=True).item() == pytest.approx(total_with_padding / 10,
                                                                                        abs=1e-6)
+
+
+def test_the_rtd_loss_over_padding_counts_the_batchs_own_width_only():
+    """``--rtd_include_padding`` on rows padded past the batch's own width (the fast path's fixed width: 3 columns
+    more): the loss is the written-out mean over the positions within that width (the padded ones as class 0), the
+    natural-width rows' loss, and its columns past the width count in none of it (their logits and labels may be
+    anything)."""
+    g = torch.Generator().manual_seed(1)
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0]])  # the batch's own width: 4
+    logits = torch.randn(2, 7, 2, generator=g)
+    labels = torch.tensor([[0, 1, 1, 0, 1, 1, 1], [1, 0, 1, 1, 1, 1, 1]])
+    width = batch_width(mask)
+    assert width.item() == 4
+    total = 0.0
+    for i in range(2):
+        for t in range(4):
+            log_probabilities = torch.log_softmax(logits[i, t], -1).tolist()
+            total -= log_probabilities[int(labels[i, t]) if mask[i, t] else 0]
+    got = rtd_loss(logits, labels, mask, include_padding=True, width=width)
+    assert got.item() == pytest.approx(total / 8, abs=1e-6)
+    assert torch.equal(got, rtd_loss(logits[:, :4], labels[:, :4], mask[:, :4], include_padding=True))
+    assert rtd_loss(logits, labels, mask, include_padding=True).item() != pytest.approx(total / 8, abs=1e-3)
+    summed = rtd_loss(logits, labels, mask, include_padding=True, normaliser=torch.tensor(8), width=width)
+    assert summed.item() == pytest.approx(total / 8, abs=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- labels
@@ -204,6 +229,31 @@ def test_h_reaches_position_zero_and_gradients_reach_the_encoder(paths, site):
     assert sum(g.abs().sum() for g in encoder_grads) > 0
     assert all(p.grad is None for p in model.generator.parameters())
     assert model.rtd_head.weight.grad.abs().sum() > 0
+
+
+def test_the_code_sites_hook_is_registered_once_and_is_its_models_own(paths):
+    """``embeddings_output``: one hook on the discriminator's embeddings for the model's life (a compiled
+    discriminator's graph holds it), which puts h in while :meth:`discriminate` runs and nowhere else; a copy's hook
+    (``copy.deepcopy``: the fast path's tests, a twin) reads the copy's h."""
+    model = build(paths, rtd_condition_site="embeddings_output").eval()
+    embeddings = model.discriminator.embeddings
+    tokenizer = tiny_tokenizer(paths.root / "tok")
+    batch = DiffCSECollator(tokenizer, max_length=16, masking_ratio=0.3, seed=0)(ROWS)
+    ids, mask = batch["rtd_input_ids"], batch["rtd_attention_mask"]
+    h = torch.randn(len(ROWS), 32)
+    first = model.discriminate(h, ids, mask)
+    assert torch.equal(first, model.discriminate(h, ids, mask)) and len(embeddings._forward_hooks) == 1
+    assert model.rtd_condition is None
+    seen = []
+    handle = embeddings.register_forward_hook(lambda module, args, output: seen.append(output[:, 0].clone()))
+    model.discriminate(h, ids, mask)
+    embeddings(input_ids=ids)  # outside discriminate: the embeddings' own output
+    handle.remove()
+    assert torch.equal(seen[0], h) and not torch.allclose(seen[1], h)
+    twin = copy.deepcopy(model)
+    (hook,) = twin.discriminator.embeddings._forward_hooks.values()
+    assert hook.__self__ is twin
+    assert torch.equal(twin.discriminate(h, ids, mask), first)
 
 
 def test_condition_before_projector_uses_the_pooled_cls(paths):

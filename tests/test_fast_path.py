@@ -32,6 +32,7 @@ from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generat
 from trainers.cl_trainer import CLTrainer
 from trainers.fast_path import fixed_shape_collator
 from trainers.keyed_dropout import keyed_step
+from models.presets import fidelity_overrides
 from trainers.methods import build_collator, build_model
 
 ROWS = [{"text": t, "sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in (
@@ -50,10 +51,19 @@ def files(tmp_path_factory):
             "corpus": tiny_corpus(root / "corpus.txt", n=36)}  # batch 8: 4 full batches, then a short one of 4
 
 
-def tiny_model(method: str, files):
+#: ``--fidelity official_code``'s DiffCSE: the released code's loss over padding (``rtd_include_padding``), its
+#: conditioning site (``embeddings_output``), its argmax over every position of both views, its generator in training
+#: mode (row-seeded masks: its keyed dropout draws the same bits at any width).
+OFFICIAL_DIFFCSE = {key: value for key, value in fidelity_overrides("official_code").items()
+                    if key in ("sample_generator", "generator_dropout", "mask_style", "generator_all_positions",
+                               "rtd_all_views", "rtd_include_padding", "rtd_condition_site")} | {
+    "dropout_masks": "row_seeded"}
+
+
+def tiny_model(method: str, files, **settings):
     extra = {"generator_name": str(files["generator"])} if method == "diffcse" else {}
     torch.manual_seed(0)
-    return build_model(method, str(files["encoder"]), **METHODS[method], **extra).train()
+    return build_model(method, str(files["encoder"]), **METHODS[method], **extra, **settings).train()
 
 
 def loss_of(model, batch) -> torch.Tensor:
@@ -72,13 +82,16 @@ def loss_of(model, batch) -> torch.Tensor:
 PADDING_TOLERANCE = 1e-5
 
 
-@pytest.mark.parametrize("method", list(METHODS))
-def test_the_fixed_width_changes_no_loss(method, files):
+@pytest.mark.parametrize("method", [*METHODS, "diffcse_official_code"])
+def test_the_fixed_width_changes_no_loss(method, files, monkeypatch):
     """Dropout 0 (the backbone's config). S-SimCSE samples its own rates, whose masks are drawn over the padded
     shape (other masks, the same distribution): it is compared in eval mode (no dropout), its pooling and loss the
     same. DiffCSE's edit rows are padded too (its generator and discriminator are compiled); its generator's stream
-    sampling over a padded width draws other tokens (the same distribution), so it takes the argmax here."""
-    model = tiny_model(method, files)
+    sampling over a padded width draws other tokens (the same distribution), so it takes the argmax here. With the
+    code's settings (:data:`OFFICIAL_DIFFCSE`) the RTD loss counts the padding up to the batch's own width only."""
+    official = method == "diffcse_official_code"
+    method, settings = ("diffcse", OFFICIAL_DIFFCSE) if official else (method, {})
+    model = tiny_model(method, files, **settings)
     model.train(method != "s_simcse")
     if method == "diffcse":
         model.config.sample_generator = False
@@ -94,6 +107,10 @@ def test_the_fixed_width_changes_no_loss(method, files):
         assert set(model.fixed_width_keys()) == set(collate.padding_values())
     expected = loss_of(model, dynamic).item()
     assert loss_of(model, fixed).item() == pytest.approx(expected, rel=PADDING_TOLERANCE)
+    if official:  # the check of the check: the loss over every position of the fixed width
+        with monkeypatch.context() as patch:
+            patch.setattr("models.diffcse.batch_width", lambda mask: mask.size(-1))
+            assert abs(loss_of(model, fixed).item() - expected) > 3 * PADDING_TOLERANCE * abs(expected)
     padding = fixed["attention_mask"] == 0  # the check of the check: the padding as tokens, attended to
     fixed["input_ids"] = fixed["input_ids"].masked_fill(padding, 7)
     fixed["attention_mask"] = torch.ones_like(fixed["attention_mask"])
@@ -162,9 +179,12 @@ ROW_SEEDED = ["--dropout_masks", "row_seeded"]
     # run's bits whatever width a batch is padded to (stream masks drawn over the padded width are other masks:
     # S-SimCSE's stream step is compared at one width, test_per_row_dropout_in_the_graph_is_the_eager_step)
     ("simcse", "aot_eager", ROW_SEEDED), ("s_simcse", "aot_eager", ROW_SEEDED), ("simcse_pp", "aot_eager", ROW_SEEDED),
-    ("diffcse", "aot_eager", ROW_SEEDED)],
+    ("diffcse", "aot_eager", ROW_SEEDED),
+    # the released code's DiffCSE: its loss over padding (the batch's own width counted at the fixed width), its
+    # embeddings' hook in the discriminator's graph, its generator's keyed dropout
+    ("diffcse", "aot_eager", ROW_SEEDED + ["--fidelity", "official_code"])],
     ids=["simcse", "esimcse", "diffcse_argmax", "promptbert", "simcse_pp", "simcse_row_seeded", "s_simcse_row_seeded",
-         "simcse_pp_row_seeded", "diffcse_row_seeded"])
+         "simcse_pp_row_seeded", "diffcse_row_seeded", "diffcse_official_code"])
 def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, files, tmp_path):
     backbone = "dropout_encoder" if extra[:1] == ROW_SEEDED[:1] else "encoder"
     eager, _ = run_script(method, files, tmp_path / "eager", extra, backbone)
@@ -177,7 +197,7 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, fil
     assert not trainer.args.torch_compile and trainer.args.fast_path  # the Trainer's whole-model compile is off
     assert isinstance(trainer.data_collator, FixedShapeCollator)
     compiled = trainer.compiled_backbone
-    assert (trainer.model.dropout_controller is not None) == (method == "simcse_pp" or extra == ROW_SEEDED)
+    assert (trainer.model.dropout_controller is not None) == (method == "simcse_pp" or extra[:2] == ROW_SEEDED)
     if method == "diffcse":  # the generator's and the discriminator's passes compiled too, at the fixed width
         assert [name for _, name, _, _ in trainer.compiled_backbone.slots] == ["encoder", "generator",
                                                                              "discriminator", "objective"]
@@ -233,9 +253,9 @@ def assert_the_compiled_steps_are_the_eager_steps(model, batch, run_step, chunk_
     ("s_simcse", {}), ("s_simcse", {"sentence_wise_dropout": True, "dropout_dist": "normal"}), ("simcse_pp", {}),
     ("simcse", {"dropout_masks": "row_seeded"}), ("s_simcse", {"dropout_masks": "row_seeded"}),
     ("simcse_pp", {"dropout_masks": "row_seeded"}), ("promptbert", {"dropout_masks": "row_seeded"}),
-    ("diffcse", {"dropout_masks": "row_seeded", "generator_dropout": True})],
+    ("diffcse", {"dropout_masks": "row_seeded", "generator_dropout": True}), ("diffcse", OFFICIAL_DIFFCSE)],
     ids=["s_simcse", "s_simcse_sentence_wise_normal", "simcse_pp", "simcse_row_seeded", "s_simcse_row_seeded",
-         "simcse_pp_row_seeded", "promptbert_row_seeded", "diffcse_row_seeded"])
+         "simcse_pp_row_seeded", "promptbert_row_seeded", "diffcse_row_seeded", "diffcse_official_code"])
 def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files):
     """Per-row dropout (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows, row-seeded keyed masks) runs inside the
     compiled backbone: three steps from the same random state give the eager steps' losses and gradients exactly
