@@ -77,7 +77,8 @@ REAL_LOOPS = (("fast", "simcse", "true", "1000", (), ()), ("eager", "simcse", "f
                 for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")),
               ("fast_row_seeded", "simcse", "true", "300", (), ("--dropout_masks", "row_seeded")),
               ("fast_b512", "simcse", "true", "200", ("--batch_size", "512"), ()),
-              ("fast_b512_cached", "simcse", "true", "200", ("--batch_size", "512"), ("--cache_chunk_size", "128")))
+              ("fast_b512_cached", "simcse", "true", "200", ("--batch_size", "512"), ("--cache_chunk_size", "128")),
+              ("fast_diffcse_official_code", "diffcse", "true", "300", (), ("--fidelity", "official_code")))
 
 #: ``--quick``: what users run first, then the CUDA tests and the isolated step at batch 64.
 QUICK_STEPS = ("end_to_end", "cuda_tests", "throughput_b64")

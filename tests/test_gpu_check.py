@@ -28,7 +28,8 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     for number, name in enumerate(["end_to_end", "real_loop_fast", "real_loop_eager", "real_loop_fast_esimcse",
                                    "real_loop_fast_promptbert", "real_loop_fast_diffcse", "real_loop_fast_simcse_pp",
                                    "real_loop_fast_s_simcse", "real_loop_fast_row_seeded", "real_loop_fast_b512",
-                                   "real_loop_fast_b512_cached", "step_profile", "eval_speed",
+                                   "real_loop_fast_b512_cached", "real_loop_fast_diffcse_official_code",
+                                   "step_profile", "eval_speed",
                                    "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
@@ -37,6 +38,8 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
         in done.stdout
     assert re.search(r"--method simcse --fast_path true --steps 200 --batch_size 512 .*real_loop_fast_b512_cached.json "
                      r"-- --cache_chunk_size 128\n", done.stdout)
+    assert re.search(r"--method diffcse --fast_path true --steps 300 .*real_loop_fast_diffcse_official_code.json "
+                     r"-- --fidelity official_code\n", done.stdout)
     assert "-m pytest -q -m cuda tests/test_cuda.py" in done.stdout
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
