@@ -348,7 +348,7 @@ def test_the_cached_step_makes_room_for_its_graphs_in_dynamos_cache(files):
     assert recompile_limit(3, 6, 4) == 15  # DiffCSE: encoder, generator, discriminator; chunks of 4 and 2
     assert recompile_limit(1, 6, 6) == recompile_limit(1, 6, 100) == 3
     model = tiny_model("diffcse", files)
-    with torch._dynamo.config.patch(recompile_limit=8):  # dynamo's default (an earlier test's step may have raised it)
+    with torch._dynamo.config.patch(recompile_limit=8):  # dynamo's default (the suite runs with more room)
         CompiledBackbone(model, "default", 6, backend="aot_eager")
         assert torch._dynamo.config.recompile_limit == 8
         CompiledBackbone(model, "default", 6, backend="aot_eager", chunk_size=4)

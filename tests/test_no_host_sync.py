@@ -127,7 +127,7 @@ def test_prepared_attention_masks_give_the_same_hidden_states(arch, attn, padded
     torch.testing.assert_close(got[real], expected[real], atol=1e-6, rtol=1e-5)
 
 
-def test_a_compiled_backbone_builds_the_mask_in_its_graph(torch_single_thread):
+def test_a_compiled_backbone_builds_the_mask_in_its_graph(torch_single_thread, many_compiled_models):
     """The fast path's compiled backbone takes the 2D mask (no ~30 eager operations before each call); its graph
     builds the same 4D mask: the hidden states equal the eager backbone's on the prepared mask."""
     from transformers import AutoModel
