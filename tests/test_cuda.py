@@ -34,7 +34,7 @@ import torch
 
 from models.row_seeded import inverse_cdf_sample, keyed_bits, keyed_keep_mask, keyed_uniforms
 from tests.test_tf32_state import restore_precision  # noqa: F401  (a fixture: the Trainer's TF32 is global)
-from tests.tiny import save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
+from tests.tiny import official_diffcse_settings, save_tiny_backbone, tiny_corpus, tiny_trainer, token_batch
 from trainers.keyed_dropout import keyed_step
 from trainers.methods import build_collator, build_model
 
@@ -405,9 +405,7 @@ FAST_PATH_TEXTS = ("the cat sits on the big red chair", "a dog runs in the park"
 
 #: The released code's DiffCSE (``--fidelity official_code``) but its generator's dropout: its loss over padding counted
 #: to the batch's own width at the fixed one, its embeddings' hook reading h inside the discriminator's CUDA graph.
-OFFICIAL_DIFFCSE_WITHOUT_DROPOUT = {"rtd_include_padding": True, "rtd_condition_site": "embeddings_output",
-                                    "rtd_all_views": True, "generator_all_positions": True, "sample_generator": False,
-                                    "mask_style": "bert"}
+OFFICIAL_DIFFCSE_WITHOUT_DROPOUT = official_diffcse_settings() | {"generator_dropout": False}
 
 
 @pytest.mark.parametrize("method", ["simcse", "sup_simcse", "esimcse", "diffcse", "diffcse_official_code",

@@ -28,11 +28,11 @@ from transformers import AutoTokenizer
 import run_diffcse
 import run_unsup
 from data.fixed_shapes import FixedShapeCollator
-from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generator, tiny_corpus
+from tests.tiny import (FAST_TRAINING_ARGS, official_diffcse_settings, save_tiny_backbone, save_tiny_generator,
+                        tiny_corpus)
 from trainers.cl_trainer import CLTrainer
 from trainers.fast_path import fixed_shape_collator
 from trainers.keyed_dropout import keyed_step
-from models.presets import fidelity_overrides
 from trainers.methods import build_collator, build_model
 
 ROWS = [{"text": t, "sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in (
@@ -54,10 +54,7 @@ def files(tmp_path_factory):
 #: ``--fidelity official_code``'s DiffCSE: the released code's loss over padding (``rtd_include_padding``), its
 #: conditioning site (``embeddings_output``), its argmax over every position of both views, its generator in training
 #: mode (row-seeded masks: its keyed dropout draws the same bits at any width).
-OFFICIAL_DIFFCSE = {key: value for key, value in fidelity_overrides("official_code").items()
-                    if key in ("sample_generator", "generator_dropout", "mask_style", "generator_all_positions",
-                               "rtd_all_views", "rtd_include_padding", "rtd_condition_site")} | {
-    "dropout_masks": "row_seeded"}
+OFFICIAL_DIFFCSE = official_diffcse_settings() | {"dropout_masks": "row_seeded"}
 
 
 def tiny_model(method: str, files, **settings):

@@ -113,3 +113,16 @@ def tiny_trainer(model, backbone: str | Path, output_dir: str | Path, corpus: st
     args = CLTrainingArguments(output_dir=str(output_dir), **{**settings, **training_args})
     return CLTrainer(model=model, args=args, train_dataset=load_unsup_corpus(corpus),
                      data_collator=build_collator(model, tokenizer, 32), processing_class=tokenizer)
+
+
+def official_diffcse_settings() -> dict:
+    """``--fidelity official_code``'s DiffCSE settings (the preset's settings of DiffCSE's group): the released code's
+    loss over padding, conditioning site, argmax over every position of both views, generator in training mode."""
+    import dataclasses
+
+    from models.config import ContrastiveConfig
+    from models.presets import fidelity_overrides
+
+    diffcse = {field.name for field in dataclasses.fields(ContrastiveConfig)
+               if field.metadata.get("group") == "diffcse"}
+    return {key: value for key, value in fidelity_overrides("official_code").items() if key in diffcse}
