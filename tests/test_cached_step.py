@@ -32,7 +32,8 @@ import trainers.cached_step as cached_step
 from trainers.methods import build_collator, build_model
 from models.diffcse import DiffCSEModel
 from tests.launch import run_torchrun
-from tests.tiny import WORDS, save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer, token_batch, tiny_trainer
+from tests.tiny import (WORDS, official_diffcse_settings, save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer,
+                        token_batch, tiny_trainer)
 from trainers.cached_step import cached_forward_backward
 from trainers.fast_path import fixed_shape_collator
 from trainers.keyed_dropout import keyed_step, pass_sentences, step_draws
@@ -53,11 +54,10 @@ CASES = {
     "diffcse": ("diffcse", {}),
     "diffcse_official_code": ("diffcse", {"rtd_all_views": True, "condition_before_projector": True,
                                           "rtd_include_padding": True}),
-    # the fast path's batch: edit rows padded past the batch's own width, which the loss over padding counts alone
-    # (each chunk's share: over the batch's positions within it); h put in after the embeddings by their hook
-    "diffcse_official_code_fixed_width": ("diffcse", {"rtd_all_views": True, "rtd_include_padding": True,
-                                                      "rtd_condition_site": "embeddings_output",
-                                                      "generator_all_positions": True, "sample_generator": False}),
+    # --fidelity official_code on the fast path's batch: edit rows padded past the batch's own width, which the loss
+    # over padding counts alone (each chunk's share: over the batch's positions within it); h put in after the
+    # embeddings by their hook
+    "diffcse_official_code_fixed_width": ("diffcse", official_diffcse_settings()),
     "diffcse_plus_simcse_pp": ("diffcse", {"off_dropout": True, "dcl_weight": 0.1, "lambda_weight": 0.05}),
     "diffcse_code_generator": ("diffcse", {"sample_generator": False, "generator_dropout": True,
                                            "generator_all_positions": True, "mask_style": "bert"}),
