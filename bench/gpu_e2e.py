@@ -39,7 +39,6 @@ import os
 import random
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
+
+from bench.process_groups import exit_on_sigterm, own_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -212,27 +213,26 @@ def first_checkpoint_complete(output_dir: Path, step: int) -> bool:
 
 
 def run(command: Command, log_dir: Path, stop_at_checkpoint: int | None = None, timeout: float = 900) -> None:
-    """Run ``command`` (its output to ``log_dir/<name>.log``); with ``stop_at_checkpoint``, SIGKILL it as soon as
-    that checkpoint is complete, as a crash or a lost machine would (the exit is then recorded as 0 when the kill
-    was ours)."""
+    """Run ``command`` (its output to ``log_dir/<name>.log``) in its own process group, killed with everything it
+    started past ``timeout`` seconds or when this stage ends early (:func:`bench.process_groups.own_process_group`);
+    with ``stop_at_checkpoint``, SIGKILL it as soon as that checkpoint is complete, as a crash or a lost machine
+    would (the exit is then recorded as 0 when the kill was ours)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     print(f"[gpu_e2e] {command.name}: {command.shell}", flush=True)
     started = time.perf_counter()
     with open(log_dir / f"{command.name}.log", "w") as log:
-        process = subprocess.Popen(command.argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        killed = False
-        while process.poll() is None:
-            if time.perf_counter() - started > timeout:
-                os.killpg(process.pid, signal.SIGKILL)
-                break
-            if stop_at_checkpoint and first_checkpoint_complete(Path(command.output_dir), stop_at_checkpoint):
-                os.killpg(process.pid, signal.SIGKILL)
-                killed = True
-                break
-            time.sleep(0.2)
-        code = process.wait()
+        with own_process_group(command.argv, cwd=REPO_ROOT, env=env, stdout=log,
+                               stderr=subprocess.STDOUT) as process:
+            killed = False
+            while process.poll() is None:
+                if time.perf_counter() - started > timeout:
+                    break
+                if stop_at_checkpoint and first_checkpoint_complete(Path(command.output_dir), stop_at_checkpoint):
+                    killed = True
+                    break
+                time.sleep(0.2)
+        code = process.returncode
     command.seconds = round(time.perf_counter() - started, 1)
     command.exit = 0 if killed else code
     if killed:
@@ -307,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="run only these commands (names as in --dry_run)")
     parser.add_argument("--dry_run", action="store_true", help="print the commands; prepare and run nothing")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     senteval = os.environ.get("SENTEVAL_DIR")
     senteval_dir = Path(senteval).resolve() if senteval else None
     work_dir = args.work_dir.resolve()

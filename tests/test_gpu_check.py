@@ -40,6 +40,9 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                      r"-- --cache_chunk_size 128\n", done.stdout)
     assert re.search(r"--method diffcse --fast_path true --steps 300 .*real_loop_fast_diffcse_official_code.json "
                      r"-- --fidelity official_code\n", done.stdout)
+    # each real-loop run its own folder and log in the shared work directory (four of them are SimCSE's)
+    run_names = re.findall(r"--workdir \S+/real_loop --run_name (\S+) ", done.stdout)
+    assert len(set(run_names)) == len(run_names) == 11 and "real_loop_fast_b512_cached" in run_names
     assert "-m pytest -q -m cuda tests/test_cuda.py" in done.stdout
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
