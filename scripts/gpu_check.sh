@@ -3,6 +3,8 @@
 # a BERT-base config (random weights), written to bench/results/gpu_<device>.json and .md (bench/gpu_check.py says
 # what each step measures). `--dry_run` lists the steps anywhere, CPU included.
 #   bash scripts/gpu_check.sh [--dry_run] [--work_dir DIR] [--results_dir DIR] [--skip STEP ...]
+#   bash scripts/gpu_check.sh --only STEP ... --deadline_seconds N   # a short lease: those steps in that order, ended
+#                                                                   # in N seconds with no run left behind
 # Python: $PYTHON, else ./.venv/bin/python (scripts/setup_env.sh; install the CUDA build of torch first, README
 # "GPU install"), else python3.
 # CSE_WHEELS=DIR: a folder of wheels to install first (pip --no-index --no-deps --target) and put on PYTHONPATH, for a

@@ -64,14 +64,54 @@ def test_quick_keeps_what_users_run_the_cuda_tests_and_the_step_at_batch_64(tmp_
         "end_to_end", "cuda_tests", "throughput_b64"]
 
 
-def test_only_keeps_the_steps_named_and_refuses_an_unknown_one(tmp_path):
-    done = run_script("--dry_run", "--only", "real_loop_eager", "real_loop_fast", "cuda_tests", "--work_dir",
+def test_only_keeps_the_steps_named_in_their_order_and_refuses_an_unknown_one(tmp_path):
+    done = run_script("--dry_run", "--only", "real_loop_eager", "cuda_tests", "real_loop_fast", "--work_dir",
                       str(tmp_path / "raw"), "--results_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert re.findall(r"^  \d+\. (\w+): ", done.stdout, flags=re.MULTILINE) == [
-        "real_loop_fast", "real_loop_eager", "cuda_tests"]
+        "real_loop_eager", "cuda_tests", "real_loop_fast"]  # not the plan's order: the most wanted first
     wrong = run_script("--dry_run", "--only", "real_loops")
     assert wrong.returncode == 2 and "--only: no step named real_loops" in wrong.stderr
+
+
+def test_the_deadline_cuts_each_steps_time_to_what_is_left_and_starts_none_too_late():
+    """``--deadline_seconds``: a step gets ``--step_seconds`` or the time left, whichever is less; with under
+    SHORTEST_STEP_SECONDS left it is not started; the report lists it as not run, not as failed."""
+    from bench.gpu_check import NOT_RUN, SHORTEST_STEP_SECONDS, seconds_for_step
+
+    assert seconds_for_step(None, None, 1e6) is None and seconds_for_step(90.0, None, 1e6) == 90.0
+    assert seconds_for_step(90.0, 500.0, 100.0) == 90.0 and seconds_for_step(None, 500.0, 100.0) == 400.0
+    assert seconds_for_step(90.0, 500.0, 450.0) == 50.0
+    assert seconds_for_step(90.0, 500.0, 500.0 - SHORTEST_STEP_SECONDS + 1) == 0.0
+    report = {"date": "2026-11-26", "commit": "abc", "environment": {"device": "NVIDIA H200", "torch": "2.11",
+                                                                    "cuda": "13.0", "transformers": "5.24"},
+              "steps": [{"name": "real_loop_fast", "exit": 0, "seconds": 80.0},
+                        {"name": "eval_speed", "exit": NOT_RUN, "seconds": 0.0}]}
+    text = markdown(report)
+    assert "Every step that ran passed." in text and "Not run (no time left of --deadline_seconds): eval_speed" in text
+    report["steps"][0]["exit"] = 124
+    assert "Steps failed: real_loop_fast\n" in markdown(report)
+
+
+def test_the_check_runs_the_named_steps_in_order_until_its_deadline(tmp_path, monkeypatch):
+    """``main`` itself (a GPU simulated: the device query and the plan stubbed): the steps run in ``--only``'s order,
+    the second is stopped where the deadline falls (exit 124), the third is not started, and the report says so."""
+    import bench.gpu_check as gpu_check
+
+    steps = [gpu_check.Step(name, (sys.executable, "-c", code), tmp_path / f"{name}.json")
+             for name, code in (("slow", "import time; time.sleep(30)"), ("quick", "pass"), ("last", "pass"))]
+    monkeypatch.setattr(gpu_check, "plan", lambda *args, **kwargs: steps)
+    monkeypatch.setattr(gpu_check, "environment", lambda: {"device": "Simulated GPU", "torch": torch.__version__,
+                                                           "cuda": "13.0", "transformers": "5"})
+    monkeypatch.setattr(gpu_check, "SHORTEST_STEP_SECONDS", 1.0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    code = gpu_check.main(["--only", "quick", "slow", "last", "--deadline_seconds", "3", "--work_dir",
+                           str(tmp_path / "raw"), "--results_dir", str(tmp_path)])
+    report = json.loads((tmp_path / "gpu_simulated_gpu.json").read_text())
+    assert [(s["name"], s["exit"]) for s in report["steps"]] == [
+        ("quick", 0), ("slow", gpu_check.TIMED_OUT), ("last", gpu_check.NOT_RUN)]
+    assert 1.5 < report["steps"][1]["seconds"] < 3.5 and code == 1
+    assert "Not run (no time left of --deadline_seconds): last" in (tmp_path / "gpu_simulated_gpu.md").read_text()
 
 
 def test_the_steps_write_where_the_report_reads(tmp_path):
