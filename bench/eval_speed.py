@@ -309,13 +309,13 @@ def main(argv: Sequence[str] | None = None) -> Report:
                         floor_seconds=tokens * 2 * parameters / (sgemm * 1e12),
                         fixed_cost_seconds=fixed_cost_seconds(tokenizer, args.senteval_dir, device, args.repeats),
                         command=" ".join(["python -m bench.eval_speed", *(sys.argv[1:] if argv is None else argv)]))
-        for batching in batchings:
+        for batching in batchings:  # the report after every batching: a run cut short keeps what it measured
             report.measurements.append(measure(trainer, batching, sentences, device, args, parameters, sgemm,
                                                paths["backbone"]))
+            if args.output_json:
+                args.output_json.parent.mkdir(parents=True, exist_ok=True)
+                args.output_json.write_text(json.dumps(asdict(report), indent=2) + "\n")
     print(format_report(report), flush=True)
-    if args.output_json:
-        args.output_json.parent.mkdir(parents=True, exist_ok=True)
-        args.output_json.write_text(json.dumps(asdict(report), indent=2) + "\n")
     return report
 
 

@@ -245,10 +245,21 @@ def test_the_trainer_scores_agree_across_batchings(tmp_path: Path, tiny_bert_dir
 
 
 # ------------------------------------------------------------------------------------------- the benchmark
-def test_the_benchmark_runs_on_the_cpu(tmp_path: Path, sts_fixture_dir: Path):
+def test_the_benchmark_runs_on_the_cpu(tmp_path: Path, sts_fixture_dir: Path, monkeypatch):
+    """The CPU smoke run; the JSON is written after every batching (a run stopped at the GPU check's time limit keeps
+    the batchings it measured)."""
+    import bench.eval_speed as eval_speed
     from bench.eval_speed import main
 
     out = tmp_path / "speed.json"
+    written_before_each_batching = []
+
+    def measure_after_noting_the_json(*args, **kwargs):
+        written_before_each_batching.append(len(json.loads(out.read_text())["measurements"]) if out.exists() else 0)
+        return measure(*args, **kwargs)
+
+    measure = eval_speed.measure
+    monkeypatch.setattr(eval_speed, "measure", measure_after_noting_the_json)
     threads = torch.get_num_threads()
     try:
         report = main(["--config", "tiny", "--device", "cpu", "--senteval_dir", str(sts_fixture_dir), "--repeats",
@@ -256,6 +267,7 @@ def test_the_benchmark_runs_on_the_cpu(tmp_path: Path, sts_fixture_dir: Path):
                        "--threads", "1", "--output_json", str(out)])
     finally:
         torch.set_num_threads(threads)
+    assert written_before_each_batching == [0, 1]
     data = json.loads(out.read_text())
     assert data["command"].startswith("python -m bench.eval_speed --config tiny")
     assert data["sgemm_tflops"] > 0 and data["matmul_parameters"] == report.matmul_parameters > 0
