@@ -59,6 +59,20 @@ def backbone(tiny_bert_dir: Path) -> Path:
     return tiny_bert_dir
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_as_found():
+    """Every test ends with the intra-op thread count it began with: a test that runs a benchmark's ``main`` with
+    ``--threads`` (which sets the process's count, as a command should) left it for the tests after it in the same
+    worker (seen in CI: tests/test_bench.py's ``--threads 1`` run left a worker single-threaded, and a later DiffCSE
+    run there drew other tokens than the same run with two threads)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def torch_single_thread():
     """Run a test with one intra-op thread (restored afterwards): on a small shared CPU box, tiny models are many
