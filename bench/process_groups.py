@@ -5,8 +5,8 @@ group, so that a command stopped at its time limit is killed with everything it 
 worker, a training run's data-loading workers, inductor's compile workers). A command in its own session is, by the
 same token, out of reach of a signal sent to the bench's group: a bench interrupted while it waits (Ctrl-C, or
 ``timeout`` around it) used to leave its running command behind, training on the GPU beside the commands measured
-after it (seen on an H200, 2026-11-26: an interrupted real-loop run trained on through the next call's runs, and two
-of them never logged a window). :func:`own_process_group` kills the group on every way out of the wait, and
+after it (seen on an H200, 2026-11-26: an interrupted real-loop run trained on through the next call's runs, whose
+figures were left out). :func:`own_process_group` kills the group on every way out of the wait, and
 :func:`exit_on_sigterm` makes SIGTERM (``timeout``'s default signal, a machine's shutdown) one of those ways.
 """
 from __future__ import annotations
