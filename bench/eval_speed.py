@@ -274,6 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sentence batchings (multiples of 16: the trainer's per_device_eval_batch_size x 16)")
     parser.add_argument("--max_tokens", type=int, nargs="*", default=[4096, 8192, 16384],
                         help="token-budget batchings")
+    parser.add_argument("--training_batching", action="store_true",
+                        help="time only the batching training's evaluation uses (a budget of eval.encoder's "
+                             "DEV_MAX_TOKENS tokens, --eval_max_tokens' default) instead of --batch_sizes and "
+                             "--max_tokens")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls after one untimed (median reported)")
     parser.add_argument("--gemm_size", type=int, default=4096, help="the SGEMM ceiling's matrix size")
     parser.add_argument("--sts_test", action="store_true", help="also time python -m eval's STS test path")
@@ -281,6 +285,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output_json", type=Path, default=None)
     return parser
+
+
+def timed_batchings(args: argparse.Namespace) -> list[Batching]:
+    """The batchings to time: training's (``--training_batching``), else ``--batch_sizes`` then ``--max_tokens``."""
+    if args.training_batching:
+        from eval.encoder import DEV_MAX_TOKENS
+
+        return [Batching(max_tokens=DEV_MAX_TOKENS)]
+    return [Batching(batch_size=size) for size in args.batch_sizes] + [Batching(max_tokens=tokens)
+                                                                     for tokens in args.max_tokens]
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
@@ -292,8 +306,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
     from bench.real_loop import save_backbone
 
     device = torch.device(args.device)
-    batchings = [Batching(batch_size=size) for size in args.batch_sizes]
-    batchings += [Batching(max_tokens=tokens) for tokens in args.max_tokens]
+    batchings = timed_batchings(args)
     with tempfile.TemporaryDirectory(prefix="eval_speed_") as tmp:
         workdir = Path(tmp)
         paths, tokenizer = save_backbone(workdir / "inputs", args.config, args.seed, diffcse=False,

@@ -25,7 +25,7 @@ named, so a lease that ends early keeps the most wanted figures):
    against MNRL's isolated step (step 2), evaluation seconds, a wiki1m epoch projected; SimCSE's fast path at batch
    512 uncached and cached in chunks of 128 (the cached step's cost); and ``step_profile``: where
    the fast SimCSE step's time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part);
-   ``eval_speed``: the dev evaluation's seconds with training's batching (a budget of ``DEV_MAX_TOKENS`` tokens a
+   ``eval_speed``: the dev evaluation's seconds with training's batching (``--training_batching``: its token budget a
    pass) against its fp32 compute floor, and ``python -m eval``'s STS test sets (:mod:`bench.eval_speed`; its other
    batchings, compared on an H100 at 8626fa0, take minutes more: ``python -m bench.eval_speed`` alone).
 1. ``pytest -m cuda tests/test_cuda.py``: bf16 step = fp32 step to bf16 precision, cached = uncached (row-seeded) on
@@ -59,7 +59,6 @@ from pathlib import Path
 from typing import Sequence
 
 from bench.process_groups import exit_on_sigterm, own_process_group
-from eval.encoder import DEV_MAX_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
@@ -110,7 +109,7 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
                               "120", "--profile_steps", "80:120", *vocab, "--workdir", str(work_dir / "real_loop"),
                               "--output_json", str(work_dir / "step_profile.json")), work_dir / "step_profile.json"),
         Step("eval_speed", (python, "-m", "bench.eval_speed", "--device", "cuda", "--config", "bert-base",
-                            "--batch_sizes", "--max_tokens", str(DEV_MAX_TOKENS), "--repeats", "3", "--sts_test",
+                            "--training_batching", "--repeats", "3", "--sts_test",
                             *vocab, "--output_json", str(work_dir / "eval_speed.json")), work_dir / "eval_speed.json"),
         Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", "-rs",
                             f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),

@@ -245,6 +245,19 @@ def test_the_trainer_scores_agree_across_batchings(tmp_path: Path, tiny_bert_dir
 
 
 # ------------------------------------------------------------------------------------------- the benchmark
+def test_the_training_batching_is_the_trainers_default_budget_alone():
+    """``--training_batching`` (the GPU check's eval_speed step) times the one batching CLTrainer.evaluate() uses by
+    default, DEV_MAX_TOKENS tokens a pass; without it, --batch_sizes then --max_tokens."""
+    from bench.eval_speed import Batching, build_parser, timed_batchings
+    from command_line.arguments import CLTrainingArguments
+
+    default_budget = CLTrainingArguments(output_dir="unused").eval_max_tokens
+    assert timed_batchings(build_parser().parse_args(["--training_batching", "--max_tokens", "64"])) == [
+        Batching(max_tokens=default_budget)]
+    assert timed_batchings(build_parser().parse_args(["--batch_sizes", "16", "--max_tokens", "64", "128"])) == [
+        Batching(batch_size=16), Batching(max_tokens=64), Batching(max_tokens=128)]
+
+
 def test_the_benchmark_runs_on_the_cpu(tmp_path: Path, sts_fixture_dir: Path, monkeypatch):
     """The CPU smoke run; the JSON is written after every batching (a run stopped at the GPU check's time limit keeps
     the batchings it measured)."""
