@@ -74,15 +74,13 @@ def torch_threads_as_found():
 
 
 @pytest.fixture
-def torch_single_thread():
-    """Run a test with one intra-op thread (restored afterwards): on a small shared CPU box, tiny models are many
-    times faster single-threaded than with threads that fight other processes for the cores."""
+def torch_single_thread(torch_threads_as_found):
+    """Run a test with one intra-op thread (restored afterwards by :func:`torch_threads_as_found`): on a small shared
+    CPU box, tiny models are many times faster single-threaded than with threads that fight other processes for the
+    cores."""
     import torch
 
-    previous = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 # ----------------------------------------------------------------------------------------------- SentEval fixture
