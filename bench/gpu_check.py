@@ -22,7 +22,7 @@ named, so a lease that ends early keeps the most wanted figures):
    Then the real loop (:mod:`bench.real_loop`): ``run_unsup.py --method simcse`` for 1,000 steps on the fast path
    (``--torch_compile true``) and eager, then every other method's fast path for 300 steps, STS-B dev every 125
    steps: the Trainer's own sentences/s per logging window (first window = compile warm-up, then the steady state),
-   against MNRL's isolated step (step 2), evaluation seconds, a wiki1m epoch projected; SimCSE's fast path at batch
+   against MNRL's isolated step (step 2, or ``mnrl_b64``: MNRL and SimCSE alone), evaluation seconds, a wiki1m epoch projected; SimCSE's fast path at batch
    512 uncached and cached in chunks of 128 (the cached step's cost); and ``step_profile``: where
    the fast SimCSE step's time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part);
    ``eval_speed``: the dev evaluation's seconds with training's batching (``--training_batching``: its token budget a
@@ -108,6 +108,8 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
         Step("step_profile", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true", "--steps",
                               "120", "--profile_steps", "80:120", *vocab, "--workdir", str(work_dir / "real_loop"),
                               "--output_json", str(work_dir / "step_profile.json")), work_dir / "step_profile.json"),
+        Step("mnrl_b64", (*throughput, "--batch_size", "64", "--methods", "st_mnrl", "simcse", "--steps", "50",
+                          "--output_json", str(work_dir / "mnrl_b64.json")), work_dir / "mnrl_b64.json"),
         Step("eval_speed", (python, "-m", "bench.eval_speed", "--device", "cuda", "--config", "bert-base",
                             "--training_batching", "--repeats", "3", "--sts_test",
                             *vocab, "--output_json", str(work_dir / "eval_speed.json")), work_dir / "eval_speed.json"),
@@ -221,6 +223,17 @@ def throughput_rows(report: dict) -> list[str]:
     return rows
 
 
+def mnrl_sentences_per_second(report: dict, batch: int) -> float | None:
+    """sentence-transformers' MNRL recipe's isolated step at ``batch`` (sentences/s): from the whole-list throughput
+    step, else from ``mnrl_b64`` (MNRL and SimCSE alone: seconds instead of minutes); ``None`` when neither ran."""
+    for key in (f"throughput_b{batch}", f"mnrl_b{batch}"):
+        rate = next((r["sentences_per_second"] for r in (report.get(key) or {}).get("results", [])
+                     if r["name"] == "st_mnrl"), None)
+        if rate is not None:
+            return rate
+    return None
+
+
 def markdown(report: dict) -> str:
     """The check's figures as Markdown: environment, tests, throughput, cached vs uncached memory."""
     env = report["environment"]
@@ -239,8 +252,7 @@ def markdown(report: dict) -> str:
                   "figures)", "", end_to_end_markdown(end_to_end), ""]
     loops = [report[f"real_loop_{name}"] for name, *_ in REAL_LOOPS if report.get(f"real_loop_{name}")]
     if loops:
-        mnrl = {batch: next((r["sentences_per_second"] for r in (report.get(f"throughput_b{batch}") or {})
-                            .get("results", []) if r["name"] == "st_mnrl"), None) for batch in (64, 512)}
+        mnrl = {batch: mnrl_sentences_per_second(report, batch) for batch in (64, 512)}
         lines += ["## The real loop (`run_unsup.py` / `run_diffcse.py`, BERT-base config, random weights, length 32, "
                   "bf16; the Trainer's own sentences/s per logging window)", "",
                   "| method | loop | batch | steps | first window (warm-up) | steady (median of the rest) | x MNRL "

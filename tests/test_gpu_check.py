@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.gpu_check import REPO_ROOT, device_slug, markdown, plan, junit_counts
+from bench.gpu_check import REPO_ROOT, device_slug, junit_counts, markdown, mnrl_sentences_per_second, plan
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
 
@@ -29,7 +29,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                                    "real_loop_fast_promptbert", "real_loop_fast_diffcse", "real_loop_fast_simcse_pp",
                                    "real_loop_fast_s_simcse", "real_loop_fast_row_seeded", "real_loop_fast_b512",
                                    "real_loop_fast_b512_cached", "real_loop_fast_diffcse_official_code",
-                                   "step_profile", "eval_speed",
+                                   "step_profile", "mnrl_b64", "eval_speed",
                                    "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
@@ -167,3 +167,16 @@ def test_a_step_past_its_seconds_is_stopped_with_its_children_and_recorded(tmp_p
     time.sleep(4)
     assert not marker.exists()  # the child went with its parent
     assert run_step(Step("quick", (sys.executable, "-c", "pass"), tmp_path / "o.json"), seconds_allowed=30)["exit"] == 0
+
+
+def test_the_real_loops_ratio_to_mnrl_reads_the_mnrl_only_step_when_the_whole_list_did_not_run():
+    loop = {"method": "simcse", "fast_path": True, "steps": 1000, "batch_size": 64, "steady_sentences_per_second": 3000.0}
+    report = {"date": "d", "commit": "c", "environment": {"device": "GPU", "torch": "t", "cuda": "c",
+              "transformers": "x"}, "steps": [], "real_loop_fast": loop,
+              "mnrl_b64": {"results": [{"name": "simcse", "sentences_per_second": 2000.0},
+                                       {"name": "st_mnrl", "sentences_per_second": 1000.0}]}}
+    assert "| 3,000.0 | 3.00x |" in markdown(report)
+    report["throughput_b64"] = {"results": [{"name": "st_mnrl", "sentences_per_second": 1500.0}]}
+    assert mnrl_sentences_per_second(report, 64) == 1500.0  # the whole list's, when it ran
+    del report["throughput_b64"], report["mnrl_b64"]
+    assert "| 3,000.0 | - |" in markdown(report)
