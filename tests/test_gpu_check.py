@@ -138,7 +138,10 @@ def test_the_committed_gpu_report_renders():
         assert path.stem.startswith(f"gpu_{device_slug(report['environment']['device'])}")
         text = markdown(report)
         assert text.startswith(f"# GPU check: {report['environment']['device']}")
-        assert f"{report['tests']['passed']} passed" in text
+        if "tests" in report:
+            assert f"{report['tests']['passed']} passed" in text
+        else:  # a check whose steps left the CUDA tests out says nothing of them
+            assert "CUDA tests" not in text
         sections = {"throughput_b64": "| simcse | 64 |", "cached_memory": "| 64 | uncached |",
                     "keyed_masks": "| bert-base | 64 | bf16 | stream |", "end_to_end": "## What users run",
                     "real_loop_fast": "| fast path (--torch_compile true) |"}
