@@ -1,6 +1,7 @@
 """The host work a training step spends outside the model's forward and backward: the Trainer's gradient clipping
 (``--max_grad_norm``), the step's row-seeded draws lookup (``trainers.keyed_dropout.keyed_step``), ``model.zero_grad()``
-and ``model.train()``, each timed alone on the host.
+and ``model.train()``, and ESimCSE's momentum update (Eq. 5; before: both networks walked by name every step), each
+timed alone on the host.
 
 On a GPU the fast path's step waits on the host (docs/benchmarks.md: 15.6 ms/step on an H100, 3.1 of them in the
 Trainer's clipping), and this work is Python and dispatcher time that does not depend on the device: measured here on
@@ -84,6 +85,18 @@ def measure(method: str, repeats: int, dropout_masks: str = "stream") -> dict[st
         with keyed_step(model, 64):
             pass
 
+    def walked_momentum_update() -> None:  # ESimCSE's Eq. 5 before its pairs were kept: both networks walked by name
+        momentum = model.momentum_encoder
+        with torch.no_grad():
+            own, other = dict(momentum.encoder.named_parameters()), dict(model.encoder.named_parameters())
+            pairs = [(own[name], other[name]) for name in own]
+            own_b, other_b = dict(momentum.encoder.named_buffers()), dict(model.encoder.named_buffers())
+            targets = [t for t, _ in pairs]
+            torch._foreach_mul_(targets, model.config.momentum)
+            torch._foreach_add_(targets, [s.detach().to(t.dtype) for t, s in pairs], alpha=1 - model.config.momentum)
+            for name in own_b:
+                own_b[name].copy_(other_b[name])
+
     model.train()
     rows = {
         "clip_grad_norm": (median_microseconds(lambda: Trainer._clip_grad_norm(trainer, model), give_gradients,
@@ -96,6 +109,9 @@ def measure(method: str, repeats: int, dropout_masks: str = "stream") -> dict[st
         "model.train()": (median_microseconds(lambda: torch.nn.Module.train(model), None, repeats),
                           median_microseconds(model.train, None, repeats)),
     }
+    if getattr(model, "momentum_encoder", None) is not None:
+        rows["momentum update (Eq. 5)"] = (median_microseconds(walked_momentum_update, None, repeats),
+                                           median_microseconds(model.on_optimizer_step, None, repeats))
     return {"method": method, "dropout_masks": dropout_masks, "parameter_tensors": len(list(model.parameters())),
             "trainable_tensors": len(trainable), "modules": len(list(model.modules())), "repeats": repeats,
             "torch": torch.__version__, "microseconds": {name: {"trainer": t, "ours": o} for name, (t, o) in rows.items()}}

@@ -35,6 +35,7 @@ from torch import nn
 from .base import ContrastiveModel
 from .config import ContrastiveConfig
 from .distributed import gather_no_grad
+from .module_lists import ModelLists, model_lists
 from .views import ViewEmbeddings
 
 
@@ -53,24 +54,44 @@ class MomentumEncoder(nn.Module):
         self.projector = copy.deepcopy(projector) if projector is not None else None
         self.requires_grad_(False)
         super().train(False)
+        #: the parameter pairs of :meth:`_pairs`, and the module lists they were matched from
+        self._param_pairs: list[tuple[nn.Parameter, nn.Parameter]] = []
+        self._pairs_of: list[ModelLists] = []
 
     def train(self, mode: bool = True) -> "MomentumEncoder":
         """Always eval: ``model.train()`` must not switch the momentum encoder's dropout on."""
         return super().train(False)
 
+    def _networks(self, encoder: nn.Module, projector: nn.Module | None) -> list[tuple[nn.Module, nn.Module]]:
+        """(momentum network, online network) pairs: the encoder, and the projector when the EMA holds one."""
+        return [(self.encoder, encoder)] + ([(self.projector, projector)] if self.projector is not None else [])
+
     def _pairs(self, encoder: nn.Module, projector: nn.Module | None):
-        sources = [encoder] + ([projector] if self.projector is not None else [])
-        targets = [self.encoder] + ([self.projector] if self.projector is not None else [])
-        params, buffers = [], []
-        for source, target in zip(sources, targets):
-            own, other = dict(target.named_parameters()), dict(source.named_parameters())
-            if own.keys() != other.keys():
-                raise RuntimeError("momentum encoder and online encoder have different parameters: "
-                                   f"{sorted(own.keys() ^ other.keys())[:5]}")
-            params += [(own[name], other[name]) for name in own]
-            own_b, other_b = dict(target.named_buffers()), dict(source.named_buffers())
-            buffers += [(own_b[name], other_b[name]) for name in own_b if name in other_b]
-        return params, buffers
+        """(momentum, online) parameter pairs and buffer pairs, matched by name. The parameter pairs are kept while
+        each network's module lists stay the same (:func:`models.module_lists.model_lists`: a parameter or module
+        added or replaced since makes new lists, and so new pairs): Eq. 5 runs every step, and walking both networks
+        by name each time was the ESimCSE step's largest host cost after the backbones (``bench/trainer_host.py``).
+        Buffers are paired afresh from the listed modules at each call (a flat pass: ``.to()`` replaces buffers
+        without touching the lists)."""
+        networks = self._networks(encoder, projector)
+        lists = [(model_lists(target), model_lists(source)) for target, source in networks]
+        kept_lists = [kept for pair in lists for kept in pair]  # held, so that no new list reuses an identity
+        if len(kept_lists) != len(self._pairs_of) or any(a is not b for a, b in zip(kept_lists, self._pairs_of)):
+            params = []
+            for target, source in networks:
+                own, other = dict(target.named_parameters()), dict(source.named_parameters())
+                if own.keys() != other.keys():
+                    raise RuntimeError("momentum encoder and online encoder have different parameters: "
+                                       f"{sorted(own.keys() ^ other.keys())[:5]}")
+                if [name for name, _ in target.named_modules()] != [name for name, _ in source.named_modules()]:
+                    raise RuntimeError("momentum encoder and online encoder have different modules")
+                params += [(own[name], other[name]) for name in own]
+            self._param_pairs, self._pairs_of = params, kept_lists
+        buffers = [(own, other) for target_lists, source_lists in lists
+                   for target, source in zip(target_lists.modules, source_lists.modules)
+                   for name, own in target._buffers.items()
+                   if own is not None and (other := source._buffers.get(name)) is not None]
+        return self._param_pairs, buffers
 
     @torch.no_grad()
     def copy_from(self, encoder: nn.Module, projector: nn.Module | None = None) -> None:
@@ -84,7 +105,7 @@ class MomentumEncoder(nn.Module):
         """Eq. 5: theta_m <- momentum * theta_m + (1 - momentum) * theta_e; buffers are copied."""
         params, buffers = self._pairs(encoder, projector)
         targets = [t for t, _ in params]
-        sources = [s.detach().to(t.dtype) for t, s in params]
+        sources = [s if s.dtype == t.dtype else s.to(t.dtype) for t, s in params]
         torch._foreach_mul_(targets, momentum)
         torch._foreach_add_(targets, sources, alpha=1.0 - momentum)
         for target, source in buffers:

@@ -80,6 +80,12 @@ def listed_modules(root: nn.Module) -> list[nn.Module]:
     return _lists(root, "modules_current").modules
 
 
+def model_lists(root: nn.Module) -> ModelLists:
+    """``root``'s :class:`ModelLists` (modules and parameters), kept while :meth:`ModelLists.parameters_current`: the
+    same object while nothing was added or replaced, so a caller may key its own derived lists on its identity."""
+    return _lists(root, "parameters_current")
+
+
 def listed_parameters(root: nn.Module) -> list[nn.Parameter]:
     """``list(root.parameters())``, kept while :meth:`ModelLists.parameters_current`."""
     return _lists(root, "parameters_current").parameters
@@ -99,4 +105,4 @@ def training_modes_hold(root: nn.Module) -> bool:
             and [module.training for module in lists.modules] == lists.training_modes)
 
 
-__all__ = ["ModelLists", "listed_modules", "listed_parameters", "remember_training_modes", "training_modes_hold"]
+__all__ = ["ModelLists", "listed_modules", "listed_parameters", "model_lists", "remember_training_modes", "training_modes_hold"]

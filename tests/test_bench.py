@@ -265,3 +265,13 @@ def test_the_trainer_host_bench_times_each_item_on_bert_bases_structure(tmp_path
     assert lookup["ours"] * 10 < lookup["trainer"]
     assert json.loads((tmp_path / "host.json").read_text()) == report
     assert len(format_report(report).splitlines()) == 3 + len(report["microseconds"])
+
+
+def test_the_trainer_host_bench_times_esimcses_momentum_update_both_ways() -> None:
+    """ESimCSE's row: Eq. 5 with both networks walked by name (the route before its pairs were kept) and the model's
+    own ``on_optimizer_step``."""
+    from bench.trainer_host import measure
+
+    report = measure("esimcse", 3)
+    row = report["microseconds"]["momentum update (Eq. 5)"]
+    assert row["trainer"] > 0 and row["ours"] > 0

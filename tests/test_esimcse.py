@@ -81,6 +81,39 @@ def test_momentum_encoder_starts_equal_and_follows_the_ema(backbone, through_mlp
         assert any(not torch.equal(p, before[n]) for n, p in m.named_parameters())
 
 
+def _ema_step(model, sources, start, momentum=0.9):
+    """After ``model.on_optimizer_step()``: each momentum parameter is Eq. 5 of its start and ``sources``' current."""
+    for name, param in model.momentum_encoder.encoder.named_parameters():
+        torch.testing.assert_close(param, momentum * start[name] + (1 - momentum) * sources[name], atol=1e-6, rtol=0)
+
+
+def test_the_ema_keeps_its_parameter_pairs_and_follows_a_replaced_parameter_or_buffer(backbone, monkeypatch):
+    model = build_model("esimcse", str(backbone), queue_through_mlp=True, momentum=0.9)
+    momentum = model.momentum_encoder
+    model.on_optimizer_step()
+    pairs = momentum._param_pairs
+    walks = []
+    real_named_parameters = torch.nn.Module.named_parameters
+    monkeypatch.setattr(torch.nn.Module, "named_parameters",
+                        lambda self, *a, **k: walks.append(self) or real_named_parameters(self, *a, **k))
+    model.on_optimizer_step()
+    assert momentum._param_pairs is pairs and walks == []  # the second step walks neither network by name
+    monkeypatch.undo()
+    # a parameter replaced in the online encoder (a user's surgery, a reload): the next step's EMA reads the new one
+    layer = model.encoder.encoder.layer[0].output.dense
+    layer.weight = torch.nn.Parameter(torch.randn_like(layer.weight))
+    start = {n: p.detach().clone() for n, p in momentum.encoder.named_parameters()}
+    model.on_optimizer_step()
+    _ema_step(model, {n: p.detach() for n, p in model.encoder.named_parameters()}, start)
+    assert momentum._param_pairs is not pairs
+    # a buffer replaced (as .to() does) is copied from the current one
+    embeddings = model.encoder.embeddings
+    name = next(iter(embeddings._buffers))
+    embeddings._buffers[name] = embeddings._buffers[name].clone().fill_(1)
+    model.on_optimizer_step()
+    assert torch.equal(momentum.encoder.embeddings._buffers[name], embeddings._buffers[name])
+
+
 def test_queue_holds_dropout_free_momentum_embeddings_used_from_the_next_batch(backbone):
     model = build_model("esimcse", str(backbone), queue_size=6).train()
     ids, mask = token_batch()
