@@ -22,12 +22,14 @@ named, so a lease that ends early keeps the most wanted figures):
    Then the real loop (:mod:`bench.real_loop`): ``run_unsup.py --method simcse`` for 1,000 steps on the fast path
    (``--torch_compile true``) and eager, then every other method's fast path for 300 steps, STS-B dev every 125
    steps: the Trainer's own sentences/s per logging window (first window = compile warm-up, then the steady state),
-   against MNRL's isolated step (step 2, or ``mnrl_b64``: MNRL and SimCSE alone), evaluation seconds, a wiki1m epoch projected; SimCSE's fast path at batch
-   512 uncached and cached in chunks of 128 (the cached step's cost); and ``step_profile``: where
-   the fast SimCSE step's time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part);
-   ``eval_speed``: the dev evaluation's seconds with training's batching (``--training_batching``: its token budget a
-   pass) against its fp32 compute floor, and ``python -m eval``'s STS test sets (:mod:`bench.eval_speed`; its other
-   batchings, compared on an H100 at 8626fa0, take minutes more: ``python -m bench.eval_speed`` alone).
+   against MNRL's isolated step (step 2, or ``mnrl_b64``: MNRL and SimCSE alone), evaluation seconds, a wiki1m epoch
+   projected; SimCSE's fast path at batch 512 uncached and cached in chunks of 128 (the cached step's cost); and
+   ``step_profile``: where the fast SimCSE step's time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step,
+   host ms by part); ``optimizer_step``: the clipping and AdamW's host and device milliseconds per step as run now
+   and compiled (:mod:`bench.optimizer_step`); ``eval_speed``: the dev evaluation's seconds with training's batching
+   (``--training_batching``: its token budget a pass) against its fp32 compute floor, and ``python -m eval``'s STS
+   test sets (:mod:`bench.eval_speed`; its other batchings, compared on an H100 at 8626fa0, take minutes more:
+   ``python -m bench.eval_speed`` alone).
 1. ``pytest -m cuda tests/test_cuda.py``: bf16 step = fp32 step to bf16 precision, cached = uncached (row-seeded) on
    CUDA, keyed masks identical on CPU and CUDA, no host-device sync in a step (the CUDA runtime's own sync check),
    the Trainer's bf16 / TF32 / fused AdamW, two processes over NCCL (needs two GPUs; skipped otherwise, with the
@@ -110,6 +112,9 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
                               "--output_json", str(work_dir / "step_profile.json")), work_dir / "step_profile.json"),
         Step("mnrl_b64", (*throughput, "--batch_size", "64", "--methods", "st_mnrl", "simcse", "--steps", "50",
                           "--output_json", str(work_dir / "mnrl_b64.json")), work_dir / "mnrl_b64.json"),
+        Step("optimizer_step", (python, "-m", "bench.optimizer_step", "--device", "cuda", "--config", "bert-base",
+                                "--output_json", str(work_dir / "optimizer_step.json")),
+             work_dir / "optimizer_step.json"),
         Step("eval_speed", (python, "-m", "bench.eval_speed", "--device", "cuda", "--config", "bert-base",
                             "--training_batching", "--repeats", "3", "--sts_test",
                             *vocab, "--output_json", str(work_dir / "eval_speed.json")), work_dir / "eval_speed.json"),
@@ -290,6 +295,17 @@ def markdown(report: dict) -> str:
 
         lines += ["## The dev evaluation (STS-B + SICK-R dev, fp32, `bench.eval_speed`: CLTrainer.evaluate() as in "
                   "training)", "", eval_speed_table(evaluation), ""]
+    optimizer = report.get("optimizer_step")
+    if optimizer:
+        lines += ["## The end of the step: clipping + AdamW over BERT-base's parameters (`bench.optimizer_step`)", "",
+                  "| variant | host ms/step | device ms/step (with gradient copies) | first call s | max abs diff "
+                  "from eager | error |", "|---|---|---|---|---|---|"]
+        for row in optimizer["results"]:
+            cells = [row.get(key) for key in ("host_ms_per_step", "device_ms_per_step_with_gradient_copies",
+                                               "first_call_seconds", "max_abs_difference_from_eager")]
+            lines.append(f"| {row['variant']} | " + " | ".join("-" if c is None else f"{c:g}" for c in cells)
+                         + f" | {row.get('error', '')} |")
+        lines.append("")
     tests = report.get("tests")
     if tests:
         lines += [f"CUDA tests (tests/test_cuda.py): {tests['passed']} passed, {tests['failed']} failed, "

@@ -105,4 +105,5 @@ def training_modes_hold(root: nn.Module) -> bool:
             and [module.training for module in lists.modules] == lists.training_modes)
 
 
-__all__ = ["ModelLists", "listed_modules", "listed_parameters", "model_lists", "remember_training_modes", "training_modes_hold"]
+__all__ = ["ModelLists", "listed_modules", "listed_parameters", "model_lists", "remember_training_modes",
+           "training_modes_hold"]

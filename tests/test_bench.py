@@ -275,3 +275,23 @@ def test_the_trainer_host_bench_times_esimcses_momentum_update_both_ways() -> No
     report = measure("esimcse", 3)
     row = report["microseconds"]["momentum update (Eq. 5)"]
     assert row["trainer"] > 0 and row["ours"] > 0
+
+
+def test_the_optimizer_step_bench_compiles_the_clipped_adamw_to_the_eager_result(tmp_path, monkeypatch) -> None:
+    """``bench.optimizer_step``: the compiled clipping + AdamW (tensor learning rate, changed every step) ends where
+    the eager route does; each variant's host time and first-call seconds are reported, the JSON after each."""
+    import json
+
+    import bench.optimizer_step as optimizer_step
+
+    shapes = [(16, 8), (8,), (8, 8)]
+    monkeypatch.setattr(optimizer_step, "backbone_parameters", lambda config, device, seed=0: [
+        torch.randn(shape, generator=torch.Generator().manual_seed(seed + i)) for i, shape in enumerate(shapes)])
+    report = optimizer_step.main(["--device", "cpu", "--steps", "4", "--warmup", "1",
+                                  "--output_json", str(tmp_path / "o.json")])
+    assert [r["variant"] for r in report["results"]] == ["eager", "compiled"]
+    eager, compiled = report["results"]
+    assert "error" not in compiled and compiled["parameter_tensors"] == 3
+    assert eager["max_abs_difference_from_eager"] == 0 and compiled["max_abs_difference_from_eager"] < 1e-6
+    assert compiled["host_ms_per_step"] > 0 and compiled["first_call_seconds"] > 0
+    assert json.loads((tmp_path / "o.json").read_text()) == report

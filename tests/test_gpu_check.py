@@ -29,7 +29,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                                    "real_loop_fast_promptbert", "real_loop_fast_diffcse", "real_loop_fast_simcse_pp",
                                    "real_loop_fast_s_simcse", "real_loop_fast_row_seeded", "real_loop_fast_b512",
                                    "real_loop_fast_b512_cached", "real_loop_fast_diffcse_official_code",
-                                   "step_profile", "mnrl_b64", "eval_speed",
+                                   "step_profile", "mnrl_b64", "optimizer_step", "eval_speed",
                                    "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
@@ -173,7 +173,8 @@ def test_a_step_past_its_seconds_is_stopped_with_its_children_and_recorded(tmp_p
 
 
 def test_the_real_loops_ratio_to_mnrl_reads_the_mnrl_only_step_when_the_whole_list_did_not_run():
-    loop = {"method": "simcse", "fast_path": True, "steps": 1000, "batch_size": 64, "steady_sentences_per_second": 3000.0}
+    loop = {"method": "simcse", "fast_path": True, "steps": 1000, "batch_size": 64,
+            "steady_sentences_per_second": 3000.0}
     report = {"date": "d", "commit": "c", "environment": {"device": "GPU", "torch": "t", "cuda": "c",
               "transformers": "x"}, "steps": [], "real_loop_fast": loop,
               "mnrl_b64": {"results": [{"name": "simcse", "sentences_per_second": 2000.0},
@@ -183,3 +184,15 @@ def test_the_real_loops_ratio_to_mnrl_reads_the_mnrl_only_step_when_the_whole_li
     assert mnrl_sentences_per_second(report, 64) == 1500.0  # the whole list's, when it ran
     del report["throughput_b64"], report["mnrl_b64"]
     assert "| 3,000.0 | - |" in markdown(report)
+
+
+def test_the_optimizer_step_table_shows_each_variant_and_its_error():
+    report = {"date": "d", "commit": "c", "environment": {"device": "GPU", "torch": "t", "cuda": "c",
+              "transformers": "x"}, "steps": [],
+              "optimizer_step": {"results": [
+                  {"variant": "eager", "host_ms_per_step": 2.5, "device_ms_per_step_with_gradient_copies": 1.25,
+                   "first_call_seconds": 0.1, "max_abs_difference_from_eager": 0.0},
+                  {"variant": "compiled_cuda_graphs", "error": "RuntimeError: boom"}]}}
+    text = markdown(report)
+    assert "| eager | 2.5 | 1.25 | 0.1 | 0 |  |" in text
+    assert "| compiled_cuda_graphs | - | - | - | - | RuntimeError: boom |" in text
