@@ -304,7 +304,7 @@ def markdown(report: dict) -> str:
             cells = [row.get(key) for key in ("host_ms_per_step", "device_ms_per_step_with_gradient_copies",
                                                "first_call_seconds", "max_abs_difference_from_eager")]
             lines.append(f"| {row['variant']} | " + " | ".join("-" if c is None else f"{c:g}" for c in cells)
-                         + f" | {row.get('error', '')} |")
+                         + f" | {' '.join(row.get('error', '').split())[:160]} |")
         lines.append("")
     tests = report.get("tests")
     if tests:

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         try:
             result = measure_variant(variant, args.config, device, args.steps, args.warmup)
         except Exception as error:  # a variant that fails is reported, the others still run
-            result = {"variant": variant, "error": f"{type(error).__name__}: {error}"[:500]}
+            result = {"variant": variant, "error": " ".join(f"{type(error).__name__}: {error}".split())[:500]}
         final = result.pop("parameters", None)
         if final is not None:
             reference = final if reference is None and variant == "eager" else reference

@@ -162,6 +162,11 @@ class ContrastiveModel(PreTrainedModel):
         base's is its encoder."""
         return [(self, "encoder")]
 
+    def cuda_graph_refusal(self) -> str | None:
+        """Hook: why this model's training step must not run under CUDA graphs (the fast path then compiles without
+        them: ``trainers.fast_path.compile_mode``), or ``None``: the base's, none."""
+        return None
+
     def fixed_width_keys(self) -> tuple[str, ...]:
         """Hook: the batch keys beyond the views (``input_ids``, ``attention_mask``, ``token_type_ids``) that the fast
         path pads to its fixed width too, because their padding changes no result and a compiled network reads

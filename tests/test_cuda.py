@@ -411,15 +411,32 @@ OFFICIAL_DIFFCSE_WITHOUT_DROPOUT = official_diffcse_settings() | {"generator_dro
 @pytest.mark.parametrize("method", ["simcse", "sup_simcse", "esimcse", "diffcse", "diffcse_official_code",
                                     "promptbert"])
 def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
-    """The backbone compiled with CUDA graphs (``reduce-overhead``, trainers/fast_path.py) on a fixed-shape batch:
-    loss and gradients equal the eager step's within bf16 tolerance, on three consecutive steps (graph replays).
-    Dropout is 0 in both (the compiled graph draws its masks from its own RNG stream). DiffCSE's edit rows are padded
-    too with the code's settings (:data:`OFFICIAL_DIFFCSE_WITHOUT_DROPOUT`)."""
+    """The backbone compiled in the mode a one-GPU bf16 run picks (``trainers.fast_path.compile_mode``: CUDA graphs,
+    ``reduce-overhead``, but for ESimCSE, whose model refuses them) on a fixed-shape batch: loss and gradients equal
+    the eager step's within bf16 tolerance, on three consecutive steps (graph replays). Dropout is 0 in both (the
+    compiled graph draws its masks from its own RNG stream). DiffCSE's edit rows are padded too with the code's
+    settings (:data:`OFFICIAL_DIFFCSE_WITHOUT_DROPOUT`)."""
+    assert_the_fast_path_equals_the_eager_step(method, tmp_path)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "H100, torch 2.11 (2026-11-27): ESimCSE's step with its momentum encoder under CUDA graphs gave other gradients "
+    "than the eager step (cosine -0.43); models/esimcse.py refuses CUDA graphs until this passes"))
+def test_esimcse_under_cuda_graphs_gave_other_gradients(tmp_path):
+    """ESimCSE forced under CUDA graphs (``reduce-overhead``): the check above. It failed on an H100, so ESimCSE's
+    ``cuda_graph_refusal`` keeps its fast path off them; when this passes (strict xfail: an XPASS fails the suite),
+    lift that refusal."""
+    assert_the_fast_path_equals_the_eager_step("esimcse", tmp_path, mode="reduce-overhead")
+
+
+def assert_the_fast_path_equals_the_eager_step(method: str, tmp_path, mode: str | None = None) -> None:
+    """Three eager steps against three fast-path steps of a twin (``mode``: the one ``compile_mode`` picks for the
+    model on one GPU in bf16 unless given): losses within 2 % and gradients at cosine > 0.99."""
     from transformers import AutoTokenizer
 
     from data.fixed_shapes import FixedShapeCollator
     from tests.tiny import save_tiny_generator
-    from trainers.fast_path import CompiledBackbone
+    from trainers.fast_path import CompiledBackbone, compile_mode
 
     backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.0)
     official = method == "diffcse_official_code"
@@ -434,7 +451,9 @@ def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
     edit_rows = {key: collate.padding_values()[key] for key in model.fixed_width_keys()} if official else {}
     batch = on_cuda(FixedShapeCollator(collate, 32, 0, edit_rows)(rows))
-    compiled = CompiledBackbone(twin, "reduce-overhead", batch["input_ids"].size(0))
+    forced = mode is not None
+    mode = mode or compile_mode(None, CUDA, 1, bf16=True, model_refusal=model.cuda_graph_refusal())
+    compiled = CompiledBackbone(twin, mode, batch["input_ids"].size(0))
 
     def step(network, context) -> tuple[torch.Tensor, torch.Tensor]:
         torch.manual_seed(5)  # DiffCSE's generator samples the same tokens in both
@@ -453,7 +472,9 @@ def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
         fast_loss, fast_grad = step(twin, compiled.step(batch["input_ids"]))
         assert abs(fast_loss - eager_loss) <= 2e-2 * abs(eager_loss), (fast_loss, eager_loss)
         assert torch.nn.functional.cosine_similarity(fast_grad, eager_grad, dim=0) > 0.99
-    assert compiled.compiled_steps == 3 and compiled.cuda_graphs
+    assert compiled.compiled_steps == 3 and compiled.cuda_graphs == (mode == "reduce-overhead")
+    if not forced:  # the mode a run picks: CUDA graphs but for ESimCSE's momentum step
+        assert compiled.cuda_graphs == (method != "esimcse")
 
 
 @pytest.mark.parametrize("method, settings", [("simcse", {}), ("s_simcse", {}), ("simcse_pp", {}),
@@ -557,6 +578,7 @@ def test_cuda_graph_dropout_draws_new_masks_every_step(tmp_path):
     compiled = CompiledBackbone(model, "reduce-overhead", len(rows))
     losses = []
     for _ in range(5):
+        model.zero_grad(set_to_none=True)  # as the Trainer does: gradients kept across replays are overwritten
         with compiled.step(batch["input_ids"]):
             with torch.autocast("cuda", dtype=torch.bfloat16):  # as the Trainer runs it (CUDA graphs need bf16)
                 loss = model(**batch).loss

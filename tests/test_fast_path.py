@@ -29,7 +29,7 @@ import run_diffcse
 import run_unsup
 from data.fixed_shapes import FixedShapeCollator
 from tests.tiny import (FAST_TRAINING_ARGS, official_diffcse_settings, save_tiny_backbone, save_tiny_generator,
-                        tiny_corpus)
+                        tiny_corpus, tiny_trainer)
 from trainers.cl_trainer import CLTrainer
 from trainers.fast_path import fixed_shape_collator
 from trainers.keyed_dropout import keyed_step
@@ -569,6 +569,50 @@ def test_cuda_graphs_only_for_one_gpu_training_in_bf16():
     assert compile_mode(None, cuda, 2, bf16=True) == "default"
     assert compile_mode(None, cpu, 1, bf16=True) == "default"
     assert compile_mode("max-autotune-no-cudagraphs", cuda, 1, bf16=True) == "max-autotune-no-cudagraphs"
+
+
+def test_gradient_accumulation_and_a_models_own_reason_compile_without_cuda_graphs():
+    """Accumulated gradients live in the backward graph's memory, which the next micro-batch's replay overwrites (an
+    H100 raised for gradients kept across replays), and a model may give its own reason (ESimCSE's momentum step):
+    the default mode then has no CUDA graphs; a mode with them is refused, naming the reason."""
+    from trainers.errors import UsageError
+    from trainers.fast_path import CUDA_GRAPH_MODES, compile_mode
+
+    cuda = torch.device("cuda", 0)
+    assert compile_mode(None, cuda, 1, bf16=True, accumulation_steps=1) == "reduce-overhead"
+    assert compile_mode(None, cuda, 1, bf16=True, accumulation_steps=2) == "default"
+    assert compile_mode(None, cuda, 1, bf16=True, model_refusal="a reason") == "default"
+    assert compile_mode("max-autotune-no-cudagraphs", cuda, 1, accumulation_steps=4) == "max-autotune-no-cudagraphs"
+    for mode in CUDA_GRAPH_MODES:
+        with pytest.raises(UsageError, match="--gradient_accumulation_steps 2, each micro-batch's gradients"):
+            compile_mode(mode, cuda, 1, accumulation_steps=2)
+        with pytest.raises(UsageError, match=f"--torch_compile_mode {mode}: a reason; leave --torch_compile_mode"):
+            compile_mode(mode, cuda, 1, model_refusal="a reason")
+
+
+@pytest.mark.parametrize("method, settings, accumulation, mode", [
+    ("simcse", {}, 1, "reduce-overhead"), ("simcse", {}, 2, "default"), ("esimcse", {}, 1, "default"),
+    ("esimcse", {"momentum_contrast": False}, 1, "reduce-overhead")])
+def test_the_trainer_on_a_gpu_picks_cuda_graphs_unless_a_reason_holds(method, settings, accumulation, mode, files,
+                                                                       tmp_path, monkeypatch, caplog):
+    """``CLTrainer.compile_backbone`` on a simulated GPU (one CUDA device, bf16): CUDA graphs for SimCSE, none for
+    ESimCSE with its momentum encoder (the H100's CUDA test gave other gradients) or under gradient accumulation,
+    with the reason in the log."""
+    import trainers.cl_trainer as cl_trainer
+
+    model = tiny_model(method, files, **settings)
+    trainer = tiny_trainer(model, files["encoder"], tmp_path / "run", files["corpus"],
+                           gradient_accumulation_steps=accumulation)
+    monkeypatch.setattr(type(trainer.args), "device", property(lambda self: torch.device("cuda", 0)))
+    trainer.args.bf16 = True
+    made = []
+    monkeypatch.setattr(cl_trainer, "CompiledBackbone", lambda model, mode, *args, **kwargs: made.append(mode))
+    with caplog.at_level("WARNING", logger="trainers.fast_path"):
+        trainer.compile_backbone()
+    assert made == [mode]
+    said = "fast path: no CUDA graphs, because " in caplog.text
+    assert said == (mode == "default")
+    assert ("momentum encoder" in caplog.text) == (method == "esimcse" and mode == "default")
 
 
 def test_the_cached_step_compiles_without_cuda_graphs():

@@ -144,7 +144,8 @@ def test_the_committed_gpu_report_renders():
             assert "CUDA tests" not in text
         sections = {"throughput_b64": "| simcse | 64 |", "cached_memory": "| 64 | uncached |",
                     "keyed_masks": "| bert-base | 64 | bf16 | stream |", "end_to_end": "## What users run",
-                    "real_loop_fast": "| fast path (--torch_compile true) |"}
+                    "real_loop_fast": "| fast path (--torch_compile true) |",
+                    "optimizer_step": "## The end of the step: clipping + AdamW"}
         assert any(key in report for key in sections)
         for key, row in sections.items():
             assert (row in text) == (key in report), (path.name, key)

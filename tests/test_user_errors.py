@@ -95,6 +95,23 @@ def test_a_contrast_batch_of_one_is_refused_with_the_minimum(backbone, corpus, t
     assert not (tmp_path / "out" / "export").exists()
 
 
+@pytest.mark.parametrize("method, extra, reason", [
+    ("esimcse", [], "ESimCSE's step with its momentum encoder under CUDA graphs gave other gradients"),
+    ("simcse", ["--gradient_accumulation_steps", "2"], "with --gradient_accumulation_steps 2, each micro-batch's"),
+])
+def test_cuda_graphs_asked_for_where_they_are_refused_stop_the_run_with_the_reason(method, extra, reason, backbone,
+                                                                                     corpus, tmp_path, capsys):
+    """``--torch_compile_mode reduce-overhead`` (CUDA graphs) for ESimCSE's momentum step or with gradient
+    accumulation: one line with the reason and the fix, exit 2, nothing exported."""
+    result = in_process(run_unsup.main, base_args(backbone, corpus, tmp_path / "out") + [
+        "--method", method, "--eval_strategy", "no", "--torch_compile", "true", "--torch_compile_mode",
+        "reduce-overhead", *extra], capsys)
+    assert result.code == 2, result.err
+    assert f"--torch_compile_mode reduce-overhead: {reason}" in result.err
+    assert "leave --torch_compile_mode unset" in result.err and "Traceback" not in result.err
+    assert not (tmp_path / "out" / "export").exists()
+
+
 # ------------------------------------------------------------------------------------------ missing inputs (exit 1)
 def truncated_checkpoint(folder: Path, *, state: bool = True) -> Path:
     """A checkpoint folder whose model.safetensors lost its end (an interrupted save), with or without its state."""

@@ -119,7 +119,8 @@ class CLTrainer(TrainerAdapter):
             logger.warning("fast path: the backbone stays eager because %s; batches still have fixed shapes", refusal)
             return None
         mode = compile_mode(self.args.fast_path_mode, self.args.device, self.args.world_size, bool(self.args.bf16),
-                            cached_step=bool(chunk_size))
+                            cached_step=bool(chunk_size), accumulation_steps=self.args.gradient_accumulation_steps,
+                            model_refusal=self.model.cuda_graph_refusal())
         return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
                                 backend=self.args.fast_path_backend, chunk_size=chunk_size)
 

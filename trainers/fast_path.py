@@ -77,8 +77,8 @@ WARMUP_STEPS = 2
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 __all__ = ["COMPILE_MODES", "CUDA_GRAPH_MODES", "CompiledBackbone", "StepSnapshot", "WARMUP_STEPS",
-           "asynchronous_batches", "backbone_compile_refusal", "compile_mode", "fixed_shape_collator",
-           "recompile_limit"]
+           "asynchronous_batches", "backbone_compile_refusal", "compile_mode", "cuda_graph_refusal",
+           "fixed_shape_collator", "recompile_limit"]
 
 
 def fixed_shape_collator(collator: Any, keys: tuple[str, ...] = ()) -> Any:
@@ -101,23 +101,41 @@ def asynchronous_batches(args: Any) -> None:
         args.accelerator_config.non_blocking = True
 
 
+def cuda_graph_refusal(cached_step: bool = False, accumulation_steps: int = 1,
+                       model_refusal: str | None = None) -> str | None:
+    """Why a run must not capture CUDA graphs, or ``None``: the cached step (``cached_step``) calls each graph once
+    per chunk and holds every call's outputs, which the next chunk's replay would overwrite; gradient accumulation
+    (``accumulation_steps`` > 1) adds each micro-batch's gradients to the last's, which live in the backward graph's
+    memory and the next replay overwrites (an H100 raised "accessing tensor output of CUDAGraphs that has been
+    overwritten by a subsequent run" for gradients kept across replays: ``tests/test_cuda.py``, 2026-11-27); the
+    model's own reason (``model_refusal``: :meth:`models.base.ContrastiveModel.cuda_graph_refusal`)."""
+    if cached_step:
+        return ("with --cache_chunk_size, CUDA graphs replay one graph per chunk into the same memory, overwriting the "
+                "embeddings and activations of the chunks the cached step still holds")
+    if accumulation_steps > 1:
+        return (f"with --gradient_accumulation_steps {accumulation_steps}, each micro-batch's gradients are added to "
+                "the last's, which a CUDA graph keeps in its memory and the next micro-batch's replay overwrites")
+    return model_refusal
+
+
 def compile_mode(requested: str | None, device: torch.device, processes: int, bf16: bool = True,
-                 cached_step: bool = False) -> str:
+                 cached_step: bool = False, accumulation_steps: int = 1, model_refusal: str | None = None) -> str:
     """The ``torch.compile`` mode: ``requested`` (``--torch_compile_mode``) if given, else ``reduce-overhead``
     (CUDA graphs) on one CUDA device training in bf16 autocast (the GPU default, the set-up measured on an H200),
     else ``default``: a CPU; several processes, whose gradient all-reduce runs inside the backward a CUDA graph
     would capture; fp32 training, where the CUDA-graph step failed on an H200 (torch 2.11: "accessing tensor output
-    of CUDAGraphs that has been overwritten by a subsequent run" in the backward; docs/benchmarks.md); the cached step
-    (``cached_step``), which calls each graph once per chunk and holds every call's outputs: a mode with CUDA graphs
-    is refused there."""
-    if cached_step and requested in CUDA_GRAPH_MODES:
-        raise UsageError(f"--torch_compile_mode {requested} with --cache_chunk_size: CUDA graphs replay one graph per "
-                         "chunk into the same memory, overwriting the embeddings and activations of the chunks the "
-                         "cached step still holds; leave --torch_compile_mode unset (default: no CUDA graphs) or "
-                         "choose max-autotune-no-cudagraphs")
+    of CUDAGraphs that has been overwritten by a subsequent run" in the backward; docs/benchmarks.md); and a run
+    :func:`cuda_graph_refusal` gives a reason for (the cached step, gradient accumulation, the model's own), where a
+    requested mode with CUDA graphs is refused with that reason."""
+    refusal = cuda_graph_refusal(cached_step, accumulation_steps, model_refusal)
+    if refusal and requested in CUDA_GRAPH_MODES:
+        raise UsageError(f"--torch_compile_mode {requested}: {refusal}; leave --torch_compile_mode unset (the fast "
+                         "path then compiles without CUDA graphs) or choose max-autotune-no-cudagraphs")
     if requested:
         return requested
-    cuda_graphs = device.type == "cuda" and processes == 1 and bf16 and not cached_step
+    if refusal and device.type == "cuda":
+        logger.warning("fast path: no CUDA graphs, because %s", refusal)
+    cuda_graphs = device.type == "cuda" and processes == 1 and bf16 and not refusal
     return "reduce-overhead" if cuda_graphs else "default"
 
 
