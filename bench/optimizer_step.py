@@ -13,7 +13,10 @@ that the linear schedule changes every step:
 - ``compiled``: the clipping and ``AdamW(foreach=True, capturable=True)`` (a CPU: the per-parameter loop) with the
   learning rate a device tensor (so the schedule changes no guard), both in one ``torch.compile``d function
   (inductor's default mode).
-- ``compiled_cuda_graphs`` (CUDA only): the same under ``mode="reduce-overhead"``.
+- ``compiled_cuda_graphs`` (CUDA only): the same under ``mode="reduce-overhead"``; run last, since the CUDA-graph
+  manager it creates stays in the process (on the H100, torch 2.11, the ``compiled`` variant run after it failed in
+  dynamo's optimizer tracing with a bare ``AssertionError``, as it did itself; ``torch._dynamo.variables.optimizer``
+  asks that manager for its current node).
 
 Reported per variant: the host's milliseconds per step (the call alone, no synchronisation: what a step that waits on
 the host pays), the device's (CUDA events over all steps), the first call's seconds (compilation), and how far its
