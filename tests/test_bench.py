@@ -187,7 +187,10 @@ def test_an_interrupted_bench_takes_its_running_command_with_it(tmp_path, runner
     import time
 
     argv = (sys.executable, "-c", _COMMAND_WITH_A_WORKER, str(tmp_path))
-    program = (f"import pathlib, sys; ARGV = {argv!r}; FOLDER = {str(tmp_path / 'logs')!r}\n"
+    # Ctrl-C as a shell delivers it (KeyboardInterrupt), whatever SIGINT disposition the test's process passes on (an
+    # ignored SIGINT is inherited): a suite run on a loaded machine saw the bench live on past 30 s, cause unconfirmed.
+    program = (f"import pathlib, signal, sys; ARGV = {argv!r}; FOLDER = {str(tmp_path / 'logs')!r}\n"
+               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
                f"from bench.process_groups import exit_on_sigterm; exit_on_sigterm()\n{_RUNNERS[runner]}")
     bench = subprocess.Popen([sys.executable, "-c", program], cwd=Path(__file__).resolve().parent.parent,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -196,7 +199,7 @@ def test_an_interrupted_bench_takes_its_running_command_with_it(tmp_path, runner
         assert time.monotonic() < deadline and bench.poll() is None, "the command never started"
         time.sleep(0.05)
     bench.send_signal(getattr(signal, signal_name))
-    assert bench.wait(timeout=30) != 0
+    assert bench.wait(timeout=90) != 0
     time.sleep(3)  # past the 2 s after which a living command or worker writes its file
     assert not list(tmp_path.glob("alive_*"))
 
