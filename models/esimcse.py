@@ -76,7 +76,7 @@ class MomentumEncoder(nn.Module):
         networks = self._networks(encoder, projector)
         lists = [(model_lists(target), model_lists(source)) for target, source in networks]
         kept_lists = [kept for pair in lists for kept in pair]  # held, so that no new list reuses an identity
-        if len(kept_lists) != len(self._pairs_of) or any(a is not b for a, b in zip(kept_lists, self._pairs_of)):
+        if kept_lists != self._pairs_of:  # ModelLists compare by identity
             params = []
             for target, source in networks:
                 own, other = dict(target.named_parameters()), dict(source.named_parameters())

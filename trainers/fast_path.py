@@ -133,10 +133,10 @@ def compile_mode(requested: str | None, device: torch.device, processes: int, bf
                          "path then compiles without CUDA graphs) or choose max-autotune-no-cudagraphs")
     if requested:
         return requested
-    if refusal and device.type == "cuda":
+    cuda_graphs = device.type == "cuda" and processes == 1 and bf16
+    if cuda_graphs and refusal:
         logger.warning("fast path: no CUDA graphs, because %s", refusal)
-    cuda_graphs = device.type == "cuda" and processes == 1 and bf16 and not refusal
-    return "reduce-overhead" if cuda_graphs else "default"
+    return "reduce-overhead" if cuda_graphs and not refusal else "default"
 
 
 def backbone_compile_refusal(gradient_checkpointing: bool, cached_step: bool = False,
