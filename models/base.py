@@ -167,6 +167,12 @@ class ContrastiveModel(PreTrainedModel):
         them: ``trainers.fast_path.compile_mode``), or ``None``: the base's, none."""
         return None
 
+    def step_shapes_settled(self) -> bool:
+        """Hook: whether this step's compiled regions see the shapes every later step gives them (read on the host
+        before each fast-path step; the fast path runs the steps before that eagerly, so that each graph is compiled,
+        and on a GPU recorded, once at its one shape): the base's, always."""
+        return True
+
     def fixed_width_keys(self) -> tuple[str, ...]:
         """Hook: the batch keys beyond the views (``input_ids``, ``attention_mask``, ``token_type_ids``) that the fast
         path pads to its fixed width too, because their padding changes no result and a compiled network reads

@@ -201,6 +201,12 @@ class ESimCSEModel(ContrastiveModel):
         return ("ESimCSE's step with its momentum encoder under CUDA graphs gave other gradients than the eager step "
                 "on an H100 (tests/test_cuda.py)")
 
+    def step_shapes_settled(self) -> bool:
+        """Once the queue is full: while it fills (0, 64, 128 of 160 entries in the first three steps of 64) the
+        objective's queue input has a new shape every step, so those steps run eagerly and the fast path compiles
+        (and on a GPU records) one objective graph at the full queue's shape. The count is the host's copy: no sync."""
+        return self.queue is None or not self.training or self.queue.host_state()[1] >= self.queue.size
+
     def step_backbones(self) -> list[tuple[nn.Module, str]]:
         """The online encoder and the momentum encoder's backbone (a no-grad, dropout-free pass over view 0 every
         step; its weights change in place, by the EMA of Eq. 5, so a compiled graph reads the current ones)."""

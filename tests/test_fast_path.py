@@ -38,7 +38,7 @@ from trainers.methods import build_collator, build_model
 ROWS = [{"text": t, "sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in (
     "the cat sits on the big red chair", "a dog runs in the park", "music is good",
     "the old king reads a new book in the house", "a man plays the guitar", "water is blue")]
-METHODS = {"simcse": {}, "sup_simcse": {}, "esimcse": {"queue_size": 12}, "simcse_pp": {}, "s_simcse": {},
+METHODS = {"simcse": {}, "sup_simcse": {}, "esimcse": {"queue_size": 6}, "simcse_pp": {}, "s_simcse": {},
            "diffcse": {}, "promptbert": {}}
 
 
@@ -188,8 +188,9 @@ ROW_SEEDED = ["--dropout_masks", "row_seeded"]
 @pytest.mark.parametrize("method, backend, extra", [
     # DiffCSE's generator, discriminator and padded edit rows: its argmax (stream sampling over a padded width draws
     # other tokens), and sampled with row-seeded masks below (keyed by position: the eager run's tokens)
-    ("simcse", "inductor", []), ("esimcse", "aot_eager", []), ("diffcse", "aot_eager", ["--sample_generator", "false"]),
-    ("promptbert", "aot_eager", []), ("simcse_pp", "aot_eager", []),
+    ("simcse", "inductor", []), ("esimcse", "aot_eager", ["--queue_size", "8"]),
+    ("diffcse", "aot_eager", ["--sample_generator", "false"]), ("promptbert", "aot_eager", []),
+    ("simcse_pp", "aot_eager", []),
     # per-row dropout in the graph, on a backbone with dropout 0.1: keyed masks from the staged step key, the eager
     # run's bits whatever width a batch is padded to (stream masks drawn over the padded width are other masks:
     # S-SimCSE's stream step is compared at one width, test_per_row_dropout_in_the_graph_is_the_eager_step)
@@ -214,9 +215,12 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, fil
         assert [name for _, name, _, _ in trainer.compiled_backbone.slots] == ["encoder", "generator",
                                                                              "discriminator", "objective"]
     assert trainer.model.encoder is compiled.eager  # the plain module outside the step (checkpoints, evaluation)
-    assert (compiled.compiled_steps, compiled.eager_steps) == (4, 1)  # the short last batch ran eagerly
+    # the short last batch ran eagerly, and ESimCSE's first, which fills its queue of 8
+    assert (compiled.compiled_steps, compiled.eager_steps) == ((3, 2) if method == "esimcse" else (4, 1))
     assert compiled.seen_shapes == {(8, 2, trainer.data_collator.width)}  # one shape: compiled once
-    assert fast[0]["compile_warmup_seconds"] > 0 and "compile_warmup_seconds" not in fast[-1]
+    first_compiled = 1 if method == "esimcse" else 0  # the compile warm-up, logged with the step that paid it
+    assert [row for row in fast if "compile_warmup_seconds" in row] == [fast[first_compiled]]
+    assert fast[first_compiled]["compile_warmup_seconds"] > 0
 
 
 def dropout_model_and_batch(method: str, settings: dict, files) -> tuple[torch.nn.Module, dict]:
@@ -328,16 +332,16 @@ def test_row_seeded_masks_compiled_by_inductor_are_the_eager_masks():
     assert len(graphs) == 1
 
 
-@pytest.mark.parametrize("method, graphs", [("simcse", 5), ("sup_simcse", 5), ("esimcse", 7), ("simcse_pp", 5),
+@pytest.mark.parametrize("method, graphs", [("simcse", 5), ("sup_simcse", 5), ("esimcse", 6), ("simcse_pp", 5),
                                            ("s_simcse", 5), ("promptbert", 6), ("diffcse", 11)])
 def test_the_cached_step_in_the_graph_is_the_eager_cached_step(method, graphs, files):
     """The cached step (row-seeded masks, its default) with the compiled backbones: chunks of 4 of the 6 sentences (a
     short last chunk), each encoded without gradients, then replayed with them. Three steps from the same random
     state give the eager cached steps' losses and gradients exactly (the replay's graph computes the no-grad pass's
     masks from the chunk's staged key; any other mask shows in the gradients), and the graphs are compiled in the
-    first steps only: each backbone at 2 grad modes x 2 chunk sizes (DiffCSE's generator without gradients only),
-    the objective once (ESimCSE's again at the second step, its queue's size symbolic), PromptBERT's template pass
-    once."""
+    first steps only: each backbone at 2 grad modes x 2 chunk sizes (DiffCSE's generator without gradients only;
+    ESimCSE's momentum encoder once, over the whole batch), the objective once, PromptBERT's template pass once
+    (ESimCSE's first step, which fills its queue, runs eagerly)."""
     from trainers.cached_step import cached_forward_backward
 
     settings = {"dropout_masks": "row_seeded", **METHODS[method]}
@@ -346,7 +350,7 @@ def test_the_cached_step_in_the_graph_is_the_eager_cached_step(method, graphs, f
     model, batch = dropout_model_and_batch(method, settings, files)
     graph_counts = assert_the_compiled_steps_are_the_eager_steps(
         model, batch, lambda network: cached_forward_backward(network, batch, 4)[0], chunk_size=4)
-    assert graph_counts[1:] == [graphs] * 2 and (graph_counts[0] == graphs) == (method != "esimcse")
+    assert graph_counts == [0 if method == "esimcse" else graphs] + [graphs] * 2
 
 
 def test_the_cached_step_makes_room_for_its_graphs_in_dynamos_cache(files):
@@ -411,7 +415,7 @@ def register_failing_backends() -> None:
 
 
 @pytest.mark.parametrize("method, backend, extra", [
-    ("esimcse", "fails_compiling_backward", []), ("simcse", "fails_compiling_forward", []),
+    ("esimcse", "fails_compiling_backward", ["--queue_size", "8"]), ("simcse", "fails_compiling_forward", []),
     ("simcse", "fails_compiling_backward", ["--cache_chunk_size", "3"])])
 def test_a_warm_up_step_that_fails_falls_back_to_the_eager_step(method, backend, extra, files, tmp_path, caplog,
                                                                  capsys):
@@ -419,7 +423,8 @@ def test_a_warm_up_step_that_fails_falls_back_to_the_eager_step(method, backend,
     undone (RNG states, buffers such as ESimCSE's queue, gradients, logged metrics) and run again eagerly, and so is
     every later step: the run logs exactly the steps of the fast path's eager twin (its fixed shapes, the backbone
     never compiled), a warning says what failed, and the summary repeats it. (Dropout on, stream masks: the failed
-    forward's draws and ESimCSE's enqueued batch would otherwise show.)"""
+    forward's draws and ESimCSE's enqueued batch would otherwise show; ESimCSE's first compiled step is its second,
+    once its queue of 8 is full.)"""
     register_failing_backends()
     flags = extra + ["--torch_compile", "true", "--torch_compile_backend", backend]
     with pytest.MonkeyPatch.context() as never_compiled:
@@ -430,8 +435,9 @@ def test_a_warm_up_step_that_fails_falls_back_to_the_eager_step(method, backend,
         fast, trainer = run_script(method, files, tmp_path / "fast", flags, "dropout_encoder")
     assert [(row["loss"], row["grad_norm"]) for row in fast] == [(row["loss"], row["grad_norm"]) for row in eager]
     compiled = trainer.compiled_backbone
-    assert compiled.failure.startswith(("RuntimeError at step 1: ",
-                                        "RuntimeError in BackendCompilerFailed at step 1: "))
+    step = 2 if method == "esimcse" else 1
+    assert compiled.failure.startswith((f"RuntimeError at step {step}: ",
+                                        f"RuntimeError in BackendCompilerFailed at step {step}: "))
     assert compiled.failure.endswith(": the test's compiler refuses this graph")
     assert (compiled.compiled_steps, compiled.eager_steps) == (0, 5)
     assert "fast path: the compiled step failed" in caplog.text
@@ -457,7 +463,7 @@ def test_esimcse_compiles_its_momentum_encoder_too(files):
     """ESimCSE's step runs two backbones, the online encoder (with gradients) and the momentum encoder (view 0, no
     gradients, no dropout): both are compiled, both graphs run inside the step, the eager modules are back after it,
     and the step equals the eager one (the momentum encoder's EMA-updated weights are read, not frozen, by its graph:
-    two steps with an update between)."""
+    two compiled steps with an update between, after the step that fills the queue)."""
     from trainers.fast_path import CompiledBackbone
 
     model = tiny_model("esimcse", files)
@@ -471,7 +477,7 @@ def test_esimcse_compiles_its_momentum_encoder_too(files):
 
     compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend)
     assert [name for _, name, _, _ in compiled.slots] == ["encoder", "encoder", "objective"]
-    for _ in range(2):
+    for _ in range(3):
         eager_loss = model(**batch).loss
         eager_loss.backward()
         with compiled.step(batch["input_ids"]):
@@ -483,32 +489,42 @@ def test_esimcse_compiles_its_momentum_encoder_too(files):
     online = {id(p) for p in twin.encoder.parameters()}
     momentum = {id(p) for p in twin.momentum_encoder.encoder.parameters()}
     assert any(g & online for g in graphs) and any(g & momentum for g in graphs)  # both graphs ran
+    assert (compiled.eager_steps, compiled.compiled_steps) == (1, 2)
     assert twin.encoder is compiled.eager and twin.momentum_encoder.encoder is compiled.slots[1][2]
 
 
-def test_esimcses_filling_queue_compiles_the_objective_twice_not_once_per_size(files):
-    """The objective's input grows while ESimCSE's queue fills (0, 6, 12, 18 entries over four steps of six): it is
-    compiled for the empty queue and once more with the queue's size symbolic, never once per size (dynamo stops
-    compiling a function past 8 entries and would leave the full queue's steps eager)."""
+def test_esimcses_fast_path_begins_once_its_queue_is_full(files):
+    """While ESimCSE's queue fills (0, 6, 12 of 18 entries over the first three steps of six) the objective's queue
+    input grows by a batch per step: those steps run eagerly, and the fast path compiles each region once, at the
+    full queue's shape, from the fourth step on (a new shape per step would compile, and on a GPU record, the
+    objective again mid-run). The steps equal an eager twin's throughout."""
     from trainers.fast_path import CompiledBackbone
 
     model = build_model("esimcse", str(files["encoder"]), queue_size=3 * len(ROWS)).train()
+    twin = copy.deepcopy(model)
     batch = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12))(ROWS)
-    graphs = []
+    graphs, fills, settled = [], [], []
 
     def counting_backend(graph_module, example_inputs):
         graphs.append(graph_module)
         return graph_module.forward
 
-    compiled = CompiledBackbone(model, "default", len(ROWS), backend=counting_backend)
-    fills = []
+    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend)
     for _ in range(5):
-        fills.append(model.queue.entries().size(0))
+        fills.append(twin.queue.entries().size(0))
+        settled.append(compiled.runs_compiled(batch["input_ids"]))
+        eager_loss = model(**batch).loss
+        eager_loss.backward()
         with compiled.step(batch["input_ids"]):
-            model(**batch).loss.backward()
-        model.on_optimizer_step()
-    assert fills == [0, 6, 12, 18, 18]
-    assert len(graphs) == 4  # the encoder, the momentum encoder, the objective for an empty queue and for the others
+            fast_loss = twin(**batch).loss
+            fast_loss.backward()
+        assert torch.equal(fast_loss, eager_loss)
+        for network in (model, twin):
+            network.on_optimizer_step()
+    assert fills == [0, 6, 12, 18, 18] and settled == [False, False, False, True, True]
+    assert (compiled.eager_steps, compiled.compiled_steps) == (3, 2)
+    assert len(graphs) == 3  # the encoder, the momentum encoder and the objective, each once
+    assert torch.equal(twin.queue.entries(), model.queue.entries())
 
 
 # ------------------------------------------------------------------------------------------ no host-data copies

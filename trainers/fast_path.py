@@ -10,12 +10,14 @@ Where the compiled region begins and ends is decided here, and only here:
   and a pure function of its inputs and dropout; ESimCSE's momentum encoder; DiffCSE's generator and discriminator
   where its edit rows have the fixed width and h enters through the inputs) **and the objective** (the
   contrastive loss, ``model.step_functions()``: a few dozen small operations and their backward; its inputs are the
-  step's embeddings and ESimCSE's queue, whose size grows to its capacity in the first steps: compiled with that
-  size symbolic, one graph): :class:`CompiledBackbone` compiles each once (``torch.compile``; the backbones with
-  ``dynamic=False``) and swaps them in for the duration of each training step, so the model's own forward and
+  step's embeddings and ESimCSE's queue): :class:`CompiledBackbone` compiles each once (``torch.compile``; the
+  backbones with ``dynamic=False``) and swaps them in for the duration of each training step, so the model's own forward and
   ``compute_loss`` run unchanged around them (ESimCSE's queue and DiffCSE's sampling stay eager; PromptBERT's
   template pass runs the compiled encoder at its own shape) and checkpoints, evaluation and the export
-  see the plain modules (evaluation's varying widths never reach the compiled graph). On one CUDA device the mode is
+  see the plain modules (evaluation's varying widths never reach the compiled graph). Steps whose shapes are not
+  yet those of the run (``model.step_shapes_settled()``: ESimCSE's first steps, while its queue fills and the
+  objective's queue input grows by a batch per step) run eagerly, so every graph is compiled, and on a GPU recorded,
+  at its one shape. On one CUDA device the mode is
   ``reduce-overhead`` (CUDA graphs; each step begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's
   RNG is graph-safe: torch advances the generator's offset on every replay). ``--torch_compile_mode`` picks another
   mode.
@@ -70,8 +72,9 @@ logger = logging.getLogger(__name__)
 
 #: ``torch.compile``'s modes (``--torch_compile_mode``).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-#: The first full-size steps of a run on the fast path, in which it compiles its graphs (the first step; ESimCSE's
-#: objective once more at the second, its queue's size then symbolic): each runs guarded by a :class:`StepSnapshot`.
+#: The first compiled steps of a run on the fast path, in which it compiles its graphs (the first) and, under CUDA
+#: graphs, records them (the second: CUDA-graph trees run a new graph once before recording it): each runs guarded
+#: by a :class:`StepSnapshot`.
 WARMUP_STEPS = 2
 #: The modes that capture CUDA graphs.
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -191,9 +194,9 @@ class CompiledBackbone:
                         "step's passes)", torch._dynamo.config.recompile_limit, limit)
             torch._dynamo.config.recompile_limit = limit
         # Backbones see one input shape (the fixed width; the short last batch runs eagerly): dynamic=False. The
-        # functions' inputs can grow in the first steps (ESimCSE's queue, up to its capacity: a size per step while
-        # it fills): dynamic=None, so a size that changes becomes symbolic at its first recompile (one graph for all
-        # the sizes, each size still its own CUDA graph), never a recompile per size past dynamo's limit of 8.
+        # functions' inputs are settled too before the first compiled step (ESimCSE's queue full:
+        # ``runs_compiled``); dynamic=None all the same, so that a size that changes anyway becomes symbolic at its
+        # first recompile rather than a graph per size up to dynamo's limit of 8.
         regions = [(owner, name, False) for owner, name in backbones]
         regions += [(owner, name, None) for owner, name in model.step_functions()]
         #: (owner, attribute, the eager module or function, its compiled twin) for every region.
@@ -210,9 +213,15 @@ class CompiledBackbone:
         #: Why the backbones run eagerly for the rest of the run (a warm-up step failed: :meth:`give_up`), or ``None``.
         self.failure: str | None = None
 
+    def runs_compiled(self, input_ids: torch.Tensor) -> bool:
+        """Whether the step of ``input_ids`` runs the compiled regions: a full-size batch, no failed warm-up, and
+        the model's shapes settled (``model.step_shapes_settled()``: ESimCSE's queue full)."""
+        return (self.failure is None and input_ids.size(0) == self.batch_size
+                and self.model.step_shapes_settled())
+
     def warming_up(self, input_ids: torch.Tensor) -> bool:
         """Whether the step of ``input_ids`` is a warm-up step (:data:`WARMUP_STEPS`), which may compile a graph."""
-        return self.failure is None and input_ids.size(0) == self.batch_size and self.compiled_steps < WARMUP_STEPS
+        return self.compiled_steps < WARMUP_STEPS and self.runs_compiled(input_ids)
 
     def give_up(self, error: BaseException, step: int) -> None:
         """A warm-up step failed with ``error``: the backbones run eagerly from now on, and a warning says why."""
@@ -227,8 +236,9 @@ class CompiledBackbone:
     @contextmanager
     def step(self, input_ids: torch.Tensor) -> Iterator[None]:
         """One training step (forward and backward) with the compiled backbones in place of the eager ones;
-        eagerly when the batch is not ``batch_size`` sentences, or after a failed warm-up (:attr:`failure`)."""
-        if input_ids.size(0) != self.batch_size or self.failure is not None:
+        eagerly when the batch is not ``batch_size`` sentences, after a failed warm-up (:attr:`failure`), or while
+        the model's shapes are not settled (:meth:`runs_compiled`)."""
+        if not self.runs_compiled(input_ids):
             self.eager_steps += 1
             yield
             return
