@@ -89,16 +89,17 @@ def test_the_sync_count_ignores_the_prototype_notice() -> None:
 
 
 # ------------------------------------------------------------------------------------ bench/real_loop.py
-def test_the_real_loop_benchmark_runs_the_script_and_reads_its_log(tmp_path, monkeypatch) -> None:
-    """``python -m bench.real_loop --device cpu``: run_unsup.py itself on a tiny random BERT, its windows'
-    sentences/s read back from trainer_state.json, the first window apart from the steady state."""
+def test_the_real_loop_benchmark_runs_the_script_reads_its_log_and_profiles_a_window(tmp_path, monkeypatch) -> None:
+    """``python -m bench.real_loop --device cpu --profile_steps 3:5``: run_unsup.py itself on a tiny random BERT
+    (under ``bench.step_profile``, which reports steps 3-4), its windows' sentences/s read back from
+    trainer_state.json, the first window apart from the steady state."""
     from bench.real_loop import main as real_loop
 
     monkeypatch.delenv("SENTEVAL_DIR", raising=False)  # no evaluation: seconds, not minutes
     out = tmp_path / "loop.json"
     result = real_loop(["--device", "cpu", "--config", "tiny", "--steps", "6", "--logging_steps", "2",
-                        "--batch_size", "8", "--fast_path", "false", "--workdir", str(tmp_path / "work"),
-                        "--run_name", "mine", "--output_json", str(out)])
+                        "--batch_size", "8", "--fast_path", "false", "--profile_steps", "3:5", "--workdir",
+                        str(tmp_path / "work"), "--run_name", "mine", "--output_json", str(out)])
     assert (tmp_path / "work" / "mine" / "trainer_state.json").is_file() and (tmp_path / "work" / "mine.log").is_file()
     windows = result.window_sentences_per_second
     assert len(windows) == 3 and min(windows) > 0  # steps 1-2, 3-4, 5-6
@@ -108,6 +109,7 @@ def test_the_real_loop_benchmark_runs_the_script_and_reads_its_log(tmp_path, mon
     # a wiki1m epoch is 1,000,000 sentences at any batch (125,000 steps of 8); no evaluation in this run
     assert result.wiki1m_epoch_minutes == pytest.approx(1_000_000 / result.steady_sentences_per_second / 60, abs=0.1)
     assert "run_unsup.py --model_name_or_path" in json.loads(out.read_text())["command"]
+    assert result.step_profile["steps"] == 2 and result.step_profile["host_ms_per_step_by_part"]["forward"] > 0
 
 
 def test_the_real_loop_projection_counts_evaluations_and_warmup() -> None:
@@ -143,18 +145,6 @@ def test_real_loop_runs_in_one_work_directory_share_their_inputs(tmp_path, monke
     assert real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 50, 42, diffcse=False) == first  # fewer steps
     real_loop.reusable_inputs(tmp_path / "inputs", "tiny", 200, 42, diffcse=False)
     assert len(made) == 2
-
-
-def test_the_real_loop_profiles_a_window_of_its_steps(tmp_path, monkeypatch) -> None:
-    """``--profile_steps 3:5``: the same script under ``bench.step_profile``, its report in the result."""
-    from bench.real_loop import main as real_loop
-
-    monkeypatch.delenv("SENTEVAL_DIR", raising=False)
-    result = real_loop(["--device", "cpu", "--config", "tiny", "--steps", "6", "--logging_steps", "2",
-                        "--batch_size", "8", "--fast_path", "false", "--profile_steps", "3:5", "--workdir",
-                        str(tmp_path / "work")])
-    assert result.step_profile["steps"] == 2 and result.step_profile["host_ms_per_step_by_part"]["forward"] > 0
-    assert len(result.window_sentences_per_second) == 3  # the run itself is the same
 
 
 # ------------------------------------------------------------------------------------ bench/process_groups.py

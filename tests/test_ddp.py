@@ -6,9 +6,6 @@ rank and the DDP-averaged gradients must equal the single-process global-batch l
 cached and uncached, lines of different lengths).
 """
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +14,13 @@ import torch
 
 import run_diffcse
 import run_unsup
-from tests.launch import REPO_ROOT, run_torchrun, torchrun_timeout
+from tests.launch import run_torchrun
 from tests.tiny import WORDS, save_tiny_backbone, save_tiny_generator, tiny_corpus
 from trainers.methods import build_model
 
 WORKER = Path(__file__).parent / "workers" / "ddp_step.py"
+#: Several trainings through the entry points in one torchrun launch.
+ENTRY_POINTS_WORKER = Path(__file__).parent / "workers" / "entry_point_runs.py"
 
 
 def run_two_processes(tmp_path: Path, model_dir: Path, batch_file: Path, method: str = "simcse",
@@ -56,37 +55,61 @@ def test_two_processes_equal_one_process_with_global_batch(tmp_path, views):
             torch.testing.assert_close(rank["grads"][name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.parametrize("method, cached", [("simcse", False), ("esimcse", False), ("simcse", True), ("esimcse", True)])
-def test_torchrun_training_equals_single_process_training(tmp_path, method, cached):
+#: (method, cached) of the 2-vs-1 runs with dropout 0 and the defaults' stream masks and AdamW.
+DEFAULT_MASK_CASES = [("simcse", False), ("esimcse", False), ("simcse", True), ("esimcse", True)]
+
+
+@pytest.fixture(scope="module")
+def default_mask_runs(tmp_path_factory):
+    """Each :data:`DEFAULT_MASK_CASES` case trained 2 steps through run_unsup.py: 2 processes x batch 4 (all four in
+    one torchrun launch: each launch costs two interpreters and a process group) and 1 process x batch 8 (in this
+    process, one thread), saving a checkpoint at step 2. Returns the root folder; runs
+    ``<method>-<cached>/<two|one>``."""
+    root = tmp_path_factory.mktemp("ddp_default_masks")
+    model_dir = save_tiny_backbone(root / "model", dropout=0.0)
+    corpus = tiny_corpus(root / "corpus.txt", n=32)
+
+    def argv(method: str, cached: bool, run: str, batch: int, extra: tuple[str, ...] = ()) -> list[str]:
+        return ["--method", method, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
+                "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
+                "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
+                "--use_cpu", "true", "--report_to", "none", "--bf16", "false",
+                "--per_device_train_batch_size", str(batch), "--output_dir", str(root / f"{method}-{cached}" / run),
+                *extra]
+
+    two = [["run_unsup", argv(method, cached, "two", 4, ("--cache_chunk_size", "3") if cached else ())]
+           for method, cached in DEFAULT_MASK_CASES]
+    run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(two)})
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for method, cached in DEFAULT_MASK_CASES:
+            run_unsup.main(argv(method, cached, "one", 8))
+    finally:
+        torch.set_num_threads(previous)
+    return root
+
+
+@pytest.mark.parametrize("method, cached", DEFAULT_MASK_CASES)
+def test_torchrun_training_equals_single_process_training(default_mask_runs, method, cached):
     """End to end through run_unsup.py and the Trainer: 2 processes x batch 4 end with the same weights as
     1 process x batch 8 (dropout 0, so the only difference could be the objective or the data split). ESimCSE's
     views are random beyond dropout (its repetition): each sentence's draw must not depend on how the global batch
     is split, and the momentum queue holds the gathered keys. ``cached``: the 2 processes run cached steps
     (``--cache_chunk_size 3``: chunks 3 + 1, docs/cached_training.md) and still end where 1 uncached process does."""
-    model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
-    corpus = tiny_corpus(tmp_path / "corpus.txt", n=32)
-    common = ["run_unsup.py", "--method", method, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
-              "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
-              "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
-              "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
-    run_torchrun([*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "two"),
-                  *(["--cache_chunk_size", "3"] if cached else [])])
-    one = subprocess.run([sys.executable, *common, "--per_device_train_batch_size", "8",
-                          "--output_dir", str(tmp_path / "one")], cwd=REPO_ROOT, env={**os.environ,
-                         "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=torchrun_timeout())
-    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
     from safetensors.torch import load_file
 
-    two_w = load_file(tmp_path / "two" / "checkpoint-2" / "model.safetensors")
-    one_w = load_file(tmp_path / "one" / "checkpoint-2" / "model.safetensors")
+    runs = default_mask_runs / f"{method}-{cached}"
+    two_w = load_file(runs / "two" / "checkpoint-2" / "model.safetensors")
+    one_w = load_file(runs / "one" / "checkpoint-2" / "model.safetensors")
     for name in one_w:
         torch.testing.assert_close(two_w[name], one_w[name], atol=2e-5, rtol=1e-4, msg=name)
-    initial = load_file(model_dir / "model.safetensors")
+    initial = load_file(default_mask_runs / "model" / "model.safetensors")
     shared = [n for n in initial if "encoder." + n in one_w]
     assert len(shared) > 10
     moved = [n for n in shared if not torch.equal(initial[n], one_w["encoder." + n])]
     assert moved, "training did not change the weights, so the comparison above proves nothing"
-    assert_complete_for(tmp_path / "two" / "checkpoint-2", processes=2)
+    assert_complete_for(runs / "two" / "checkpoint-2", processes=2)
 
 
 def assert_complete_for(checkpoint: Path, processes: int) -> None:
@@ -103,7 +126,6 @@ def assert_complete_for(checkpoint: Path, processes: int) -> None:
 
 
 # ------------------------------------------------------------------------- row-seeded masks, dropout on, 2 vs 1
-ENTRY_POINTS_WORKER = Path(__file__).parent / "workers" / "entry_point_runs.py"
 #: Words per line of each block of 8 lines: the global batch of one step. Rank 0 holds 3, 3, 9, 9 (padded to 11
 #: tokens with [CLS] and [SEP]), rank 1 holds 6, 6, 6, 6 (padded to 8), one process all 8 (padded to 11); both
 #: halves hold 32 tokens (DiffCSE's per-process RTD mean is then the global batch's).

@@ -371,11 +371,13 @@ def test_the_cached_step_makes_room_for_its_graphs_in_dynamos_cache(files):
         assert torch._dynamo.config.recompile_limit == 15
 
 
-@pytest.mark.parametrize("method", ["simcse", "diffcse"])
+@pytest.mark.parametrize("method", ["diffcse"])
 def test_a_cached_run_compiles_its_backbones_on_the_fast_path(method, files, tmp_path):
-    """Through ``run_unsup.py`` / ``run_diffcse.py``: a cached run (chunks of 3 of 8 sentences: a short last chunk;
-    row-seeded masks, its default) with ``--torch_compile true`` compiles its backbones (DiffCSE's generator and
-    discriminator too) without CUDA graphs and logs the eager cached run's steps."""
+    """Through ``run_diffcse.py``: a cached run (chunks of 3 of 8 sentences: a short last chunk; row-seeded masks, its
+    default) with ``--torch_compile true`` compiles its backbones (the encoder, the generator and the discriminator)
+    without CUDA graphs and logs the eager cached run's steps. (SimCSE's cached fast path through its script runs
+    in ``test_ddp.py``, on two processes; its compiled cached step on one in
+    ``test_the_cached_step_in_the_graph_is_the_eager_cached_step``.)"""
     cached = ["--cache_chunk_size", "3"]
     fast_flags = ["--torch_compile", "true", "--torch_compile_backend", "aot_eager"]
     eager, _ = run_script(method, files, tmp_path / "eager", cached, "dropout_encoder")
