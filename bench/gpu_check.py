@@ -289,6 +289,12 @@ def markdown(report: dict) -> str:
                   "| host operator | ms/step |", "|---|---|"]
         lines += [f"| `{name}` | {ms:.3f} |" for name, ms in profile["top_host_operators_ms_per_step"].items()]
         lines.append("")
+        kernels = profile.get("top_device_kernels_ms_per_step")
+        if kernels:
+            lines += [f"{profile['device_kernels_per_step']} device kernels per step; the most device time:", "",
+                      "| device kernel | ms/step |", "|---|---|"]
+            lines += [f"| `{name}` | {ms:.3f} |" for name, ms in kernels.items()]
+            lines.append("")
     evaluation = report.get("eval_speed")
     if evaluation:
         from bench.eval_speed import format_report as eval_speed_table

@@ -6,8 +6,10 @@ Runs the training script (``run_unsup.py`` / ``run_diffcse.py``, then its flags)
 :class:`StepProfiler` callback added to every ``CLTrainer``: it profiles the optimizer steps ``START`` to ``END``
 (after the compile warm-up), then reports per step: the wall time (between synchronised clocks), the device's busy
 time (the sum of its kernels' durations: when it is well below the wall time the step waits on the host), the host
-time of the step's parts (data loading, forward, backward, optimizer, the Trainer's own work), and the ten operators
-with the most host time. Both go to the terminal and to ``--output_json``.
+time of the step's parts (data loading, forward, backward, optimizer, the Trainer's own work), the ten operators
+with the most host time, and the device kernels with the most device time (what the busy time is made of: the
+kernels run inside CUDA graphs are counted one by one) with the kernels launched per step. All go to the terminal
+and to ``--output_json``.
 """
 from __future__ import annotations
 
@@ -24,6 +26,11 @@ from torch.autograd import DeviceType
 from transformers import TrainerCallback
 
 __all__ = ["StepProfiler", "main", "summarise"]
+
+#: The device kernels reported (by their own device time), and the characters of a kernel's name kept (templated
+#: GEMM names run to hundreds).
+TOP_KERNELS = 15
+KERNEL_NAME_CHARACTERS = 160
 
 #: The step's parts: the ``CLTrainer`` methods :func:`mark_parts` wraps in ``record_function`` regions, and torch's
 #: own optimizer regions.
@@ -76,18 +83,24 @@ def mark_parts(trainer_class: type) -> None:
 
 
 def summarise(profiler: torch.profiler.profile, steps: int, wall_seconds: float) -> dict[str, Any]:
-    """Per-step milliseconds: wall, device busy (kernels), the parts' host time, the top host operators."""
+    """Per-step milliseconds: wall, device busy (kernels), the parts' host time, the top host operators, the top
+    device kernels, and the kernels launched per step."""
     averages = profiler.key_averages()
     per_step = lambda microseconds: round(microseconds / 1000 / steps, 3)  # noqa: E731
     # the kernels' own rows only: an operator's row also carries the device time of the kernels it launched
-    device_busy = sum(e.self_device_time_total for e in averages if e.device_type == DeviceType.CUDA)
+    kernels = [e for e in averages if e.device_type == DeviceType.CUDA]
+    device_busy = sum(e.self_device_time_total for e in kernels)
     parts = {}
     for part, names in PARTS.items():
         parts[part] = per_step(sum(e.cpu_time_total for e in averages if e.key.startswith(names)))
     top = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
+    top_kernels = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:TOP_KERNELS]
     return {"steps": steps, "wall_ms_per_step": round(wall_seconds * 1000 / steps, 3),
             "device_busy_ms_per_step": per_step(device_busy), "host_ms_per_step_by_part": parts,
-            "top_host_operators_ms_per_step": {e.key: per_step(e.self_cpu_time_total) for e in top}}
+            "top_host_operators_ms_per_step": {e.key: per_step(e.self_cpu_time_total) for e in top},
+            "device_kernels_per_step": round(sum(e.count for e in kernels) / steps, 1),
+            "top_device_kernels_ms_per_step": {e.key[:KERNEL_NAME_CHARACTERS]: per_step(e.self_device_time_total)
+                                               for e in top_kernels}}
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -95,6 +108,9 @@ def format_report(report: dict[str, Any]) -> str:
              f"{report['device_busy_ms_per_step']} ms/step; host by part (ms/step): "
              f"{report['host_ms_per_step_by_part']}"]
     lines += [f"  {ms:8.3f} ms  {name}" for name, ms in report["top_host_operators_ms_per_step"].items()]
+    if report["top_device_kernels_ms_per_step"]:
+        lines.append(f"device kernels: {report['device_kernels_per_step']} per step; the most device time (ms/step):")
+        lines += [f"  {ms:8.3f} ms  {name}" for name, ms in report["top_device_kernels_ms_per_step"].items()]
     return "\n".join(lines)
 
 

@@ -219,26 +219,33 @@ def test_the_step_profile_reports_a_window_of_real_training_steps(tmp_path, monk
     assert parts["data"] > 0 and parts["forward"] > 0 and parts["optimizer"] > 0
     assert parts["backward+step"] > parts["forward"]  # the training step holds the forward
     assert report["device_busy_ms_per_step"] == 0  # a CPU run has no device kernels
+    assert report["device_kernels_per_step"] == 0 and report["top_device_kernels_ms_per_step"] == {}
 
 
 def test_the_step_profile_counts_each_kernel_once() -> None:
     """The device's busy time is the kernels' own rows: an operator's row carries the device time of the kernels it
-    launched too (summing both counted an H100 step's kernels twice: 27.6 ms 'busy' in a 15.6 ms step)."""
+    launched too (summing both counted an H100 step's kernels twice: 27.6 ms 'busy' in a 15.6 ms step); the same
+    rows, largest first, say what it is made of."""
     from types import SimpleNamespace
 
     from torch.autograd import DeviceType
 
     from bench.step_profile import summarise
 
-    def row(key, device_type, device_us, cpu_us=10.0):
+    def row(key, device_type, device_us, cpu_us=10.0, count=2):
         return SimpleNamespace(key=key, device_type=device_type, self_device_time_total=device_us,
-                               cpu_time_total=cpu_us, self_cpu_time_total=cpu_us)
+                               cpu_time_total=cpu_us, self_cpu_time_total=cpu_us, count=count)
 
     events = [row("aten::mm", DeviceType.CPU, 4000.0), row("sm90_gemm_kernel", DeviceType.CUDA, 4000.0, 0.0),
+              row("triton_poi_fused_dropout_0", DeviceType.CUDA, 1000.0, 0.0, count=6),
               row("cse::forward", DeviceType.CPU, 0.0, 500.0)]
     report = summarise(SimpleNamespace(key_averages=lambda: events), steps=2, wall_seconds=0.01)
-    assert report["device_busy_ms_per_step"] == 2.0 and report["wall_ms_per_step"] == 5.0
+    assert report["device_busy_ms_per_step"] == 2.5 and report["wall_ms_per_step"] == 5.0
     assert report["host_ms_per_step_by_part"]["forward"] == 0.25
+    # what the busy time is made of: the kernels by their own time, most first, and the launches per step
+    assert list(report["top_device_kernels_ms_per_step"].items()) == [("sm90_gemm_kernel", 2.0),
+                                                                      ("triton_poi_fused_dropout_0", 0.5)]
+    assert report["device_kernels_per_step"] == 4.0
 
 
 def test_the_trainer_host_bench_times_each_item_on_bert_bases_structure(tmp_path) -> None:

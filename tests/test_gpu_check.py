@@ -197,3 +197,21 @@ def test_the_optimizer_step_table_shows_each_variant_and_its_error():
     text = markdown(report)
     assert "| eager | 2.5 | 1.25 | 0.1 | 0 |  |" in text
     assert "| compiled_cuda_graphs | - | - | - | - | RuntimeError: boom |" in text
+
+
+def test_the_step_profile_section_shows_the_host_operators_and_the_device_kernels():
+    """The report's step-profile section: wall, busy and the host parts, the top host operators, and (reports since
+    the kernels were recorded) what the device's busy time is made of; an older report without them still renders."""
+    profile = {"steps": 40, "wall_ms_per_step": 26.2, "device_busy_ms_per_step": 20.7,
+               "host_ms_per_step_by_part": {"forward": 6.0, "optimizer": 2.1},
+               "top_host_operators_ms_per_step": {"cudaGraphLaunch": 1.96}}
+    report = {"date": "2026-11-27", "commit": "abc", "environment": {"device": "NVIDIA H100", "torch": "2.11",
+                                                                    "cuda": "13.0", "transformers": "5.24"},
+              "steps": [{"name": "step_profile", "exit": 0, "seconds": 80.0}],
+              "step_profile": {"step_profile": profile}}
+    old = markdown(report)
+    assert "Wall 26.20 ms/step; the GPU busy 20.70 ms/step" in old and "| `cudaGraphLaunch` | 1.960 |" in old
+    assert "device kernel" not in old
+    profile |= {"device_kernels_per_step": 812.0, "top_device_kernels_ms_per_step": {"sm90_xmma_gemm": 6.5}}
+    text = markdown(report)
+    assert "812.0 device kernels per step" in text and "| `sm90_xmma_gemm` | 6.500 |" in text
