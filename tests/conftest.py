@@ -22,6 +22,27 @@ from tiny import WORDS, save_tiny_backbone  # noqa: E402  (tests/tiny.py: tiny b
 
 from eval import fp32_precision as _fp32_precision  # noqa: E402
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Moves what every worker holds for good (the imported libraries, the heavy ones the tests load lazily imported
+    now, and the collected tests) out of the garbage collector's reach (``gc.freeze``): each training run starts
+    with the Trainer's ``gc.collect()`` (``accelerator.free_memory()``), which otherwise walks those ~600,000
+    objects every time. Measured on tests/test_training.py, test_resume.py and test_divergence.py in one process:
+    57 s -> 39 s (the collections' time 12.9 s -> 1.9 s). Nothing frozen is garbage: it lives until the process
+    ends; what the tests create later is collected as before."""
+    import gc
+
+    import matplotlib.backends.backend_agg  # noqa: F401  (eval/plots.py's canvas)
+    import matplotlib.figure  # noqa: F401
+    import scipy.stats  # noqa: F401
+    import sentence_transformers  # noqa: F401
+    import sklearn.linear_model  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
+
+
 #: torch's fp32 precision settings as a fresh process has them (read before any test ran), for the tests that must
 #: start from that state (tests/test_tf32_state.py: transformers' enable_tf32 sets only the generic value, which a
 #: backend leaf set explicitly by an earlier test, e.g. through the legacy setter, would override).
