@@ -8,19 +8,18 @@ Where the compiled region begins and ends is decided here, and only here:
   eagerly instead of recompiling.
 - **The compiled regions are the backbones** (``model.step_backbones()``: the encoder, the bulk of the step's compute
   and a pure function of its inputs and dropout; ESimCSE's momentum encoder; DiffCSE's generator and discriminator
-  where its edit rows have the fixed width and h enters through the inputs) **and the objective** (the
-  contrastive loss, ``model.step_functions()``: a few dozen small operations and their backward; its inputs are the
-  step's embeddings and ESimCSE's queue): :class:`CompiledBackbone` compiles each once (``torch.compile``; the
-  backbones with ``dynamic=False``) and swaps them in for the duration of each training step, so the model's own forward and
-  ``compute_loss`` run unchanged around them (ESimCSE's queue and DiffCSE's sampling stay eager; PromptBERT's
-  template pass runs the compiled encoder at its own shape) and checkpoints, evaluation and the export
-  see the plain modules (evaluation's varying widths never reach the compiled graph). Steps whose shapes are not
-  yet those of the run (``model.step_shapes_settled()``: ESimCSE's first steps, while its queue fills and the
-  objective's queue input grows by a batch per step) run eagerly, so every graph is compiled, and on a GPU recorded,
-  at its one shape. On one CUDA device the mode is
-  ``reduce-overhead`` (CUDA graphs; each step begins with ``torch.compiler.cudagraph_mark_step_begin()``; dropout's
-  RNG is graph-safe: torch advances the generator's offset on every replay). ``--torch_compile_mode`` picks another
-  mode.
+  where its edit rows have the fixed width and h enters through the inputs) **and the objective** (the contrastive
+  loss, ``model.step_functions()``: a few dozen small operations and their backward; its inputs are the step's
+  embeddings and ESimCSE's queue): :class:`CompiledBackbone` compiles each once (``torch.compile``; the backbones with
+  ``dynamic=False``) and swaps them in for the duration of each training step, so the model's own forward and
+  ``compute_loss`` run unchanged around them (ESimCSE's queue and DiffCSE's sampling stay eager; PromptBERT's template
+  pass runs the compiled encoder at its own shape) and checkpoints, evaluation and the export see the plain modules
+  (evaluation's varying widths never reach the compiled graph). Steps whose shapes are not yet those of the run
+  (``model.step_shapes_settled()``: ESimCSE's first steps, while its queue fills and the objective's queue input grows
+  by a batch per step) run eagerly, so every graph is compiled, and on a GPU recorded, at its one shape. On one CUDA
+  device the mode is ``reduce-overhead`` (CUDA graphs; each step begins with
+  ``torch.compiler.cudagraph_mark_step_begin()``; dropout's RNG is graph-safe: torch advances the generator's offset
+  on every replay). ``--torch_compile_mode`` picks another mode.
 - **Per-row dropout inside the graph**: S-SimCSE's sampled rates and SimCSE++'s dropout-off rows (a plan of tensors
   whose sizes are fixed by the config) are traced as they are; with ``--dropout_masks row_seeded`` the step's seed and
   the pass's first sentence reach the graph as a device tensor (``StepDraws.stage``), from which it computes the
