@@ -92,6 +92,19 @@ REAL_LOOPS = (("fast", "simcse", "true", "1000", (), ()), ("eager", "simcse", "f
 QUICK_STEPS = ("end_to_end", "cuda_tests", "throughput_b64")
 
 
+#: pytest-xdist workers for the CUDA tests: each test compiles its own graphs, which on a cold machine takes most of
+#: its time; in one process the 25 tests outlast a lease (an H100 ran 5 in 8 workers' first minutes, 2026-11-27).
+CUDA_TEST_WORKERS = 8
+
+
+def cuda_test_workers() -> tuple[str, ...]:
+    """pytest's flags for :data:`CUDA_TEST_WORKERS` worker processes where pytest-xdist is installed (the carried
+    wheels), none where it is not."""
+    import importlib.util
+
+    return ("-n", str(CUDA_TEST_WORKERS)) if importlib.util.find_spec("xdist") is not None else ()
+
+
 def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None = None) -> list[Step]:
     """The check's steps, in order, writing into ``work_dir``."""
     throughput = (python, "-m", "bench.train_throughput", "--device", "cuda", "--config", "bert-base", "--seq_len",
@@ -118,8 +131,8 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
         Step("eval_speed", (python, "-m", "bench.eval_speed", "--device", "cuda", "--config", "bert-base",
                             "--training_batching", "--repeats", "3", "--sts_test",
                             *vocab, "--output_json", str(work_dir / "eval_speed.json")), work_dir / "eval_speed.json"),
-        Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", "-rs",
-                            f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
+        Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", *cuda_test_workers(),
+                            "-rs", f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
         Step("throughput_b64", (*throughput, "--batch_size", "64", "--output_json",
                                 str(work_dir / "throughput_b64.json")), work_dir / "throughput_b64.json"),
         Step("throughput_b512", (*throughput, "--batch_size", "512", "--methods", "simcse", "st_mnrl",

@@ -43,7 +43,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     # each real-loop run its own folder and log in the shared work directory (four of them are SimCSE's)
     run_names = re.findall(r"--workdir \S+/real_loop --run_name (\S+) ", done.stdout)
     assert len(set(run_names)) == len(run_names) == 11 and "real_loop_fast_b512_cached" in run_names
-    assert "-m pytest -q -m cuda tests/test_cuda.py" in done.stdout
+    assert "-m pytest -q -m cuda tests/test_cuda.py -n 8 -rs" in done.stdout  # pytest-xdist is installed here
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
     assert not list(tmp_path.iterdir())  # nothing written
@@ -215,3 +215,13 @@ def test_the_step_profile_section_shows_the_host_operators_and_the_device_kernel
     profile |= {"device_kernels_per_step": 812.0, "top_device_kernels_ms_per_step": {"sm90_xmma_gemm": 6.5}}
     text = markdown(report)
     assert "812.0 device kernels per step" in text and "| `sm90_xmma_gemm` | 6.500 |" in text
+
+
+def test_the_cuda_tests_run_in_worker_processes_only_where_pytest_xdist_is_installed(monkeypatch):
+    import importlib.util
+
+    from bench.gpu_check import CUDA_TEST_WORKERS, cuda_test_workers
+
+    assert cuda_test_workers() == ("-n", str(CUDA_TEST_WORKERS))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert cuda_test_workers() == ()
