@@ -22,6 +22,7 @@ from tiny import WORDS, save_tiny_backbone  # noqa: E402  (tests/tiny.py: tiny b
 
 from eval import fp32_precision as _fp32_precision  # noqa: E402
 
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Moves what every worker holds for good (the imported libraries, the heavy ones the tests load lazily imported
     now, and the collected tests) out of the garbage collector's reach (``gc.freeze``): each training run starts

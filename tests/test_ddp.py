@@ -21,6 +21,21 @@ from trainers.methods import build_model
 WORKER = Path(__file__).parent / "workers" / "ddp_step.py"
 #: Several trainings through the entry points in one torchrun launch.
 ENTRY_POINTS_WORKER = Path(__file__).parent / "workers" / "entry_point_runs.py"
+SCRIPTS = {"run_unsup": run_unsup.main, "run_diffcse": run_diffcse.main}
+
+
+def train_two_and_one(two_processes: list[list], one_process: list[list]) -> None:
+    """Trainings through the entry points, each ``[script, argv]`` (script ``run_unsup`` or ``run_diffcse``): those
+    of 2 processes all in one torchrun launch (each launch costs two interpreters and a process group), then those
+    of 1 process in this process on one intra-op thread."""
+    run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(two_processes)})
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for script, argv in one_process:
+            SCRIPTS[script](argv)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def run_two_processes(tmp_path: Path, model_dir: Path, batch_file: Path, method: str = "simcse",
@@ -61,9 +76,8 @@ DEFAULT_MASK_CASES = [("simcse", False), ("esimcse", False), ("simcse", True), (
 
 @pytest.fixture(scope="module")
 def default_mask_runs(tmp_path_factory):
-    """Each :data:`DEFAULT_MASK_CASES` case trained 2 steps through run_unsup.py: 2 processes x batch 4 (all four in
-    one torchrun launch: each launch costs two interpreters and a process group) and 1 process x batch 8 (in this
-    process, one thread), saving a checkpoint at step 2. Returns the root folder; runs
+    """Each :data:`DEFAULT_MASK_CASES` case trained 2 steps through run_unsup.py (:func:`train_two_and_one`):
+    2 processes x batch 4 and 1 process x batch 8, saving a checkpoint at step 2. Returns the root folder; runs
     ``<method>-<cached>/<two|one>``."""
     root = tmp_path_factory.mktemp("ddp_default_masks")
     model_dir = save_tiny_backbone(root / "model", dropout=0.0)
@@ -79,14 +93,7 @@ def default_mask_runs(tmp_path_factory):
 
     two = [["run_unsup", argv(method, cached, "two", 4, ("--cache_chunk_size", "3") if cached else ())]
            for method, cached in DEFAULT_MASK_CASES]
-    run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(two)})
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for method, cached in DEFAULT_MASK_CASES:
-            run_unsup.main(argv(method, cached, "one", 8))
-    finally:
-        torch.set_num_threads(previous)
+    train_two_and_one(two, [["run_unsup", argv(method, cached, "one", 8)] for method, cached in DEFAULT_MASK_CASES])
     return root
 
 
@@ -186,15 +193,7 @@ def row_seeded_runs(tmp_path_factory):
            for run, extra in (("two", ()), ("two_cached", ("--cache_chunk_size", "3")))]
     two += [[ROW_SEEDED_METHODS[m][0], argv(m, run, 4, FAST_PATH + extra)] for m in FAST_PATH_METHODS
             for run, extra in (("two_fast", ()), ("two_fast_cached", ("--cache_chunk_size", "3")))]
-    run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(two)})
-    scripts = {"run_unsup": run_unsup.main, "run_diffcse": run_diffcse.main}
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for method, (script, _) in ROW_SEEDED_METHODS.items():
-            scripts[script](argv(method, "one", 8))
-    finally:
-        torch.set_num_threads(previous)
+    train_two_and_one(two, [[script, argv(method, "one", 8)] for method, (script, _) in ROW_SEEDED_METHODS.items()])
     return root
 
 
