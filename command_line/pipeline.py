@@ -120,6 +120,12 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if compile_failure:
         warnings.append(f"the fast path's compiled step failed ({compile_failure}): the run trained with the eager "
                         "step from there on")
+    step_graph = trainer.step_graph
+    if step_graph is not None:
+        metrics["step_graph_replays"] = step_graph.replays
+        if step_graph.failure:
+            warnings.append(f"the step graph's capture failed ({step_graph.failure}): the run trained with the fast "
+                            "path's compiled regions from there on")
     metrics["train_precision"] = training_precision(training_args.bf16, training_args.fp16)
     metrics["evaluation_seconds"] = round(trainer.evaluation_seconds, 2)  # of train_runtime (not training throughput)
     metrics.update(peak_accelerator_memory())
@@ -146,7 +152,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             evaluation_seconds=trainer.evaluation_seconds,
             wall_seconds=process_wall_time(), selected_best=bool(training_args.load_best_model_at_end),
             tensorboard_dir=tensorboard_dir(training_args), warnings=warnings,
-            step=describe_step(model.config, training_args, compile_failure),
+            step=describe_step(model.config, training_args, compile_failure,
+                               step_graph.failure if step_graph is not None else None),
             precision=metrics["train_precision"])),
             flush=True)
     return metrics

@@ -106,9 +106,11 @@ def format_summary(summary: RunSummary) -> str:
     return "\n".join(lines)
 
 
-def describe_step(config: Any, training_args: Any, compile_failure: str | None = None) -> str | None:
+def describe_step(config: Any, training_args: Any, compile_failure: str | None = None,
+                  step_graph_failure: str | None = None) -> str | None:
     """The summary's ``step:`` line from the model's config and the training arguments (and why the fast path's
-    compiled step was given up, if it was), or ``None`` for the plain step (uncached, stream masks, eager)."""
+    compiled step, or the step graph's capture, was given up, if it was), or ``None`` for the plain step (uncached,
+    stream masks, eager)."""
     dropout_masks, cache_chunk_size = config.dropout_masks, getattr(training_args, "cache_chunk_size", None)
     parts = []
     if cache_chunk_size:
@@ -121,6 +123,9 @@ def describe_step(config: Any, training_args: Any, compile_failure: str | None =
             keyed_masks=dropout_masks == "row_seeded")
         compiled = "compiled backbones and loss" if refusal is None else f"the backbone eager ({refusal})"
         parts.append(f"the fast path: fixed shapes, {compiled} (--torch_compile false: the eager step)")
+    if getattr(training_args, "step_graph", False):
+        parts.append(f"the step graph's capture failed ({step_graph_failure})" if step_graph_failure else
+                     "the whole step replayed as one CUDA graph (--step_graph)")
     return "; ".join(parts) or None
 
 

@@ -167,6 +167,12 @@ class ContrastiveModel(PreTrainedModel):
         them: ``trainers.fast_path.compile_mode``), or ``None``: the base's, none."""
         return None
 
+    def step_graph_refusal(self) -> str | None:
+        """Hook: why this model's training step cannot be captured as one CUDA graph and replayed
+        (``trainers/step_graph.py``: a replay runs the captured kernels on the captured tensors and host values, so a
+        step that reads state kept on the host would replay the captured step's), or ``None``: the base's, none."""
+        return None
+
     def step_shapes_settled(self) -> bool:
         """Hook: whether this step's compiled regions see the shapes every later step gives them (read on the host
         before each fast-path step; the fast path runs the steps before that eagerly, so that each graph is compiled,

@@ -201,6 +201,14 @@ class ESimCSEModel(ContrastiveModel):
         return ("ESimCSE's step with its momentum encoder under CUDA graphs gave other gradients than the eager step "
                 "on an H100 (tests/test_cuda.py)")
 
+    def step_graph_refusal(self) -> str | None:
+        """The queue's write position and fill count are kept on the host (:class:`EmbeddingQueue`: no sync per
+        step), so a replayed step would write every batch to the captured step's slots."""
+        if self.queue is None:
+            return None
+        return ("ESimCSE's queue keeps its write position on the host, so a replayed step would write every batch to "
+                "the same slots (--queue_size 0 has no queue)")
+
     def step_shapes_settled(self) -> bool:
         """Once the queue is full: while it fills (0, 64, 128 of 160 entries in the first three steps of 64) the
         objective's queue input has a new shape every step, so those steps run eagerly and the fast path compiles

@@ -7,7 +7,9 @@ per-step method work (ESimCSE's momentum update) runs through :class:`OptimizerS
 ``load_best_model_at_end``), fed by the metrics :meth:`CLTrainer.evaluate` returns.
 
 ``--torch_compile`` runs the fast path (:mod:`trainers.fast_path`): fixed-shape batches, the backbone compiled and
-swapped in for each training step (:meth:`CLTrainer.fast_step`), no host-device sync in the loop.
+swapped in for each training step (:meth:`CLTrainer.fast_step`), no host-device sync in the loop. ``--step_graph``
+captures the whole step (forward, backward, clipping) as one CUDA graph and replays it (:mod:`trainers.step_graph`;
+:meth:`CLTrainer.graph_step`).
 
 Divergence (NaN/inf) is caught without a host-device sync in the step: :meth:`CLTrainer.compute_loss` records the
 first step with a non-finite loss in a device tensor (:class:`trainers.divergence.DivergenceMonitor`), which is read
@@ -27,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from transformers import TrainerCallback
 
 from models.distributed import world_size
+from models.module_lists import listed_parameters
 
 from .cached_step import cached_loss, refuse_unsupported
 from .curves import TrainingCurvesCallback
@@ -34,6 +37,7 @@ from .divergence import DivergenceMonitor
 from .errors import UsageError
 from .fast_path import CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator
 from .keyed_dropout import keyed_step, step_draws
+from .step_graph import StepGraph, StepOutputs, step_graph_refusal
 from .trainer_adapter import TrainerAdapter, pin_tensorboard_dir
 
 logger = logging.getLogger(__name__)
@@ -92,6 +96,7 @@ class CLTrainer(TrainerAdapter):
             kwargs["data_collator"] = fixed_shape_collator(kwargs["data_collator"], keys)
         super().__init__(*args, **kwargs)
         self.compiled_backbone = self.compile_backbone() if fast_path else None
+        self.step_graph = self.build_step_graph() if getattr(self.args, "step_graph", False) else None
         self._reported_warmup = 0.0
         self._dev_encoder = None
         self.senteval_dir = senteval_dir
@@ -120,9 +125,23 @@ class CLTrainer(TrainerAdapter):
             return None
         mode = compile_mode(self.args.fast_path_mode, self.args.device, self.args.world_size, bool(self.args.bf16),
                             cached_step=bool(chunk_size), accumulation_steps=self.args.gradient_accumulation_steps,
-                            model_refusal=self.model.cuda_graph_refusal())
+                            model_refusal=self.model.cuda_graph_refusal(),
+                            step_graph=bool(getattr(self.args, "step_graph", False)))
         return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
                                 backend=self.args.fast_path_backend, chunk_size=chunk_size)
+
+    def build_step_graph(self) -> StepGraph:
+        """The step's CUDA graph (:mod:`trainers.step_graph`); a run it cannot hold for stops here with the reason."""
+        args = self.args
+        if not args.fast_path:
+            raise UsageError("--step_graph true needs the fast path's fixed shapes: add --torch_compile true")
+        refusal = step_graph_refusal(
+            args.device, args.world_size, args.gradient_accumulation_steps, bool(getattr(args, "cache_chunk_size", None)),
+            args.gradient_checkpointing, keyed_masks=step_draws(self.model) is not None,
+            compile_mode=args.fast_path_mode, model_refusal=self.model.step_graph_refusal())
+        if refusal:
+            raise UsageError(f"--step_graph true: {refusal}; leave --step_graph false")
+        return StepGraph(self.model, listed_parameters(self.model))
 
     def fast_step(self, inputs: dict[str, Any]):
         """The context of one training step: the compiled backbone swapped in on the fast path, else nothing."""
@@ -192,6 +211,10 @@ class CLTrainer(TrainerAdapter):
         again eagerly (:mod:`trainers.fast_path`)."""
         if self._throughput_mark is None:
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
+        if self.graph_takes(inputs):
+            inputs = self.prepare_batch(inputs)
+            if not self.step_graph.captured or self.step_graph.fits(inputs):
+                return self.graph_step(model, inputs)
         backbone = self.compiled_backbone
         if backbone is None or self.args.world_size > 1 or not backbone.warming_up(inputs["input_ids"]):
             return self._step(model, inputs, num_items_in_batch)
@@ -210,6 +233,42 @@ class CLTrainer(TrainerAdapter):
         """The stock step in the step's keyed draws and, on the fast path, with the compiled backbones."""
         with keyed_step(self.model, inputs["input_ids"].size(0)), self.fast_step(inputs):
             return super().training_step(model, inputs, num_items_in_batch)
+
+    # ---------------------------------------------------------------- the step as one CUDA graph
+    def graph_takes(self, inputs: dict[str, Any]) -> bool:
+        """Whether the step graph runs this step: a full-size batch, the model's shapes settled and the compiled
+        regions past their warm-up (so the capture records compiled kernels, not a compilation)."""
+        graph, backbone, input_ids = self.step_graph, self.compiled_backbone, inputs["input_ids"]
+        return (graph is not None and graph.failure is None
+                and input_ids.size(0) == self.args.per_device_train_batch_size
+                and self.model.step_shapes_settled() and not (backbone is not None and backbone.warming_up(input_ids)))
+
+    def graph_step(self, model, inputs: dict[str, Any]) -> torch.Tensor:
+        """The step replayed from its graph, or run and captured (the first time); the loss, the model's metrics
+        and the gradient norm are the graph's outputs (recorded here, outside it)."""
+        graph = self.step_graph
+        if graph.captured:
+            outputs = graph.replay(inputs)
+        else:
+            outputs = graph.capture(inputs, lambda batch: self.step_body(model, batch))
+        self.record_training_outputs(outputs.loss, outputs.metrics)
+        self.step_grad_norm = outputs.grad_norm  # clipped with in the step: the Trainer's clipping returns it
+        return outputs.loss
+
+    def step_body(self, model, inputs: dict[str, Any]) -> StepOutputs:
+        """What the step graph captures: the forward (with the compiled regions), the backward and the clipping to
+        ``max_grad_norm`` (with clipping off, the norm alone: what the Trainer logs). Host state changes here are
+        not replayed: nothing is recorded on the trainer."""
+        model.train()
+        with self.fast_step(inputs):
+            with self.compute_loss_context_manager():
+                outputs = model(**inputs)
+            self.accelerator.backward(outputs.loss)
+        parameters = self.step_graph.parameters
+        max_norm = self.args.max_grad_norm if self.args.max_grad_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+        metrics = {name: value.detach() for name, value in (outputs.metrics or {}).items()}
+        return StepOutputs(outputs.loss.detach(), metrics, grad_norm, [param.grad for param in parameters])
 
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """The Trainer's estimate (6 x input tokens x non-embedding parameters, for ``total_flos``), with the parameter

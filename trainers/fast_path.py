@@ -121,21 +121,23 @@ def cuda_graph_refusal(cached_step: bool = False, accumulation_steps: int = 1,
 
 
 def compile_mode(requested: str | None, device: torch.device, processes: int, bf16: bool = True,
-                 cached_step: bool = False, accumulation_steps: int = 1, model_refusal: str | None = None) -> str:
+                 cached_step: bool = False, accumulation_steps: int = 1, model_refusal: str | None = None,
+                 step_graph: bool = False) -> str:
     """The ``torch.compile`` mode: ``requested`` (``--torch_compile_mode``) if given, else ``reduce-overhead``
     (CUDA graphs) on one CUDA device training in bf16 autocast (the GPU default, the set-up measured on an H200),
     else ``default``: a CPU; several processes, whose gradient all-reduce runs inside the backward a CUDA graph
     would capture; fp32 training, where the CUDA-graph step failed on an H200 (torch 2.11: "accessing tensor output
     of CUDAGraphs that has been overwritten by a subsequent run" in the backward; docs/benchmarks.md); and a run
     :func:`cuda_graph_refusal` gives a reason for (the cached step, gradient accumulation, the model's own), where a
-    requested mode with CUDA graphs is refused with that reason."""
+    requested mode with CUDA graphs is refused with that reason; and a run whose whole step is one CUDA graph
+    (``step_graph``: :mod:`trainers.step_graph`, which refuses a requested CUDA-graph mode itself)."""
     refusal = cuda_graph_refusal(cached_step, accumulation_steps, model_refusal)
     if refusal and requested in CUDA_GRAPH_MODES:
         raise UsageError(f"--torch_compile_mode {requested}: {refusal}; leave --torch_compile_mode unset (the fast "
                          "path then compiles without CUDA graphs) or choose max-autotune-no-cudagraphs")
     if requested:
         return requested
-    cuda_graphs = device.type == "cuda" and processes == 1 and bf16
+    cuda_graphs = device.type == "cuda" and processes == 1 and bf16 and not step_graph
     if cuda_graphs and refusal:
         logger.warning("fast path: no CUDA graphs, because %s", refusal)
     return "reduce-overhead" if cuda_graphs and not refusal else "default"

@@ -17,6 +17,10 @@ member when the installed library changes one of them (:data:`RELIED_ON`).
   parameters, listed by one walk and re-checked in a flat pass (``models.module_lists``): the same norm and the same
   clipped gradients, bit for bit (``tests/test_trainer_adapter.py``). Runs the Trainer treats apart (DeepSpeed, FSDP,
   XLA, SageMaker, gradients on several device meshes) take its own route.
+  A step that computed (and clipped with) its norm itself, the step graph's (:mod:`trainers.step_graph`), hands it
+  over in :attr:`TrainerAdapter.step_grad_norm`: both hooks return it once instead of computing their own.
+- ``Trainer._prepare_inputs(inputs)``: the batch moved to the device as the stock step moves it
+  (:meth:`TrainerAdapter.prepare_batch`), for a step that runs without the stock ``training_step``.
 - ``TensorBoardCallback.logging_dir`` and ``transformers.integrations.integration_utils.default_logdir``: the
   callback picks its folder at ``on_train_begin``, but a run's 'before training' evaluation logs earlier;
   :func:`pin_tensorboard_dir` gives it the folder the Trainer would, up front.
@@ -49,6 +53,7 @@ RELIED_ON: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (Trainer, "_clip_grad_norm", ("self", "model")),
     (Trainer, "_get_grad_norm", ("self", "model", "grad_norm")),
     (Trainer, "_has_mixed_mesh_grads", ("self", "model")),
+    (Trainer, "_prepare_inputs", ("self", "inputs")),
 )
 #: Where ``accelerate``'s ``clip_grad_norm_`` is torch's ``clip_grad_norm_`` over ``list(model.parameters())`` after
 #: ``unscale_gradients()`` (one process, DDP): the runs :meth:`TrainerAdapter._clip_grad_norm` lists once.
@@ -58,6 +63,18 @@ PLAIN_GRADIENTS = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedTyp
 class TrainerAdapter(Trainer):
     """``Trainer`` with a hook before every checkpoint is written (:meth:`before_checkpoint`), whose checkpoints end
     with a completion marker once every process has written its part."""
+
+    #: The current step's gradient norm before clipping when the step computed it and clipped with it itself (the
+    #: step graph's), or ``None``: the clipping hooks return it once, then it is ``None`` again.
+    step_grad_norm: torch.Tensor | None = None
+
+    def prepare_batch(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """``inputs`` on the device, as the stock ``training_step`` prepares them."""
+        return self._prepare_inputs(inputs)
+
+    def take_step_grad_norm(self) -> torch.Tensor | None:
+        grad_norm, self.step_grad_norm = self.step_grad_norm, None
+        return grad_norm
 
     def before_checkpoint(self) -> None:
         """Hook: runs before every checkpoint is written (``checkpoint-<global_step>``). Does nothing here."""
@@ -71,7 +88,9 @@ class TrainerAdapter(Trainer):
 
     def _clip_grad_norm(self, model):
         """The Trainer's clipping to ``max_grad_norm`` (returns the norm before clipping), over the parameters listed
-        once instead of ``model.parameters()`` walked at every step."""
+        once instead of ``model.parameters()`` walked at every step; a norm the step clipped with itself as is."""
+        if self.step_grad_norm is not None:
+            return self.take_step_grad_norm()
         if not self._lists_parameters(model):
             return super()._clip_grad_norm(model)
         self.accelerator.unscale_gradients()  # fp16's loss scale (a no-op otherwise), as accelerate does first
@@ -80,6 +99,8 @@ class TrainerAdapter(Trainer):
     def _get_grad_norm(self, model, grad_norm=None):
         """The logged ``grad_norm``: the clipping's, or with clipping off (``--max_grad_norm 0``) the norm alone, over
         the parameters listed once."""
+        if grad_norm is None and self.step_grad_norm is not None:
+            grad_norm = self.take_step_grad_norm()
         if grad_norm is None and self._lists_parameters(model):
             self.accelerator.unscale_gradients()
             grad_norm = torch.nn.utils.clip_grad_norm_(listed_parameters(model), float("inf"))

@@ -1,0 +1,252 @@
+"""The whole step as one CUDA graph (``--step_graph true``, trainers/step_graph.py), on a CPU simulation of a CUDA
+graph (tests/op_tape.py: the recorded operations replayed on the captured tensors, host values frozen).
+
+- The simulation itself: a replay reads its inputs afresh, draws new random numbers, keeps a host value as captured,
+  refuses a host read during the capture and leaves no trace of the capture.
+- Every method the step graph takes replays its eager steps exactly (losses, gradient norms, gradients; dropout
+  0.1, three replays), and ESimCSE's queued step does not (its queue position lives on the host: the reason it is
+  refused).
+- Through ``run_unsup.py`` / ``run_diffcse.py``: ``--step_graph true`` logs the steps the fast path without it logs,
+  bit for bit (2 warm-up steps, the capture, 4 replays, the short last batch eager); a capture that fails leaves the
+  run on its compiled step with a warning; where it cannot hold, the run stops with the reason.
+"""
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import run_diffcse
+import run_unsup
+import trainers.step_graph as step_graph
+from tests.cli import in_process
+from tests.op_tape import HostReadInCapture, OpTape
+from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generator, tiny_corpus
+from trainers.cl_trainer import CLTrainer
+from trainers.fast_path import compile_mode, fixed_shape_collator
+from trainers.methods import build_collator, build_model
+from trainers.step_graph import StepGraph, StepOutputs
+
+ROWS = [{"text": t, "sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in (
+    "the cat sits on the big red chair", "a dog runs in the park", "music is good",
+    "the old king reads a new book in the house", "a man plays the guitar", "water is blue")]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("step_graph")
+    return {"encoder": save_tiny_backbone(root / "encoder", seed=0, dropout=0.1),
+            "generator": save_tiny_generator(root / "generator"),
+            "corpus": tiny_corpus(root / "corpus.txt", n=60)}  # batch 8: 7 full batches, then a short one of 4
+
+
+@pytest.fixture
+def simulated_graphs(monkeypatch):
+    """CUDA graphs simulated on this CPU (the run's graph backend is the op tape)."""
+    monkeypatch.setattr(step_graph, "new_backend", OpTape)
+
+
+# ------------------------------------------------------------------------------------------------ the simulation
+def test_the_simulated_graph_replays_kernels_not_host_code():
+    weight = torch.ones(3)
+    host_counter = [1.0]
+    static_input = torch.zeros(3)
+    buffer = torch.zeros(3)
+    tape = OpTape(torch.nn.Module())
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    with tape.capturing():
+        noise = torch.rand(3)
+        out = (static_input + weight) * host_counter[0] + noise
+        buffer.add_(1)  # not a module buffer: the capture's run changes it, as a CUDA graph's would not
+    assert torch.equal(torch.get_rng_state(), state)  # the capture leaves the generator where it was
+    host_counter[0] = 100.0  # host state: frozen at the captured 1.0
+    static_input.copy_(torch.tensor([1.0, 2.0, 3.0]))  # a static input: read afresh
+    tape.replay()
+    first_noise = noise.clone()
+    assert torch.allclose(out, torch.tensor([2.0, 3.0, 4.0]) + noise)
+    tape.replay()
+    assert not torch.equal(noise, first_noise)  # new random numbers at every replay
+    assert torch.equal(buffer, torch.full((3,), 3.0))  # an in-place op runs at every replay
+    with pytest.raises(HostReadInCapture, match="_local_scalar_dense"):
+        with OpTape(torch.nn.Module()).capturing():
+            (static_input.sum() > 0).item()
+
+
+# ------------------------------------------------------------------------------------------------ every method
+METHODS = {"simcse": {}, "sup_simcse": {}, "s_simcse": {}, "simcse_pp": {}, "promptbert": {}, "diffcse": {},
+           "esimcse_no_queue": {"queue_size": 0}}
+
+
+def method_model(method: str, files, **settings):
+    name = "esimcse" if method.startswith("esimcse") else method
+    extra = {"generator_name": str(files["generator"])} if name == "diffcse" else {}
+    torch.manual_seed(0)
+    model = build_model(name, str(files["encoder"]), **METHODS.get(method, {}), **extra, **settings).train()
+    collate = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12),
+                                   model.fixed_width_keys())
+    return model, [collate(ROWS[i:] + ROWS[:i]) for i in range(5)]
+
+
+def step_body(model):
+    """The trainer's captured step (trainers/cl_trainer.py ``step_body``): forward, backward, clipping to 1."""
+    parameters = list(model.parameters())
+
+    def body(batch) -> StepOutputs:
+        outputs = model(**batch)
+        outputs.loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        return StepOutputs(outputs.loss.detach(), None, norm, [p.grad for p in parameters])
+    return parameters, body
+
+
+def eager_and_graph_steps(model, batches):
+    """Five steps of ``model`` eagerly and of a copy through a :class:`StepGraph` (step 1 captured, steps 2-5
+    replayed), from the same random state, with ESimCSE's momentum update between steps: each step's loss, norm
+    and gradients."""
+    twin = copy.deepcopy(model)
+    runs = {}
+    for network in (model, twin):
+        parameters, body = step_body(network)
+        graph = StepGraph(network, parameters) if network is twin else None
+        torch.manual_seed(3)
+        random.seed(3)
+        runs[network] = []
+        for index, batch in enumerate(batches):
+            if graph is None:
+                outputs = body(batch)
+            elif index == 0:
+                outputs = graph.capture(batch, body)
+            else:
+                outputs = graph.replay(batch)
+            runs[network].append((outputs.loss.clone(), outputs.grad_norm.clone(),
+                                  [p.grad.clone() for p in parameters if p.grad is not None]))
+            network.zero_grad()
+            network.on_optimizer_step()
+    assert graph.replays == len(batches) - 1 and graph.failure is None
+    return runs[model], runs[twin]
+
+
+def identical(eager, replayed) -> bool:
+    return all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and len(a[2]) == len(b[2]) > 30
+               and all(map(torch.equal, a[2], b[2])) for a, b in zip(eager, replayed))
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_the_step_graph_takes_replays_its_eager_steps(method, files, simulated_graphs):
+    model, batches = method_model(method, files)
+    assert model.step_graph_refusal() is None
+    eager, replayed = eager_and_graph_steps(model, batches)
+    assert identical(eager, replayed)
+    assert len({float(loss) for loss, _, _ in replayed}) == len(batches)  # each replay a step of its own batch
+
+
+def test_esimcses_queue_would_replay_the_captured_slots(files, simulated_graphs):
+    """ESimCSE's queue (18 entries, batches of 6) writes at a position kept on the host: replayed, every batch lands
+    in the captured step's slots, and the steps differ from the eager ones. The step graph refuses it."""
+    model, batches = method_model("esimcse", files, queue_size=18)
+    eager, replayed = eager_and_graph_steps(model, batches)
+    assert torch.equal(eager[0][0], replayed[0][0])  # the captured step itself ran eagerly
+    assert not identical(eager, replayed)
+    assert "write position on the host" in model.step_graph_refusal()
+
+
+# ------------------------------------------------------------------------------------------------ the scripts
+def run_script(method: str, files, out, extra: list[str]) -> tuple[list[dict], CLTrainer, dict]:
+    """The method's script for 8 steps (batch 8, the 8th short), compiled with ``aot_eager`` (whose operations the
+    simulation records); its logged rows, the trainer and its final metrics."""
+    logged, trainers = [], []
+    original_log = CLTrainer.log
+
+    def record(self, logs, start_time=None):
+        if "loss" in logs:
+            logged.append(dict(logs))
+        trainers[:] = [self]
+        return original_log(self, logs, start_time)
+
+    argv = ["--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "8",
+            "--eval_strategy", "no", "--output_dir", str(out), "--seed", "7", "--max_seq_length", "12",
+            "--save_strategy", "no", "--torch_compile", "true", "--torch_compile_backend", "aot_eager",
+            *FAST_TRAINING_ARGS, *extra]
+    CLTrainer.log = record
+    try:
+        if method == "diffcse":
+            metrics = run_diffcse.main(argv + ["--generator_name", str(files["generator"])])
+        else:
+            metrics = run_unsup.main(argv + ["--method", method])
+    finally:
+        CLTrainer.log = original_log
+    return logged, trainers[0], metrics
+
+
+@pytest.mark.parametrize("method", ["simcse", "diffcse"])
+def test_the_step_graph_run_logs_the_fast_runs_steps(method, files, tmp_path, simulated_graphs, capsys):
+    fast, _, _ = run_script(method, files, tmp_path / "fast", [])
+    graphed, trainer, metrics = run_script(method, files, tmp_path / "graph", ["--step_graph", "true"])
+    assert len(graphed) == len(fast) == 8
+    for step, (a, b) in enumerate(zip(fast, graphed), start=1):
+        assert (a["loss"], a["grad_norm"]) == (b["loss"], b["grad_norm"]), step
+    graph = trainer.step_graph
+    # steps 1-2: the compiled regions' warm-up; 3: run and captured; 4-7 replayed; 8 (4 sentences) eager
+    assert graph.captured and graph.failure is None and graph.replays == metrics["step_graph_replays"] == 4
+    assert trainer.compiled_backbone.mode == "default"  # no CUDA-graph trees inside the step's graph
+    assert "step: the fast path: fixed shapes, compiled backbones and loss (--torch_compile false: the eager step); " \
+           "the whole step replayed as one CUDA graph (--step_graph)" in capsys.readouterr().out
+
+
+class FailingCapture(OpTape):
+    @staticmethod
+    def capturing():
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_path, monkeypatch, caplog, capsys):
+    monkeypatch.setattr(step_graph, "new_backend", FailingCapture)
+    fast, _, _ = run_script("simcse", files, tmp_path / "fast", [])
+    graphed, trainer, metrics = run_script("simcse", files, tmp_path / "graph", ["--step_graph", "true"])
+    assert [(row["loss"], row["grad_norm"]) for row in graphed] == [(row["loss"], row["grad_norm"]) for row in fast]
+    assert trainer.step_graph.failure == "RuntimeError: operation not permitted when stream is capturing"
+    assert metrics["step_graph_replays"] == 0
+    assert "step graph: the capture failed (RuntimeError" in caplog.text
+    assert "the step graph's capture failed (RuntimeError" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("method, extra, reason", [
+    ("simcse", [], "it captures a CUDA graph, and this run trains on cpu"),
+    ("esimcse", ["--simulated"], "ESimCSE's queue keeps its write position on the host"),
+    ("simcse", ["--simulated", "--dropout_masks", "row_seeded"], "--dropout_masks row_seeded draws each step's seed"),
+    ("simcse", ["--simulated", "--gradient_accumulation_steps", "2"], "--gradient_accumulation_steps 2 adds each"),
+    ("simcse", ["--simulated", "--cache_chunk_size", "4"], "--cache_chunk_size runs its chunks' passes"),
+    ("simcse", ["--simulated", "--torch_compile_mode", "reduce-overhead"],
+     "--torch_compile_mode reduce-overhead records CUDA graphs of its own"),
+])
+def test_a_run_the_step_graph_cannot_hold_stops_with_the_reason(method, extra, reason, files, tmp_path, monkeypatch,
+                                                                 capsys):
+    if "--simulated" in extra:
+        monkeypatch.setattr(step_graph, "new_backend", OpTape)
+        extra = [flag for flag in extra if flag != "--simulated"]
+    argv = ["--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "2",
+            "--eval_strategy", "no", "--output_dir", str(tmp_path / "out"), "--method", method, "--torch_compile",
+            "true", "--step_graph", "true", *FAST_TRAINING_ARGS, *extra]
+    result = in_process(run_unsup.main, argv, capsys)
+    assert result.code == 2, result.err
+    assert f"--step_graph true: {reason}" in result.err and "leave --step_graph false" in result.err
+    assert "Traceback" not in result.err and not (tmp_path / "out" / "export").exists()
+
+
+def test_the_step_graph_needs_the_fast_path(files, tmp_path, capsys):
+    result = in_process(run_unsup.main, [
+        "--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "2",
+        "--eval_strategy", "no", "--output_dir", str(tmp_path / "out"), "--step_graph", "true", *FAST_TRAINING_ARGS],
+        capsys)
+    assert result.code == 2 and "--step_graph true needs the fast path's fixed shapes: add --torch_compile true" in \
+        result.err
+
+
+def test_a_step_graph_run_compiles_its_regions_without_cuda_graph_trees():
+    cuda = torch.device("cuda")
+    assert compile_mode(None, cuda, 1, bf16=True) == "reduce-overhead"
+    assert compile_mode(None, cuda, 1, bf16=True, step_graph=True) == "default"

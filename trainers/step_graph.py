@@ -1,0 +1,194 @@
+"""The whole training step as one CUDA graph (``--step_graph true``): forward, backward and gradient clipping
+captured once and replayed at every later step, so the host launches one graph instead of each region's kernels.
+
+Why: on an H100 the fast path's SimCSE step (18.5 ms at batch 64) spent most of its time on the host between its
+compiled regions: the method's Python around the backbones, the autograd engine, the clipping's 199 tensors
+(docs/benchmarks.md), while the issue's plain step under CUDA graphs took 9.9 ms on an H200. Here the CUDA-graph
+trees of ``reduce-overhead`` give way to one graph of the step: the compiled backbones and objective (inductor's
+kernels, mode ``default``) and everything eager between them are recorded together.
+
+How a run uses it (:class:`StepGraph`, driven by :meth:`trainers.cl_trainer.CLTrainer.training_step`):
+
+1. The fast path's first full-size steps run as usual (the compiled regions' warm-up: their graphs compiled).
+2. The next full-size step runs once on the capture stream (a real step: its loss and gradients are the step's),
+   then is captured without running (:meth:`StepGraph.capture`): a static copy of the batch as its input, the
+   gradients it writes as new tensors in the graph's memory.
+3. Every later full-size step copies its batch into the static inputs and replays the graph
+   (:meth:`StepGraph.replay`): dropout draws new masks (the generator's offset advances at every replay), the
+   gradients are written afresh into the same tensors, which become the parameters' ``.grad`` for the Trainer's
+   optimizer step (eager: fused AdamW, a few launches); the loss, the model's metrics and the gradient norm are
+   the graph's outputs, read by the trainer before the next replay overwrites them.
+4. The epoch's short last batch, and any batch whose tensors differ in shape, run the ordinary step.
+
+What the graph freezes is the host: Python numbers become kernel arguments, host-side counters and ``random`` do not
+run at replay. A model whose step depends on such state refuses (``model.step_graph_refusal()``: ESimCSE's queue
+position); ``tests/test_step_graph.py`` replays every other method's step on a CPU simulation of a CUDA graph
+(``tests/op_tape.py``) and finds the eager steps' losses and gradients exactly.
+
+Where it is refused (:func:`step_graph_refusal`), a run that asks for it stops with the reason: no CUDA device, several
+processes, gradient accumulation, the cached step, gradient checkpointing (its recomputation reads the RNG state on
+the host), row-seeded masks (a seed drawn on the host per step), a compile mode that records CUDA graphs itself.
+A capture that fails keeps the step it ran (the warm-up run's results) and the run goes on with the fast path's
+compiled regions, with a warning.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CUDAGraphBackend", "StepGraph", "StepOutputs", "new_backend", "step_graph_refusal"]
+
+
+class CUDAGraphBackend:
+    """The step's CUDA graph and its capture stream (:mod:`torch.cuda.graphs`)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.graph = torch.cuda.CUDAGraph()
+        self.stream = torch.cuda.Stream()
+
+    @contextmanager
+    def warm_up(self) -> Iterator[None]:
+        """Run the step on the capture stream first, as torch's whole-network capture recipe does (state a library
+        sets up lazily per stream, cuBLAS's workspace, exists before the capture)."""
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            yield
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+    @contextmanager
+    def capturing(self) -> Iterator[None]:
+        """Record the kernels launched inside (nothing runs)."""
+        with torch.cuda.graph(self.graph, stream=self.stream):
+            yield
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+#: Builds the graph backend for a model. ``tests/op_tape.py`` puts a CPU simulation of a CUDA graph here.
+new_backend: Callable[[nn.Module], Any] = CUDAGraphBackend
+
+
+@dataclass
+class StepOutputs:
+    """What one step leaves for the trainer: its loss, the model's metrics, the gradient norm before clipping, and
+    each listed parameter's gradient (``None`` for a parameter the step does not reach)."""
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor] | None
+    grad_norm: torch.Tensor
+    grads: list[torch.Tensor | None]
+
+
+def step_graph_refusal(device: torch.device, processes: int, accumulation_steps: int, cached_step: bool,
+                       gradient_checkpointing: bool, keyed_masks: bool, compile_mode: str | None,
+                       model_refusal: str | None) -> str | None:
+    """Why a run cannot capture its step as one CUDA graph, or ``None``. (A CPU run is refused unless a test put a
+    simulated graph in :data:`new_backend`.)"""
+    if device.type != "cuda" and new_backend is CUDAGraphBackend:
+        return f"it captures a CUDA graph, and this run trains on {device.type}"
+    if processes > 1:
+        return "several processes all-reduce their gradients inside the backward (one process only)"
+    if accumulation_steps > 1:
+        return (f"--gradient_accumulation_steps {accumulation_steps} adds each micro-batch's gradients to the last's, "
+                "which the graph writes afresh")
+    if cached_step:
+        return "--cache_chunk_size runs its chunks' passes by host logic the graph cannot replay"
+    if gradient_checkpointing:
+        return "--gradient_checkpointing reads the RNG state on the host to recompute its layers"
+    if keyed_masks:
+        return "--dropout_masks row_seeded draws each step's seed on the host"
+    if compile_mode in ("reduce-overhead", "max-autotune"):
+        return (f"--torch_compile_mode {compile_mode} records CUDA graphs of its own inside the step's; leave it "
+                "unset (the compiled regions then use inductor's default mode)")
+    return model_refusal
+
+
+class StepGraph:
+    """One training step, captured (:meth:`capture`) and replayed (:meth:`replay`).
+
+    Args:
+        model: the unwrapped model (the backend restores its state after a simulated capture).
+        parameters: the parameters whose gradients the step writes, in the order :class:`StepOutputs` lists them.
+    """
+
+    def __init__(self, model: nn.Module, parameters: list[nn.Parameter]) -> None:
+        self.model = model
+        self.parameters = parameters
+        self.backend: Any = None
+        self.static_inputs: dict[str, Any] | None = None
+        self.outputs: StepOutputs | None = None
+        self.replays = 0
+        #: Why the run goes on without the graph (its capture failed), or ``None``.
+        self.failure: str | None = None
+
+    @property
+    def captured(self) -> bool:
+        return self.outputs is not None
+
+    def fits(self, inputs: Mapping[str, Any]) -> bool:
+        """Whether ``inputs`` can be copied into the static inputs: the same keys, tensors of the same shapes and
+        dtypes, the same other values."""
+        static = self.static_inputs
+        if static is None or static.keys() != inputs.keys():
+            return False
+        for key, value in inputs.items():
+            held = static[key]
+            if isinstance(value, torch.Tensor):
+                if not (isinstance(held, torch.Tensor) and held.shape == value.shape and held.dtype == value.dtype
+                        and held.device == value.device):
+                    return False
+            elif held is not value and held != value:
+                return False
+        return True
+
+    def capture(self, inputs: Mapping[str, Any], body: Callable[[Mapping[str, Any]], StepOutputs]) -> StepOutputs:
+        """Run the step of ``inputs`` once (``body``: forward, backward, clipping) and capture it. Returns the run's
+        outputs (this step's); the parameters hold its gradients. A capture that fails is logged and leaves the run
+        on its ordinary step (:attr:`failure`)."""
+        self.backend = new_backend(self.model)
+        with self.backend.warm_up():
+            ran = body(inputs)
+        self.static_inputs = {key: value.clone() if isinstance(value, torch.Tensor) else value
+                              for key, value in inputs.items()}
+        for param in self.parameters:
+            param.grad = None  # the captured backward writes new gradient tensors, in the graph's memory
+        try:
+            with self.backend.capturing():
+                self.outputs = body(self.static_inputs)
+        except Exception as error:  # noqa: BLE001 - the step already ran; the run goes on without the graph
+            self.give_up(error)
+        finally:
+            for param, grad in zip(self.parameters, ran.grads):
+                param.grad = grad
+        if self.outputs is not None:
+            logger.info("step graph: the training step is captured (%d parameters' gradients); later full-size steps "
+                        "replay it", sum(grad is not None for grad in self.outputs.grads))
+        return ran
+
+    def give_up(self, error: BaseException) -> None:
+        self.outputs, self.static_inputs, self.backend = None, None, None
+        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        self.failure = f"{type(error).__name__}: {first_line}"
+        logger.warning("step graph: the capture failed (%s); the step it captured ran, and the run goes on with the "
+                       "fast path's compiled regions (--step_graph false skips the attempt)", self.failure)
+
+    def replay(self, inputs: Mapping[str, Any]) -> StepOutputs:
+        """The step of ``inputs`` (which :meth:`fits`) by replaying the graph; the parameters' ``.grad`` are the
+        graph's gradients afterwards."""
+        assert self.outputs is not None and self.static_inputs is not None
+        for key, value in inputs.items():
+            if isinstance(value, torch.Tensor):
+                self.static_inputs[key].copy_(value, non_blocking=True)
+        self.backend.replay()
+        for param, grad in zip(self.parameters, self.outputs.grads):
+            param.grad = grad
+        self.replays += 1
+        return self.outputs
