@@ -80,13 +80,17 @@ class Step:
 #: every other method's fast path for 300, and SimCSE's with row-seeded masks (the keyed masks inside the compiled
 #: graph: their cost is its time over ``fast``'s); SimCSE at batch 512 uncached and cached in chunks of 128 (row-seeded
 #: masks, the cached step's default), both on the fast path: the cached step's cost is the ratio of their rates.
-REAL_LOOPS = (("fast", "simcse", "true", "1000", (), ()), ("eager", "simcse", "false", "1000", (), ()),
+REAL_LOOPS = (("fast", "simcse", "true", "1000", (), ()),
+              ("step_graph", "simcse", "true", "1000", (), ("--step_graph", "true")),
+              ("eager", "simcse", "false", "1000", (), ()),
               *((f"fast_{method}", method, "true", "300", (), ())
                 for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")),
               ("fast_row_seeded", "simcse", "true", "300", (), ("--dropout_masks", "row_seeded")),
               ("fast_b512", "simcse", "true", "200", ("--batch_size", "512"), ()),
               ("fast_b512_cached", "simcse", "true", "200", ("--batch_size", "512"), ("--cache_chunk_size", "128")),
-              ("fast_diffcse_official_code", "diffcse", "true", "300", (), ("--fidelity", "official_code")))
+              ("fast_diffcse_official_code", "diffcse", "true", "300", (), ("--fidelity", "official_code")),
+              *((f"step_graph_{method}", method, "true", "300", (), ("--step_graph", "true"))
+                for method in ("promptbert", "diffcse", "simcse_pp", "s_simcse")))
 
 #: ``--quick``: what users run first, then the CUDA tests and the isolated step at batch 64.
 QUICK_STEPS = ("end_to_end", "cuda_tests", "throughput_b64")
@@ -123,6 +127,11 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
         Step("step_profile", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true", "--steps",
                               "120", "--profile_steps", "80:120", *vocab, "--workdir", str(work_dir / "real_loop"),
                               "--output_json", str(work_dir / "step_profile.json")), work_dir / "step_profile.json"),
+        Step("step_profile_graph", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true",
+                                    "--steps", "120", "--profile_steps", "80:120", *vocab, "--workdir",
+                                    str(work_dir / "real_loop"), "--run_name", "step_profile_graph", "--output_json",
+                                    str(work_dir / "step_profile_graph.json"), "--", "--step_graph", "true"),
+             work_dir / "step_profile_graph.json"),
         Step("mnrl_b64", (*throughput, "--batch_size", "64", "--methods", "st_mnrl", "simcse", "--steps", "50",
                           "--output_json", str(work_dir / "mnrl_b64.json")), work_dir / "mnrl_b64.json"),
         Step("optimizer_step", (python, "-m", "bench.optimizer_step", "--device", "cuda", "--config", "bert-base",
@@ -252,6 +261,26 @@ def mnrl_sentences_per_second(report: dict, batch: int) -> float | None:
     return None
 
 
+def profile_markdown(profile: dict, step: str) -> list[str]:
+    """``bench.step_profile``'s report on ``step`` (a SimCSE real-loop run) as Markdown lines."""
+    parts = ", ".join(f"{part} {ms:.2f}" for part, ms in profile["host_ms_per_step_by_part"].items())
+    busy = profile.get("device_busy_ms_per_step")
+    busy = "n/a" if busy is None else f"{busy:.2f}"
+    lines = [f"## Where {step} goes (SimCSE, `bench.step_profile`, torch.profiler over {profile['steps']} steps)", "",
+             f"Wall {profile['wall_ms_per_step']:.2f} ms/step; the GPU busy {busy} ms/step; host ms/step (under the "
+             f"profiler): {parts}.", "",
+             "| host operator | ms/step |", "|---|---|"]
+    lines += [f"| `{name}` | {ms:.3f} |" for name, ms in profile["top_host_operators_ms_per_step"].items()]
+    lines.append("")
+    kernels = profile.get("top_device_kernels_ms_per_step")
+    if kernels:
+        lines += [f"{profile['device_kernels_per_step']} device kernels per step; the most device time:", "",
+                  "| device kernel | ms/step |", "|---|---|"]
+        lines += [f"| `{name}` | {ms:.3f} |" for name, ms in kernels.items()]
+        lines.append("")
+    return lines
+
+
 def markdown(report: dict) -> str:
     """The check's figures as Markdown: environment, tests, throughput, cached vs uncached memory."""
     env = report["environment"]
@@ -285,29 +314,17 @@ def markdown(report: dict) -> str:
             ratio = f"{steady / mnrl[batch]:.2f}x" if steady and mnrl.get(batch) else "-"
             kind = "fast path (--torch_compile true)" if loop.get("fast_path") else "eager"
             kind += "".join(f" {flag}" for flag in loop.get("flags", []))
+            if loop.get("step_graph_replays") is not None:
+                kind += f" ({loop['step_graph_replays']} steps replayed)"
             lines.append(f"| {loop['method']} | {kind} | {batch} | {loop['steps']} | "
                          f"{cell('warmup_sentences_per_second')} | {cell('steady_sentences_per_second')} | {ratio} | "
                          f"{cell('compile_warmup_seconds')} | {cell('evaluation_seconds', '{:.2f}')} | "
                          f"{cell('wall_seconds')} | {cell('wiki1m_epoch_minutes', '{:.1f} min')} |")
         lines.append("")
-    profile = (report.get("step_profile") or {}).get("step_profile")
-    if profile:
-        parts = ", ".join(f"{part} {ms:.2f}" for part, ms in profile["host_ms_per_step_by_part"].items())
-        busy = profile.get("device_busy_ms_per_step")
-        busy = "n/a" if busy is None else f"{busy:.2f}"
-        lines += ["## Where the fast path's step goes (SimCSE, `bench.step_profile`, torch.profiler over "
-                  f"{profile['steps']} steps)", "",
-                  f"Wall {profile['wall_ms_per_step']:.2f} ms/step; the GPU busy {busy} ms/step; host ms/step (under "
-                  f"the profiler): {parts}.", "",
-                  "| host operator | ms/step |", "|---|---|"]
-        lines += [f"| `{name}` | {ms:.3f} |" for name, ms in profile["top_host_operators_ms_per_step"].items()]
-        lines.append("")
-        kernels = profile.get("top_device_kernels_ms_per_step")
-        if kernels:
-            lines += [f"{profile['device_kernels_per_step']} device kernels per step; the most device time:", "",
-                      "| device kernel | ms/step |", "|---|---|"]
-            lines += [f"| `{name}` | {ms:.3f} |" for name, ms in kernels.items()]
-            lines.append("")
+    for key, step in (("step_profile", "the fast path's step"), ("step_profile_graph", "the step graph's step")):
+        profile = (report.get(key) or {}).get("step_profile")
+        if profile:
+            lines += profile_markdown(profile, step)
     evaluation = report.get("eval_speed")
     if evaluation:
         from bench.eval_speed import format_report as eval_speed_table

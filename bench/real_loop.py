@@ -61,6 +61,7 @@ class LoopResult:
     command: str
     step_profile: dict[str, Any] | None = None  # with --profile_steps: bench.step_profile's report
     flags: list[str] = field(default_factory=list)  # the script's further flags (after --)
+    step_graph_replays: int | None = None  # with --step_graph true: the steps replayed from the step's CUDA graph
 
 
 def real_vocabulary() -> Path | None:
@@ -258,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> LoopResult:
     command = script_argv(args, paths, output_dir)
     wall = run_script(command, workdir / f"{output_dir.name}.log")
     result = summarise(args, read_log(output_dir / "trainer_state.json"), wall, command)
+    results_file = output_dir / "all_results.json"
+    if results_file.is_file():
+        result.step_graph_replays = json.loads(results_file.read_text()).get("step_graph_replays")
     if args.profile_steps and profile_file(output_dir).is_file():
         result.step_profile = json.loads(profile_file(output_dir).read_text())
     print(format_result(result), flush=True)

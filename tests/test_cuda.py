@@ -18,15 +18,21 @@ What a CPU test cannot reach is checked here on the device itself:
 - the scripts (run_unsup.py, run_diffcse.py) with the GPU's defaults (no --use_cpu / --bf16 / pin-memory flags):
   evaluation before, during and after training, the export, the recorded peak GPU memory; a diverging run stops;
 - evaluation on the device: the encoder (inputs moved to the GPU, fp32 even with TF32 on) and the transfer
-  classifier equal the CPU's.
+  classifier equal the CPU's;
+- the step as one CUDA graph (``--step_graph true``, trainers/step_graph.py): every method it takes equals the eager
+  step over a capture and three replays, dropout draws new masks at every replay, the script trains, evaluates
+  between replays and exports, and its loop never waits for the host (tests/test_step_graph.py replays the same
+  steps on a CPU simulation of a CUDA graph, exactly).
 
 docs/cuda_paths.md lists every CUDA-only branch and the test covering it (these, or tests/test_cuda_paths.py's CPU
 simulations).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import math
 import random
 
 import pytest
@@ -294,19 +300,19 @@ types on a GPU, so the Trainer's defaults (bf16, TF32, pinned memory, fused Adam
 
 @pytest.fixture
 def gpu_run(tmp_path, sts_fixture_dir, restore_precision):
-    """``(main, prog, argv, capsys) -> (Result, output folder, all_results or None)``: a script's ``main`` in this
-    process, on the GPU's defaults."""
+    """``(main, prog, argv, capsys[, name, overrides]) -> (Result, output folder, all_results or None)``: a script's
+    ``main`` in this process, on the GPU's defaults (``overrides``: flags after them), into ``tmp_path / name``."""
     import transformers.training_args as training_args
 
     from tests.cli import in_process
 
     training_args.enable_tf32.cache_clear()  # once per process (lru_cache): this run turns TF32 on itself
 
-    def run(main, prog: str, argv: list[str], capsys):
-        out = tmp_path / "run"
+    def run(main, prog: str, argv: list[str], capsys, name: str = "run", overrides: tuple[str, ...] = ()):
+        out = tmp_path / name
         result = in_process(main, [*argv, "--train_file", str(tiny_corpus(tmp_path / "corpus.txt", n=32)),
                                    "--senteval_dir", str(sts_fixture_dir), "--output_dir", str(out),
-                                   *GPU_DEFAULT_ARGS], capsys, prog=prog)
+                                   *GPU_DEFAULT_ARGS, *overrides], capsys, prog=prog)
         results = out / "all_results.json"
         return result, out, json.loads(results.read_text()) if results.is_file() else None
 
@@ -432,28 +438,37 @@ def test_esimcse_under_cuda_graphs_gave_other_gradients(tmp_path):
     assert_the_fast_path_equals_the_eager_step("esimcse", tmp_path, mode="reduce-overhead")
 
 
-def assert_the_fast_path_equals_the_eager_step(method: str, tmp_path, mode: str | None = None) -> None:
-    """Eager steps against fast-path steps of a twin (``mode``: the one ``compile_mode`` picks for the model on one
-    GPU in bf16 unless given), three of them compiled: losses within 2 % and gradients at cosine > 0.99."""
+def fast_path_case(method: str, tmp_path, dropout: float = 0.0):
+    """``method`` (or ``diffcse_official_code``) on a tiny backbone on CUDA, in training mode, and ``batch_of(k)``: its
+    fixed-shape batch (width 32) of :data:`FAST_PATH_TEXTS` rotated by ``k`` rows, on the device."""
     from transformers import AutoTokenizer
 
     from data.fixed_shapes import FixedShapeCollator
     from tests.tiny import save_tiny_generator
-    from trainers.fast_path import CompiledBackbone, compile_mode
 
-    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.0)
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=dropout)
     official = method == "diffcse_official_code"
     method, extra = ("diffcse", dict(OFFICIAL_DIFFCSE_WITHOUT_DROPOUT)) if official else (method, {})
     extra |= {"generator_name": str(save_tiny_generator(tmp_path / "generator"))} if method == "diffcse" else {}
     extra |= {"queue_size": 8} if method == "esimcse" else {}
     torch.manual_seed(0)
     model = build_model(method, str(backbone), **extra).to(CUDA).train()
-    twin = copy.deepcopy(model)
     rows = ([{"sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t in FAST_PATH_TEXTS]
             if method == "sup_simcse" else [{"text": t} for t in FAST_PATH_TEXTS])
     collate = build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 16)
     edit_rows = {key: collate.padding_values()[key] for key in model.fixed_width_keys()} if official else {}
-    batch = on_cuda(FixedShapeCollator(collate, 32, 0, edit_rows)(rows))
+    fixed = FixedShapeCollator(collate, 32, 0, edit_rows)
+    return model, lambda shift: on_cuda(fixed(rows[shift:] + rows[:shift]))
+
+
+def assert_the_fast_path_equals_the_eager_step(method: str, tmp_path, mode: str | None = None) -> None:
+    """Eager steps against fast-path steps of a twin (``mode``: the one ``compile_mode`` picks for the model on one
+    GPU in bf16 unless given), three of them compiled: losses within 2 % and gradients at cosine > 0.99."""
+    from trainers.fast_path import CompiledBackbone, compile_mode
+
+    model, batch_of = fast_path_case(method, tmp_path)
+    twin = copy.deepcopy(model)
+    batch = batch_of(0)
     forced = mode is not None
     mode = mode or compile_mode(None, CUDA, 1, bf16=True, model_refusal=model.cuda_graph_refusal())
     compiled = CompiledBackbone(twin, mode, batch["input_ids"].size(0))
@@ -467,8 +482,6 @@ def assert_the_fast_path_equals_the_eager_step(method: str, tmp_path, mode: str 
             loss.backward()
         network.on_optimizer_step()
         return loss.detach().float().clone(), flat_grad(network).clone()
-
-    import contextlib
 
     fill_steps = 1 if method == "esimcse" else 0  # its queue of 8 fills in the first step, which runs eagerly
     for _ in range(fill_steps + 3):
@@ -488,7 +501,6 @@ def test_row_seeded_cuda_graph_fast_path_equals_the_eager_step(method, settings,
     """Keyed masks inside the CUDA graph (the step's key staged as a device tensor, ``StepDraws.stage``): with dropout
     ON, three consecutive steps (graph replays, a new step seed each) give the eager steps' losses and gradients
     within bf16 tolerance: the same masks, so a mask frozen into the graph or drawn from another key would show."""
-    import contextlib
     import random
 
     from transformers import AutoTokenizer
@@ -531,7 +543,6 @@ def test_compiled_cached_step_equals_the_eager_cached_step_on_cuda(method, tmp_p
     dropout ON, chunks of 5 of 8 sentences (a short last chunk of 3): three steps give the eager cached steps' losses
     and gradients within bf16 tolerance, i.e. each chunk's replay drew the no-grad pass's masks from its staged
     key."""
-    import contextlib
 
     from transformers import AutoTokenizer
 
@@ -593,8 +604,9 @@ def test_cuda_graph_dropout_draws_new_masks_every_step(tmp_path):
 
 
 @pytest.mark.parametrize("method, extra", [("simcse", []), ("promptbert", []), ("s_simcse", []),
-                                           ("simcse", ["--dropout_masks", "row_seeded"])],
-                         ids=["simcse", "promptbert", "s_simcse", "simcse_row_seeded"])
+                                           ("simcse", ["--dropout_masks", "row_seeded"]),
+                                           ("simcse", ["--step_graph", "true"])],
+                         ids=["simcse", "promptbert", "s_simcse", "simcse_row_seeded", "simcse_step_graph"])
 def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, extra, tmp_path, monkeypatch):
     """``run_unsup.py --torch_compile true`` on CUDA: from the end of step 4 to the log of step 8 (the batch fetch
     and copy, the Trainer's loss bookkeeping, forward, backward, clipping, fused AdamW, the scheduler, the
@@ -632,3 +644,98 @@ def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, extra,
                         "--report_to", "none", *extra])
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+# -------------------------------------------------------------------------------------- the step as one CUDA graph
+@pytest.mark.parametrize("method", ["simcse", "sup_simcse", "s_simcse", "simcse_pp", "promptbert", "diffcse"])
+def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
+    """The step captured as one CUDA graph (trainers/step_graph.py; the compiled regions in inductor's default mode
+    inside it) against the eager step of a twin: 2 compiled warm-up steps, the captured step (run once on the capture
+    stream), 3 replays, each step on another batch (copied into the static input): losses and gradient norms within
+    2 %, gradients at cosine > 0.99 (bf16 autocast, clipping to 1, dropout 0 in both)."""
+    from trainers.fast_path import WARMUP_STEPS, CompiledBackbone
+    from trainers.step_graph import StepGraph, StepOutputs
+
+    model, batch_of = fast_path_case(method, tmp_path)
+    twin = copy.deepcopy(model)
+    compiled = CompiledBackbone(twin, "default", batch_of(0)["input_ids"].size(0))
+    graph = StepGraph(twin, list(twin.parameters()))
+
+    def run(network, batch, context) -> StepOutputs:
+        with context:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                outputs = network(**batch)
+            outputs.loss.backward()
+        parameters = list(network.parameters())
+        norm = torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        return StepOutputs(outputs.loss.detach(), None, norm, [p.grad for p in parameters])
+
+    def fast(batch) -> StepOutputs:
+        return run(twin, batch, compiled.step(batch["input_ids"]))
+
+    for step in range(WARMUP_STEPS + 4):
+        batch = batch_of(step)
+        torch.manual_seed(5)  # DiffCSE's generator samples the same tokens in both
+        eager = run(model, batch, contextlib.nullcontext())
+        expected = (eager.loss.float().clone(), eager.grad_norm.clone(), flat_grad(model).clone())
+        torch.manual_seed(5)
+        if step < WARMUP_STEPS:
+            outputs = fast(batch)
+        elif step == WARMUP_STEPS:
+            outputs = graph.capture(batch, fast)
+        else:
+            outputs = graph.replay(batch)
+        loss, norm = outputs.loss.float(), outputs.grad_norm
+        assert abs(loss - expected[0]) <= 2e-2 * abs(expected[0]), (step, loss, expected[0])
+        assert abs(norm - expected[1]) <= 2e-2 * abs(expected[1]), (step, norm, expected[1])
+        assert torch.nn.functional.cosine_similarity(flat_grad(twin), expected[2], dim=0) > 0.99, step
+        for network in (model, twin):
+            network.zero_grad(set_to_none=True)
+            network.on_optimizer_step()
+    assert graph.failure is None and graph.replays == 3
+
+
+def test_the_step_graph_draws_new_dropout_masks_at_every_replay(tmp_path):
+    """Dropout 0.1: two replays of the same batch give other losses (the generator's offset advances at every
+    replay), and a replay's loss is finite."""
+    from trainers.step_graph import StepGraph, StepOutputs
+
+    model, batch_of = fast_path_case("simcse", tmp_path, dropout=0.1)
+    graph = StepGraph(model, list(model.parameters()))
+
+    def body(batch) -> StepOutputs:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            outputs = model(**batch)
+        outputs.loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(graph.parameters, 1.0)
+        return StepOutputs(outputs.loss.detach(), None, norm, [p.grad for p in graph.parameters])
+
+    graph.capture(batch_of(0), body)
+    losses = []
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        losses.append(float(graph.replay(batch_of(0)).loss))
+    assert math.isfinite(losses[0]) and losses[0] != losses[1]
+
+
+def test_the_step_graph_run_trains_evaluates_and_exports_on_the_gpu(gpu_run, tmp_path, capsys):
+    """``run_unsup.py --step_graph true`` on the GPU's defaults for 8 steps (batch 8 over 32 sentences: two epochs;
+    dev evaluation at 4 and 8, between replays; the best checkpoint saved and reloaded): steps 4-8 replayed, the
+    export written, and every logged loss within 2 % of the same run without the step graph (dropout 0)."""
+    import run_unsup
+
+    backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.0)
+    losses = {}
+    for name, extra in (("fast", ()), ("graph", ("--step_graph", "true"))):
+        result, out, metrics = gpu_run(run_unsup.main, "run_unsup.py", ["--method", "simcse", "--model_name_or_path",
+                                                                        str(backbone)], capsys, name=name,
+                                       overrides=("--max_steps", "8", "--eval_steps", "4", *extra))
+        assert result.code == 0, result.err[-3000:] + result.out[-3000:]
+        history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+        losses[name] = [row["loss"] for row in history if "loss" in row]
+    assert len(losses["graph"]) == len(losses["fast"]) == 8
+    for step, (fast, graphed) in enumerate(zip(losses["fast"], losses["graph"]), start=1):
+        assert abs(graphed - fast) <= 2e-2 * abs(fast), (step, graphed, fast)
+    assert metrics["step_graph_replays"] == 5 and "the whole step replayed as one CUDA graph" in result.out
+    assert {"eval_stsb_spearman", "best_model_checkpoint"} <= set(metrics)
+    assert (out / "export" / "hf" / "model.safetensors").is_file()

@@ -25,11 +25,13 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     done = run_script("--dry_run", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    for number, name in enumerate(["end_to_end", "real_loop_fast", "real_loop_eager", "real_loop_fast_esimcse",
-                                   "real_loop_fast_promptbert", "real_loop_fast_diffcse", "real_loop_fast_simcse_pp",
-                                   "real_loop_fast_s_simcse", "real_loop_fast_row_seeded", "real_loop_fast_b512",
-                                   "real_loop_fast_b512_cached", "real_loop_fast_diffcse_official_code",
-                                   "step_profile", "mnrl_b64", "optimizer_step", "eval_speed",
+    for number, name in enumerate(["end_to_end", "real_loop_fast", "real_loop_step_graph", "real_loop_eager",
+                                   "real_loop_fast_esimcse", "real_loop_fast_promptbert", "real_loop_fast_diffcse",
+                                   "real_loop_fast_simcse_pp", "real_loop_fast_s_simcse", "real_loop_fast_row_seeded",
+                                   "real_loop_fast_b512", "real_loop_fast_b512_cached",
+                                   "real_loop_fast_diffcse_official_code", "real_loop_step_graph_promptbert",
+                                   "real_loop_step_graph_diffcse", "real_loop_step_graph_simcse_pp",
+                                   "real_loop_step_graph_s_simcse", "step_profile", "step_profile_graph", "mnrl_b64", "optimizer_step", "eval_speed",
                                    "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
@@ -40,9 +42,12 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                      r"-- --cache_chunk_size 128\n", done.stdout)
     assert re.search(r"--method diffcse --fast_path true --steps 300 .*real_loop_fast_diffcse_official_code.json "
                      r"-- --fidelity official_code\n", done.stdout)
-    # each real-loop run its own folder and log in the shared work directory (four of them are SimCSE's)
+    assert re.search(r"--method promptbert --fast_path true --steps 300 .*real_loop_step_graph_promptbert.json "
+                     r"-- --step_graph true\n", done.stdout)
+    assert re.search(r"--profile_steps 80:120 .*step_profile_graph.json -- --step_graph true\n", done.stdout)
+    # each real-loop run its own folder and log in the shared work directory (16 loops and the step graph's profile)
     run_names = re.findall(r"--workdir \S+/real_loop --run_name (\S+) ", done.stdout)
-    assert len(set(run_names)) == len(run_names) == 11 and "real_loop_fast_b512_cached" in run_names
+    assert len(set(run_names)) == len(run_names) == 17 and "real_loop_fast_b512_cached" in run_names
     assert "-m pytest -q -m cuda tests/test_cuda.py -n 8 -rs" in done.stdout  # pytest-xdist is installed here
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
@@ -215,6 +220,21 @@ def test_the_step_profile_section_shows_the_host_operators_and_the_device_kernel
     profile |= {"device_kernels_per_step": 812.0, "top_device_kernels_ms_per_step": {"sm90_xmma_gemm": 6.5}}
     text = markdown(report)
     assert "812.0 device kernels per step" in text and "| `sm90_xmma_gemm` | 6.500 |" in text
+    assert "## Where the fast path's step goes" in text and "the step graph's step" not in text
+    report["step_profile_graph"] = {"step_profile": profile | {"wall_ms_per_step": 11.0}}
+    both = markdown(report)
+    assert "## Where the step graph's step goes" in both and "Wall 11.00 ms/step" in both
+    assert both.index("the fast path's step goes") < both.index("the step graph's step goes")
+
+
+def test_the_real_loop_table_says_how_many_steps_the_step_graph_replayed():
+    loop = {"method": "simcse", "fast_path": True, "steps": 1000, "batch_size": 64, "flags": ["--step_graph", "true"],
+            "steady_sentences_per_second": 6000.0, "step_graph_replays": 993}
+    report = {"date": "2026-11-27", "commit": "abc", "environment": {"device": "NVIDIA H100", "torch": "2.11",
+                                                                    "cuda": "13.0", "transformers": "5.24"},
+              "steps": [], "real_loop_step_graph": loop}
+    assert "| simcse | fast path (--torch_compile true) --step_graph true (993 steps replayed) | 64 | 1000 |" in \
+        markdown(report)
 
 
 def test_the_cuda_tests_run_in_worker_processes_only_where_pytest_xdist_is_installed(monkeypatch):

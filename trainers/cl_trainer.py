@@ -136,8 +136,9 @@ class CLTrainer(TrainerAdapter):
         if not args.fast_path:
             raise UsageError("--step_graph true needs the fast path's fixed shapes: add --torch_compile true")
         refusal = step_graph_refusal(
-            args.device, args.world_size, args.gradient_accumulation_steps, bool(getattr(args, "cache_chunk_size", None)),
-            args.gradient_checkpointing, keyed_masks=step_draws(self.model) is not None,
+            args.device, args.world_size, args.gradient_accumulation_steps,
+            cached_step=bool(getattr(args, "cache_chunk_size", None)),
+            gradient_checkpointing=args.gradient_checkpointing, keyed_masks=step_draws(self.model) is not None,
             compile_mode=args.fast_path_mode, model_refusal=self.model.step_graph_refusal())
         if refusal:
             raise UsageError(f"--step_graph true: {refusal}; leave --step_graph false")
