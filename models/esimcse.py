@@ -120,6 +120,11 @@ class EmbeddingQueue(nn.Module):
     the buffers would synchronise the host with the device at every step. The copies are refreshed from the buffers
     only when something other than :meth:`enqueue` changed those (a checkpoint load, a move to another device),
     which the buffers' identities and in-place version counters (host-side metadata) tell without a sync.
+
+    Once the queue is full (the count never changes again), reads and writes index the ring from the ``ptr`` buffer
+    on the device instead of the host's copy: the same entries in the same order, and a step captured as one CUDA
+    graph (``trainers/step_graph.py``) advances the ring at every replay, where a host copy would stay at the
+    captured step's slots. The host's copy of ``ptr`` then only follows eager steps (nothing reads it while full).
     """
 
     def __init__(self, size: int, dim: int) -> None:
@@ -143,18 +148,32 @@ class EmbeddingQueue(nn.Module):
             self._host_key = self._buffers_key()
         return self._host_ptr, self._host_count
 
+    def full(self) -> bool:
+        return self.host_state()[1] >= self.size
+
+    def ring_slots(self, first: int, n: int) -> torch.Tensor:
+        """The ring's slots ``ptr + first, ..., ptr + first + n - 1`` (mod size), from ``ptr`` on the device."""
+        offsets = torch.arange(first, first + n, device=self.ptr.device)
+        return torch.remainder(self.ptr + offsets, self.size)
+
     def entries(self) -> torch.Tensor:
         """The queued embeddings, oldest first: [count, dim] (a copy)."""
         ptr, count = self.host_state()
         if count < self.size:
             return self.embeddings[:count].clone()
-        return torch.cat([self.embeddings[ptr:], self.embeddings[:ptr]])
+        return self.embeddings.index_select(0, self.ring_slots(0, self.size))  # the oldest sits at ptr
 
     @torch.no_grad()
     def enqueue(self, batch: torch.Tensor) -> None:
         """Append ``batch`` [n, dim] (in order); when full, the oldest entries leave first."""
         batch = batch.detach()[-self.size:].to(self.embeddings.dtype)
         (ptr, count), n = self.host_state(), batch.size(0)
+        if count >= self.size:  # full: the ring advances on the device
+            self.embeddings.index_copy_(0, self.ring_slots(0, n), batch)
+            self.ptr.copy_(torch.remainder(self.ptr + n, self.size))
+            self._host_ptr = (ptr + n) % self.size
+            self._host_key = self._buffers_key()
+            return
         head = min(n, self.size - ptr)  # slots up to the end of the ring, then wrap around to slot 0
         self.embeddings[ptr:ptr + head] = batch[:head]
         self.embeddings[:n - head] = batch[head:]
@@ -201,19 +220,11 @@ class ESimCSEModel(ContrastiveModel):
         return ("ESimCSE's step with its momentum encoder under CUDA graphs gave other gradients than the eager step "
                 "on an H100 (tests/test_cuda.py)")
 
-    def step_graph_refusal(self) -> str | None:
-        """The queue's write position and fill count are kept on the host (:class:`EmbeddingQueue`: no sync per
-        step), so a replayed step would write every batch to the captured step's slots."""
-        if self.queue is None:
-            return None
-        return ("ESimCSE's queue keeps its write position on the host, so a replayed step would write every batch to "
-                "the same slots (--queue_size 0 has no queue)")
-
     def step_shapes_settled(self) -> bool:
         """Once the queue is full: while it fills (0, 64, 128 of 160 entries in the first three steps of 64) the
         objective's queue input has a new shape every step, so those steps run eagerly and the fast path compiles
         (and on a GPU records) one objective graph at the full queue's shape. The count is the host's copy: no sync."""
-        return self.queue is None or not self.training or self.queue.host_state()[1] >= self.queue.size
+        return self.queue is None or not self.training or self.queue.full()
 
     def step_backbones(self) -> list[tuple[nn.Module, str]]:
         """The online encoder and the momentum encoder's backbone (a no-grad, dropout-free pass over view 0 every

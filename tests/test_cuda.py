@@ -19,7 +19,7 @@ What a CPU test cannot reach is checked here on the device itself:
   evaluation before, during and after training, the export, the recorded peak GPU memory; a diverging run stops;
 - evaluation on the device: the encoder (inputs moved to the GPU, fp32 even with TF32 on) and the transfer
   classifier equal the CPU's;
-- the step as one CUDA graph (``--step_graph true``, trainers/step_graph.py): every method it takes equals the eager
+- the step as one CUDA graph (``--step_graph true``, trainers/step_graph.py): every method equals the eager
   step over a capture and three replays, dropout draws new masks at every replay, the script trains, evaluates
   between replays and exports, and its loop never waits for the host (tests/test_step_graph.py replays the same
   steps on a CPU simulation of a CUDA graph, exactly).
@@ -647,12 +647,14 @@ def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, extra,
 
 
 # -------------------------------------------------------------------------------------- the step as one CUDA graph
-@pytest.mark.parametrize("method", ["simcse", "sup_simcse", "s_simcse", "simcse_pp", "promptbert", "diffcse"])
+@pytest.mark.parametrize("method", ["simcse", "sup_simcse", "esimcse", "s_simcse", "simcse_pp", "promptbert",
+                                    "diffcse"])
 def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
     """The step captured as one CUDA graph (trainers/step_graph.py; the compiled regions in inductor's default mode
-    inside it) against the eager step of a twin: 2 compiled warm-up steps, the captured step (run once on the capture
-    stream), 3 replays, each step on another batch (copied into the static input): losses and gradient norms within
-    2 %, gradients at cosine > 0.99 (bf16 autocast, clipping to 1, dropout 0 in both)."""
+    inside it) against the eager step of a twin: 2 warm-up steps (ESimCSE's first fills its queue of 8 eagerly), the
+    captured step (run once on the capture stream), 3 replays, each step on another batch (copied into the static
+    input): losses and gradient norms within 2 %, gradients at cosine > 0.99 (bf16 autocast, clipping to 1, dropout 0
+    in both)."""
     from trainers.fast_path import WARMUP_STEPS, CompiledBackbone
     from trainers.step_graph import StepGraph, StepOutputs
 

@@ -3,9 +3,10 @@ graph (tests/op_tape.py: the recorded operations replayed on the captured tensor
 
 - The simulation itself: a replay reads its inputs afresh, draws new random numbers, keeps a host value as captured,
   refuses a host read during the capture and leaves no trace of the capture.
-- Every method the step graph takes replays its eager steps exactly (losses, gradient norms, gradients; dropout
-  0.1, three replays), and ESimCSE's queued step does not (its queue position lives on the host: the reason it is
-  refused).
+- Every method replays its eager steps exactly (losses, gradient norms, gradients; dropout 0.1, four replays),
+  ESimCSE with its queue once the queue is full (its ring then advances from the device's position); captured while
+  the queue fills, its replays would write every batch to the captured slots (why the capture waits for the model's
+  shapes to settle).
 - Through ``run_unsup.py`` / ``run_diffcse.py``: ``--step_graph true`` logs the steps the fast path without it logs,
   bit for bit (2 warm-up steps, the capture, 4 replays, the short last batch eager); a capture that fails leaves the
   run on its compiled step with a warning; where it cannot hold, the run stops with the reason.
@@ -78,17 +79,20 @@ def test_the_simulated_graph_replays_kernels_not_host_code():
 
 # ------------------------------------------------------------------------------------------------ every method
 METHODS = {"simcse": {}, "sup_simcse": {}, "s_simcse": {}, "simcse_pp": {}, "promptbert": {}, "diffcse": {},
-           "esimcse_no_queue": {"queue_size": 0}}
+           "esimcse": {"queue_size": 18}, "esimcse_no_queue": {"queue_size": 0}}
+#: Steps each method runs before its capture: ESimCSE's queue of 18 fills in three batches of 6 (the trainer captures
+#: once ``model.step_shapes_settled()``).
+EAGER_STEPS = {"esimcse": 3}
 
 
 def method_model(method: str, files, **settings):
     name = "esimcse" if method.startswith("esimcse") else method
     extra = {"generator_name": str(files["generator"])} if name == "diffcse" else {}
     torch.manual_seed(0)
-    model = build_model(name, str(files["encoder"]), **METHODS.get(method, {}), **extra, **settings).train()
+    model = build_model(name, str(files["encoder"]), **(METHODS.get(method, {}) | settings), **extra).train()
     collate = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12),
                                    model.fixed_width_keys())
-    return model, [collate(ROWS[i:] + ROWS[:i]) for i in range(5)]
+    return model, [collate(ROWS[i % 6:] + ROWS[:i % 6]) for i in range(EAGER_STEPS.get(method, 0) + 5)]
 
 
 def step_body(model):
@@ -103,10 +107,10 @@ def step_body(model):
     return parameters, body
 
 
-def eager_and_graph_steps(model, batches):
-    """Five steps of ``model`` eagerly and of a copy through a :class:`StepGraph` (step 1 captured, steps 2-5
-    replayed), from the same random state, with ESimCSE's momentum update between steps: each step's loss, norm
-    and gradients."""
+def eager_and_graph_steps(model, batches, capture_at: int = 0):
+    """The steps of ``model`` eagerly and of a copy through a :class:`StepGraph` (the steps before ``capture_at``
+    eager, that one captured, the later ones replayed), from the same random state, with ESimCSE's momentum update
+    between steps: each step's loss, norm and gradients."""
     twin = copy.deepcopy(model)
     runs = {}
     for network in (model, twin):
@@ -116,9 +120,9 @@ def eager_and_graph_steps(model, batches):
         random.seed(3)
         runs[network] = []
         for index, batch in enumerate(batches):
-            if graph is None:
+            if graph is None or index < capture_at:
                 outputs = body(batch)
-            elif index == 0:
+            elif index == capture_at:
                 outputs = graph.capture(batch, body)
             else:
                 outputs = graph.replay(batch)
@@ -126,7 +130,7 @@ def eager_and_graph_steps(model, batches):
                                   [p.grad.clone() for p in parameters if p.grad is not None]))
             network.zero_grad()
             network.on_optimizer_step()
-    assert graph.replays == len(batches) - 1 and graph.failure is None
+    assert graph.replays == len(batches) - capture_at - 1 and graph.failure is None
     return runs[model], runs[twin]
 
 
@@ -139,19 +143,21 @@ def identical(eager, replayed) -> bool:
 def test_every_method_the_step_graph_takes_replays_its_eager_steps(method, files, simulated_graphs):
     model, batches = method_model(method, files)
     assert model.step_graph_refusal() is None
-    eager, replayed = eager_and_graph_steps(model, batches)
+    eager, replayed = eager_and_graph_steps(model, batches, capture_at=EAGER_STEPS.get(method, 0))
     assert identical(eager, replayed)
     assert len({float(loss) for loss, _, _ in replayed}) == len(batches)  # each replay a step of its own batch
+    assert model.step_shapes_settled()
 
 
-def test_esimcses_queue_would_replay_the_captured_slots(files, simulated_graphs):
-    """ESimCSE's queue (18 entries, batches of 6) writes at a position kept on the host: replayed, every batch lands
-    in the captured step's slots, and the steps differ from the eager ones. The step graph refuses it."""
-    model, batches = method_model("esimcse", files, queue_size=18)
+def test_an_esimcse_step_captured_while_its_queue_fills_would_replay_the_captured_slots(files, simulated_graphs):
+    """Captured at the first step (an empty queue of 18, batches of 6), ESimCSE's replays write every batch where the
+    captured step wrote (the host's fill count is frozen) and contrast with an empty queue: the steps differ from the
+    eager ones. The trainer captures only once the model's shapes are settled (the queue full)."""
+    model, batches = method_model("esimcse", files)
+    assert not model.step_shapes_settled()
     eager, replayed = eager_and_graph_steps(model, batches)
     assert torch.equal(eager[0][0], replayed[0][0])  # the captured step itself ran eagerly
     assert not identical(eager, replayed)
-    assert "write position on the host" in model.step_graph_refusal()
 
 
 # ------------------------------------------------------------------------------------------------ the scripts
@@ -182,16 +188,18 @@ def run_script(method: str, files, out, extra: list[str]) -> tuple[list[dict], C
     return logged, trainers[0], metrics
 
 
-@pytest.mark.parametrize("method", ["simcse", "diffcse"])
-def test_the_step_graph_run_logs_the_fast_runs_steps(method, files, tmp_path, simulated_graphs, capsys):
-    fast, _, _ = run_script(method, files, tmp_path / "fast", [])
-    graphed, trainer, metrics = run_script(method, files, tmp_path / "graph", ["--step_graph", "true"])
+@pytest.mark.parametrize("method, extra", [("simcse", []), ("diffcse", []), ("esimcse", ["--queue_size", "8"])])
+def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_path, simulated_graphs, capsys):
+    fast, _, _ = run_script(method, files, tmp_path / "fast", extra)
+    graphed, trainer, metrics = run_script(method, files, tmp_path / "graph", [*extra, "--step_graph", "true"])
     assert len(graphed) == len(fast) == 8
     for step, (a, b) in enumerate(zip(fast, graphed), start=1):
         assert (a["loss"], a["grad_norm"]) == (b["loss"], b["grad_norm"]), step
     graph = trainer.step_graph
-    # steps 1-2: the compiled regions' warm-up; 3: run and captured; 4-7 replayed; 8 (4 sentences) eager
-    assert graph.captured and graph.failure is None and graph.replays == metrics["step_graph_replays"] == 4
+    # steps 1-2: the compiled regions' warm-up; 3: run and captured; 4-7 replayed; 8 (4 sentences) eager. ESimCSE's
+    # step 1 fills its queue of 8 eagerly: warm-up 2-3, captured 4, replayed 5-7.
+    replays = 3 if method == "esimcse" else 4
+    assert graph.captured and graph.failure is None and graph.replays == metrics["step_graph_replays"] == replays
     assert trainer.compiled_backbone.mode == "default"  # no CUDA-graph trees inside the step's graph
     assert "step: the fast path: fixed shapes, compiled backbones and loss (--torch_compile false: the eager step); " \
            "the whole step replayed as one CUDA graph (--step_graph)" in capsys.readouterr().out
@@ -216,7 +224,6 @@ def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_pat
 
 @pytest.mark.parametrize("method, extra, reason", [
     ("simcse", [], "it captures a CUDA graph, and this run trains on cpu"),
-    ("esimcse", ["--simulated"], "ESimCSE's queue keeps its write position on the host"),
     ("simcse", ["--simulated", "--dropout_masks", "row_seeded"], "--dropout_masks row_seeded draws each step's seed"),
     ("simcse", ["--simulated", "--gradient_accumulation_steps", "2"], "--gradient_accumulation_steps 2 adds each"),
     ("simcse", ["--simulated", "--cache_chunk_size", "4"], "--cache_chunk_size runs its chunks' passes"),

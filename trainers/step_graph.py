@@ -21,9 +21,11 @@ How a run uses it (:class:`StepGraph`, driven by :meth:`trainers.cl_trainer.CLTr
 4. The epoch's short last batch, and any batch whose tensors differ in shape, run the ordinary step.
 
 What the graph freezes is the host: Python numbers become kernel arguments, host-side counters and ``random`` do not
-run at replay. A model whose step depends on such state refuses (``model.step_graph_refusal()``: ESimCSE's queue
-position); ``tests/test_step_graph.py`` replays every other method's step on a CPU simulation of a CUDA graph
-(``tests/op_tape.py``) and finds the eager steps' losses and gradients exactly.
+run at replay. A model whose step would depend on such state says so (``model.step_graph_refusal()``; none does
+now: ESimCSE's full queue advances its ring from the position on the device, and the capture waits until the model's
+shapes settle, ``model.step_shapes_settled()``, i.e. its queue is full); ``tests/test_step_graph.py`` replays every
+method's step on a CPU simulation of a CUDA graph (``tests/op_tape.py``) and finds the eager steps' losses and
+gradients exactly.
 
 Where it is refused (:func:`step_graph_refusal`), a run that asks for it stops with the reason: no CUDA device, several
 processes, gradient accumulation, the cached step, gradient checkpointing (its recomputation reads the RNG state on
