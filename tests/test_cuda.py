@@ -449,6 +449,8 @@ def fast_path_case(method: str, tmp_path, dropout: float = 0.0):
     backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=dropout)
     official = method == "diffcse_official_code"
     method, extra = ("diffcse", dict(OFFICIAL_DIFFCSE_WITHOUT_DROPOUT)) if official else (method, {})
+    if method.endswith("_row_seeded"):
+        method, extra = method.removesuffix("_row_seeded"), {"dropout_masks": "row_seeded"}
     extra |= {"generator_name": str(save_tiny_generator(tmp_path / "generator"))} if method == "diffcse" else {}
     extra |= {"queue_size": 8} if method == "esimcse" else {}
     torch.manual_seed(0)
@@ -648,13 +650,14 @@ def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, extra,
 
 # -------------------------------------------------------------------------------------- the step as one CUDA graph
 @pytest.mark.parametrize("method", ["simcse", "sup_simcse", "esimcse", "s_simcse", "simcse_pp", "promptbert",
-                                    "diffcse"])
+                                    "diffcse", "diffcse_row_seeded"])
 def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
     """The step captured as one CUDA graph (trainers/step_graph.py; the compiled regions in inductor's default mode
     inside it) against the eager step of a twin: 2 warm-up steps (ESimCSE's first fills its queue of 8 eagerly), the
     captured step (run once on the capture stream), 3 replays, each step on another batch (copied into the static
     input): losses and gradient norms within 2 %, gradients at cosine > 0.99 (bf16 autocast, clipping to 1, dropout 0
-    in both)."""
+    in both). Row-seeded DiffCSE: the step's key staged before the capture and each replay, its sampled tokens drawn
+    from it."""
     from trainers.fast_path import WARMUP_STEPS, CompiledBackbone
     from trainers.step_graph import StepGraph, StepOutputs
 
@@ -678,15 +681,19 @@ def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
     for step in range(WARMUP_STEPS + 4):
         batch = batch_of(step)
         torch.manual_seed(5)  # DiffCSE's generator samples the same tokens in both
-        eager = run(model, batch, contextlib.nullcontext())
+        random.seed(step)  # the row-seeded step's seed (keyed_step draws it)
+        with keyed_step(model, batch["input_ids"].size(0)):
+            eager = run(model, batch, contextlib.nullcontext())
         expected = (eager.loss.float().clone(), eager.grad_norm.clone(), flat_grad(model).clone())
         torch.manual_seed(5)
-        if step < WARMUP_STEPS:
-            outputs = fast(batch)
-        elif step == WARMUP_STEPS:
-            outputs = graph.capture(batch, fast)
-        else:
-            outputs = graph.replay(batch)
+        random.seed(step)
+        with keyed_step(twin, batch["input_ids"].size(0)) as draws:
+            if step < WARMUP_STEPS:
+                outputs = fast(batch)
+            else:
+                if draws is not None:
+                    draws.stage(CUDA)
+                outputs = graph.capture(batch, fast) if step == WARMUP_STEPS else graph.replay(batch)
         loss, norm = outputs.loss.float(), outputs.grad_norm
         assert abs(loss - expected[0]) <= 2e-2 * abs(expected[0]), (step, loss, expected[0])
         assert abs(norm - expected[1]) <= 2e-2 * abs(expected[1]), (step, norm, expected[1])

@@ -4,12 +4,15 @@ graph (tests/op_tape.py: the recorded operations replayed on the captured tensor
 - The simulation itself: a replay reads its inputs afresh, draws new random numbers, keeps a host value as captured,
   refuses a host read during the capture and leaves no trace of the capture.
 - Every method replays its eager steps exactly (losses, gradient norms, gradients; dropout 0.1, four replays),
-  ESimCSE with its queue once the queue is full (its ring then advances from the device's position); captured while
-  the queue fills, its replays would write every batch to the captured slots (why the capture waits for the model's
-  shapes to settle).
+  ESimCSE with its queue once the queue is full (its ring then advances from the device's position), and with
+  row-seeded masks the key staged on the device before each replay gives the eager steps' masks, DiffCSE's sampled
+  tokens and S-SimCSE's rates; captured while its queue fills, ESimCSE's replays would write every batch to the
+  captured slots (why the capture waits for the model's shapes to settle).
 - Through ``run_unsup.py`` / ``run_diffcse.py``: ``--step_graph true`` logs the steps the fast path without it logs,
-  bit for bit (2 warm-up steps, the capture, 4 replays, the short last batch eager); a capture that fails leaves the
-  run on its compiled step with a warning; where it cannot hold, the run stops with the reason.
+  bit for bit (2 warm-up steps, the capture, 4 replays, the short last batch eager; SimCSE evaluating between
+  replays, DiffCSE row-seeded, ESimCSE after its queue fills); a run resumed from a checkpoint captures again and
+  logs the uninterrupted run's steps; a capture that fails leaves the run on its compiled step with a warning; where
+  it cannot hold, the run stops with the reason.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from tests.op_tape import HostReadInCapture, OpTape
 from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generator, tiny_corpus
 from trainers.cl_trainer import CLTrainer
 from trainers.fast_path import compile_mode, fixed_shape_collator
+from trainers.keyed_dropout import keyed_step
 from trainers.methods import build_collator, build_model
 from trainers.step_graph import StepGraph, StepOutputs
 
@@ -78,15 +82,20 @@ def test_the_simulated_graph_replays_kernels_not_host_code():
 
 
 # ------------------------------------------------------------------------------------------------ every method
+ROW_SEEDED = {"dropout_masks": "row_seeded"}
 METHODS = {"simcse": {}, "sup_simcse": {}, "s_simcse": {}, "simcse_pp": {}, "promptbert": {}, "diffcse": {},
-           "esimcse": {"queue_size": 18}, "esimcse_no_queue": {"queue_size": 0}}
+           "esimcse": {"queue_size": 18}, "esimcse_no_queue": {"queue_size": 0},
+           # row-seeded masks: the step's key staged on the device before each replay; DiffCSE's generator samples
+           # its tokens from keyed uniforms (eager code, reading the staged key), S-SimCSE draws its rates keyed
+           "simcse_row_seeded": ROW_SEEDED, "s_simcse_row_seeded": ROW_SEEDED,
+           "diffcse_row_seeded": ROW_SEEDED | {"generator_dropout": True}}
 #: Steps each method runs before its capture: ESimCSE's queue of 18 fills in three batches of 6 (the trainer captures
 #: once ``model.step_shapes_settled()``).
 EAGER_STEPS = {"esimcse": 3}
 
 
 def method_model(method: str, files, **settings):
-    name = "esimcse" if method.startswith("esimcse") else method
+    name = "esimcse" if method.startswith("esimcse") else method.removesuffix("_row_seeded")
     extra = {"generator_name": str(files["generator"])} if name == "diffcse" else {}
     torch.manual_seed(0)
     model = build_model(name, str(files["encoder"]), **(METHODS.get(method, {}) | settings), **extra).train()
@@ -110,7 +119,8 @@ def step_body(model):
 def eager_and_graph_steps(model, batches, capture_at: int = 0):
     """The steps of ``model`` eagerly and of a copy through a :class:`StepGraph` (the steps before ``capture_at``
     eager, that one captured, the later ones replayed), from the same random state, with ESimCSE's momentum update
-    between steps: each step's loss, norm and gradients."""
+    between steps: each step's loss, norm and gradients. Each step runs in its :func:`keyed_step`; the graph's steps
+    stage the key (row-seeded masks: read on the device), the eager ones draw from the Python integers."""
     twin = copy.deepcopy(model)
     runs = {}
     for network in (model, twin):
@@ -120,12 +130,13 @@ def eager_and_graph_steps(model, batches, capture_at: int = 0):
         random.seed(3)
         runs[network] = []
         for index, batch in enumerate(batches):
-            if graph is None or index < capture_at:
-                outputs = body(batch)
-            elif index == capture_at:
-                outputs = graph.capture(batch, body)
-            else:
-                outputs = graph.replay(batch)
+            with keyed_step(network, batch["input_ids"].size(0)) as draws:
+                if graph is None or index < capture_at:
+                    outputs = body(batch)
+                else:
+                    if draws is not None:
+                        draws.stage(batch["input_ids"].device)
+                    outputs = graph.capture(batch, body) if index == capture_at else graph.replay(batch)
             runs[network].append((outputs.loss.clone(), outputs.grad_norm.clone(),
                                   [p.grad.clone() for p in parameters if p.grad is not None]))
             network.zero_grad()
@@ -188,8 +199,17 @@ def run_script(method: str, files, out, extra: list[str]) -> tuple[list[dict], C
     return logged, trainers[0], metrics
 
 
-@pytest.mark.parametrize("method, extra", [("simcse", []), ("diffcse", []), ("esimcse", ["--queue_size", "8"])])
-def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_path, simulated_graphs, capsys):
+#: SimCSE's run also evaluates STS-B dev at steps 4 and 8 (the model in eval mode between replays) with clipping off
+#: (the graph's norm alone is logged).
+EVALUATED = ["--eval_strategy", "steps", "--eval_steps", "4", "--load_best_model_at_end", "false", "--max_grad_norm",
+             "0"]
+
+
+@pytest.mark.parametrize("method, extra", [("simcse", EVALUATED), ("diffcse", ["--dropout_masks", "row_seeded"]),
+                                           ("esimcse", ["--queue_size", "8"])])
+def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_path, simulated_graphs, capsys,
+                                                     sts_fixture_dir):
+    extra = [*extra, "--senteval_dir", str(sts_fixture_dir)]
     fast, _, _ = run_script(method, files, tmp_path / "fast", extra)
     graphed, trainer, metrics = run_script(method, files, tmp_path / "graph", [*extra, "--step_graph", "true"])
     assert len(graphed) == len(fast) == 8
@@ -201,8 +221,41 @@ def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_p
     replays = 3 if method == "esimcse" else 4
     assert graph.captured and graph.failure is None and graph.replays == metrics["step_graph_replays"] == replays
     assert trainer.compiled_backbone.mode == "default"  # no CUDA-graph trees inside the step's graph
-    assert "step: the fast path: fixed shapes, compiled backbones and loss (--torch_compile false: the eager step); " \
-           "the whole step replayed as one CUDA graph (--step_graph)" in capsys.readouterr().out
+    evaluated = [row["step"] for row in trainer.state.log_history if "eval_stsb_spearman" in row]
+    assert evaluated == ([4, 8, 8] if method == "simcse" else [])  # during training, and the final evaluation
+    summary = " ".join(capsys.readouterr().out.split())  # the summary wraps its lines
+    assert ("the fast path: fixed shapes, compiled backbones and loss (--torch_compile false: the eager step); the "
+            "whole step replayed as one CUDA graph (--step_graph)") in summary
+
+
+def test_a_resumed_step_graph_run_captures_again_and_logs_the_uninterrupted_runs_steps(files, tmp_path,
+                                                                                      simulated_graphs):
+    """A step-graph run checkpointed at step 4 and resumed: the resumed run warms up, captures at step 7 and logs
+    steps 5-8 as the uninterrupted run (whose steps 5-7 were replays) logged them, bit for bit."""
+    checkpoints = ["--save_strategy", "steps", "--save_steps", "4", "--save_total_limit", "2", "--step_graph", "true"]
+    whole, _, _ = run_script("simcse", files, tmp_path / "whole", checkpoints)
+    resumed, trainer, _ = run_script("simcse", files, tmp_path / "resumed", [
+        *checkpoints, "--resume_from_checkpoint", str(tmp_path / "whole" / "checkpoint-4")])
+    assert [(row["loss"], row["grad_norm"]) for row in resumed] == [(row["loss"], row["grad_norm"])
+                                                                  for row in whole[4:]]
+    assert trainer.step_graph.captured and trainer.step_graph.replays == 0  # 5-6 warm-up, 7 captured, 8 short
+
+
+def test_each_setting_the_step_graph_cannot_hold_has_its_reason(monkeypatch):
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    settings = dict(device=cuda, processes=1, accumulation_steps=1, cached_step=False, gradient_checkpointing=False,
+                    compile_mode=None, model_refusal=None)
+    assert step_graph.step_graph_refusal(**settings) is None
+    reasons = {"device": (cpu, "this run trains on cpu"), "processes": (2, "several processes all-reduce"),
+               "accumulation_steps": (4, "--gradient_accumulation_steps 4"),
+               "cached_step": (True, "--cache_chunk_size"), "gradient_checkpointing": (True, "reads the RNG state"),
+               "compile_mode": ("max-autotune", "CUDA graphs of its own"),
+               "model_refusal": ("the model's own", "the model's own")}
+    for name, (value, reason) in reasons.items():
+        assert reason in step_graph.step_graph_refusal(**(settings | {name: value})), name
+    assert step_graph.step_graph_refusal(**(settings | {"compile_mode": "max-autotune-no-cudagraphs"})) is None
+    monkeypatch.setattr(step_graph, "new_backend", OpTape)  # a test's simulated graph runs on the CPU
+    assert step_graph.step_graph_refusal(**(settings | {"device": cpu})) is None
 
 
 class FailingCapture(OpTape):
@@ -219,12 +272,11 @@ def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_pat
     assert trainer.step_graph.failure == "RuntimeError: operation not permitted when stream is capturing"
     assert metrics["step_graph_replays"] == 0
     assert "step graph: the capture failed (RuntimeError" in caplog.text
-    assert "the step graph's capture failed (RuntimeError" in capsys.readouterr().out
+    assert "the step graph's capture failed (RuntimeError" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("method, extra, reason", [
     ("simcse", [], "it captures a CUDA graph, and this run trains on cpu"),
-    ("simcse", ["--simulated", "--dropout_masks", "row_seeded"], "--dropout_masks row_seeded draws each step's seed"),
     ("simcse", ["--simulated", "--gradient_accumulation_steps", "2"], "--gradient_accumulation_steps 2 adds each"),
     ("simcse", ["--simulated", "--cache_chunk_size", "4"], "--cache_chunk_size runs its chunks' passes"),
     ("simcse", ["--simulated", "--torch_compile_mode", "reduce-overhead"],

@@ -138,8 +138,7 @@ class CLTrainer(TrainerAdapter):
         refusal = step_graph_refusal(
             args.device, args.world_size, args.gradient_accumulation_steps,
             cached_step=bool(getattr(args, "cache_chunk_size", None)),
-            gradient_checkpointing=args.gradient_checkpointing, keyed_masks=step_draws(self.model) is not None,
-            compile_mode=args.fast_path_mode, model_refusal=self.model.step_graph_refusal())
+            gradient_checkpointing=args.gradient_checkpointing, compile_mode=args.fast_path_mode, model_refusal=self.model.step_graph_refusal())
         if refusal:
             raise UsageError(f"--step_graph true: {refusal}; leave --step_graph false")
         return StepGraph(self.model, listed_parameters(self.model))
@@ -248,10 +247,13 @@ class CLTrainer(TrainerAdapter):
         """The step replayed from its graph, or run and captured (the first time); the loss, the model's metrics
         and the gradient norm are the graph's outputs (recorded here, outside it)."""
         graph = self.step_graph
-        if graph.captured:
-            outputs = graph.replay(inputs)
-        else:
-            outputs = graph.capture(inputs, lambda batch: self.step_body(model, batch))
+        with keyed_step(self.model, inputs["input_ids"].size(0)) as draws:
+            if draws is not None:  # row-seeded masks: the step's key, staged before the graph that reads it
+                draws.stage(inputs["input_ids"].device)
+            if graph.captured:
+                outputs = graph.replay(inputs)
+            else:
+                outputs = graph.capture(inputs, lambda batch: self.step_body(model, batch))
         self.record_training_outputs(outputs.loss, outputs.metrics)
         self.step_grad_norm = outputs.grad_norm  # clipped with in the step: the Trainer's clipping returns it
         return outputs.loss

@@ -247,8 +247,8 @@ class CompiledBackbone:
         new_shape = shape not in self.seen_shapes
         started = time.perf_counter()
         draws = step_draws(self.model)
-        if draws is not None and draws.seed is not None:  # row-seeded masks: the step's key, an input of the graph
-            draws.stage(input_ids.device)
+        if draws is not None and draws.seed is not None and draws.pass_key is None:
+            draws.stage(input_ids.device)  # row-seeded masks: the step's key, an input of the graph (staged once)
         if self.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         for owner, name, _, compiled in self.slots:

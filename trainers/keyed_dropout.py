@@ -19,7 +19,9 @@ its per-row dropout controllers ``row_seeded`` (``models/dropout.py``); this mod
   the pass's first sentence as a device tensor, which the graph reads as an input: its dropout calls compute their
   seeds (:func:`models.row_seeded.call_seed_tensor`), rows' ids and masks from it inside the graph, the same bits as
   the eager pass computes from the Python integers (a Python integer read while compiling would be compiled in as a
-  constant: a new graph every step).
+  constant: a new graph every step). Once staged, the step's eager draws (DiffCSE's sampled tokens, S-SimCSE's
+  rates outside a compiled region) read it too, and it is one tensor for the whole run, written in place: a step
+  captured as one CUDA graph (``trainers/step_graph.py``) reads each step's key, staged before its replay.
 """
 from __future__ import annotations
 
@@ -61,15 +63,20 @@ class StepDraws:
         #: ``[step seed, first sentence]`` (int64, on the step's device) while a compiled backbone runs the step
         #: (:meth:`stage`); ``None`` otherwise.
         self.pass_key: torch.Tensor | None = None
+        #: The device tensor :meth:`stage` writes each key into, one per device for the whole run.
+        self._staged: dict[torch.device, torch.Tensor] = {}
 
     def stage(self, device: torch.device) -> None:
         """Put the step's seed and the running pass's first sentence on ``device`` for a compiled backbone (the fast
         path calls this when a step begins; :func:`pass_sentences` again for each pass): one asynchronous copy from
-        pinned memory on a GPU, no host sync."""
+        pinned memory on a GPU into the run's key tensor, no host sync."""
         key = torch.tensor([self.seed, self.first], dtype=torch.int64)
         if device.type == "cuda":
             key = key.pin_memory()
-        self.pass_key = key.to(device, non_blocking=True)
+        if device not in self._staged:
+            self._staged[device] = torch.empty(2, dtype=torch.int64, device=device)
+        self.pass_key = self._staged[device]
+        self.pass_key.copy_(key, non_blocking=True)
 
     def row_ids(self, rows: int, device: torch.device) -> torch.Tensor:
         compiling = torch.compiler.is_compiling()
@@ -81,7 +88,7 @@ class StepDraws:
                 "`draws.stage(device)` (trainers.fast_path.CompiledBackbone.step does)")
         if rows % self.count:
             raise RuntimeError(f"a pass of {rows} rows over {self.count} sentences: rows are not sentence-major")
-        if compiling:  # in the graph: the staged first sentence is an input, not a constant
+        if self.pass_key is not None:  # staged: the first sentence is read on the device (in a graph: an input)
             return torch.arange(rows, device=device) + self.pass_key[1] * (rows // self.count)
         key = (rows, str(device), self.first * (rows // self.count))
         if key not in self._row_ids:
@@ -91,8 +98,8 @@ class StepDraws:
         return self._row_ids[key]
 
     def _seed(self, stream: int, call: int) -> int | torch.Tensor:
-        """The seed of one draw: a Python integer, or in a compiled graph a 0-d tensor from the staged key."""
-        if torch.compiler.is_compiling():
+        """The seed of one draw: a Python integer, or once the key is staged a 0-d tensor read from it."""
+        if self.pass_key is not None:
             return call_seed_tensor(self.pass_key[0], stream, call)
         return call_seed(self.seed, stream, call)
 
@@ -166,7 +173,9 @@ def pass_sentences(draws: StepDraws | None, start: int, end: int) -> Iterator[No
     try:
         yield
     finally:
-        draws.first, draws.count, draws.pass_key = first, count, staged
+        draws.first, draws.count = first, count
+        if staged is not None:
+            draws.stage(staged.device)  # the run's key tensor holds the pass's key: the step's again
 
 
 __all__ = ["StepDraws", "install_keyed_draws", "keyed_controllers", "keyed_step", "pass_sentences", "step_draws"]

@@ -27,9 +27,13 @@ shapes settle, ``model.step_shapes_settled()``, i.e. its queue is full); ``tests
 method's step on a CPU simulation of a CUDA graph (``tests/op_tape.py``) and finds the eager steps' losses and
 gradients exactly.
 
+Row-seeded masks (``--dropout_masks row_seeded``) draw each step's seed on the host: the trainer stages it into the
+run's key tensor on the device before the capture and before each replay (``StepDraws.stage``), and every keyed
+draw of the step, compiled or eager, reads it there.
+
 Where it is refused (:func:`step_graph_refusal`), a run that asks for it stops with the reason: no CUDA device, several
 processes, gradient accumulation, the cached step, gradient checkpointing (its recomputation reads the RNG state on
-the host), row-seeded masks (a seed drawn on the host per step), a compile mode that records CUDA graphs itself.
+the host), a compile mode that records CUDA graphs itself.
 A capture that fails keeps the step it ran (the warm-up run's results) and the run goes on with the fast path's
 compiled regions, with a warning.
 """
@@ -90,8 +94,7 @@ class StepOutputs:
 
 
 def step_graph_refusal(device: torch.device, processes: int, accumulation_steps: int, cached_step: bool,
-                       gradient_checkpointing: bool, keyed_masks: bool, compile_mode: str | None,
-                       model_refusal: str | None) -> str | None:
+                       gradient_checkpointing: bool, compile_mode: str | None, model_refusal: str | None) -> str | None:
     """Why a run cannot capture its step as one CUDA graph, or ``None``. (A CPU run is refused unless a test put a
     simulated graph in :data:`new_backend`.)"""
     if device.type != "cuda" and new_backend is CUDAGraphBackend:
@@ -105,8 +108,6 @@ def step_graph_refusal(device: torch.device, processes: int, accumulation_steps:
         return "--cache_chunk_size runs its chunks' passes by host logic the graph cannot replay"
     if gradient_checkpointing:
         return "--gradient_checkpointing reads the RNG state on the host to recompute its layers"
-    if keyed_masks:
-        return "--dropout_masks row_seeded draws each step's seed on the host"
     if compile_mode in ("reduce-overhead", "max-autotune"):
         return (f"--torch_compile_mode {compile_mode} records CUDA graphs of its own inside the step's; leave it "
                 "unset (the compiled regions then use inductor's default mode)")
