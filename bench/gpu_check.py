@@ -24,9 +24,9 @@ named, so a lease that ends early keeps the most wanted figures):
    steps: the Trainer's own sentences/s per logging window (first window = compile warm-up, then the steady state),
    against MNRL's isolated step (step 2, or ``mnrl_b64``: MNRL and SimCSE alone), evaluation seconds, a wiki1m epoch
    projected; SimCSE's fast path at batch 512 uncached and cached in chunks of 128 (the cached step's cost); the
-   step as one CUDA graph (``--step_graph true``: SimCSE for 1,000 steps, the other unsupervised methods for 300); ``step_profile`` (and ``step_profile_graph``, with the step graph): where the fast SimCSE step's
-   time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step,
-   host ms by part); ``optimizer_step``: the clipping and AdamW's host and device milliseconds per step as run now
+   step as one CUDA graph (``--step_graph true``: SimCSE for 1,000 steps, the other unsupervised methods for 300);
+   ``step_profile`` (and ``step_profile_graph``, with the step graph): where the fast SimCSE step's time goes
+   (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part); ``optimizer_step``: the clipping and AdamW's host and device milliseconds per step as run now
    and compiled (:mod:`bench.optimizer_step`); ``eval_speed``: the dev evaluation's seconds with training's batching
    (``--training_batching``: its token budget a pass) against its fp32 compute floor, and ``python -m eval``'s STS
    test sets (:mod:`bench.eval_speed`; its other batchings, compared on an H100 at 8626fa0, take minutes more:

@@ -138,7 +138,8 @@ class CLTrainer(TrainerAdapter):
         refusal = step_graph_refusal(
             args.device, args.world_size, args.gradient_accumulation_steps,
             cached_step=bool(getattr(args, "cache_chunk_size", None)),
-            gradient_checkpointing=args.gradient_checkpointing, compile_mode=args.fast_path_mode, model_refusal=self.model.step_graph_refusal())
+            gradient_checkpointing=args.gradient_checkpointing, compile_mode=args.fast_path_mode,
+            model_refusal=self.model.step_graph_refusal())
         if refusal:
             raise UsageError(f"--step_graph true: {refusal}; leave --step_graph false")
         return StepGraph(self.model, listed_parameters(self.model))
