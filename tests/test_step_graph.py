@@ -44,6 +44,8 @@ ROWS = [{"text": t, "sent0": t, "sent1": t[::-1], "hard_neg": t.upper()} for t i
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("step_graph")
     return {"encoder": save_tiny_backbone(root / "encoder", seed=0, dropout=0.1),
+            "roberta": save_tiny_backbone(root / "roberta", arch="roberta", seed=0, dropout=0.1),
+            "distilbert": save_tiny_backbone(root / "distilbert", arch="distilbert", seed=0, dropout=0.1),
             "generator": save_tiny_generator(root / "generator"),
             "corpus": tiny_corpus(root / "corpus.txt", n=60)}  # batch 8: 7 full batches, then a short one of 4
 
@@ -83,25 +85,31 @@ def test_the_simulated_graph_replays_kernels_not_host_code():
 
 # ------------------------------------------------------------------------------------------------ every method
 ROW_SEEDED = {"dropout_masks": "row_seeded"}
-METHODS = {"simcse": {}, "sup_simcse": {}, "s_simcse": {}, "simcse_pp": {}, "promptbert": {}, "diffcse": {},
-           "esimcse": {"queue_size": 18}, "esimcse_no_queue": {"queue_size": 0},
-           # row-seeded masks: the step's key staged on the device before each replay; DiffCSE's generator samples
-           # its tokens from keyed uniforms (eager code, reading the staged key), S-SimCSE draws its rates keyed
-           "simcse_row_seeded": ROW_SEEDED, "s_simcse_row_seeded": ROW_SEEDED,
-           "diffcse_row_seeded": ROW_SEEDED | {"generator_dropout": True}}
-#: Steps each method runs before its capture: ESimCSE's queue of 18 fills in three batches of 6 (the trainer captures
+#: case: (method, its settings, backbone). Row-seeded masks: the step's key staged on the device before each replay
+#: (DiffCSE's generator samples its tokens from keyed uniforms in eager code, S-SimCSE draws its rates keyed); other
+#: backbones through AutoModel: RoBERTa's positions from the ids, DistilBERT's own attention and dropout.
+CASES = {"simcse": ("simcse", {}, "encoder"), "sup_simcse": ("sup_simcse", {}, "encoder"),
+         "s_simcse": ("s_simcse", {}, "encoder"), "simcse_pp": ("simcse_pp", {}, "encoder"),
+         "promptbert": ("promptbert", {}, "encoder"), "diffcse": ("diffcse", {}, "encoder"),
+         "esimcse": ("esimcse", {"queue_size": 18}, "encoder"), "esimcse_no_queue": ("esimcse", {"queue_size": 0},
+                                                                                     "encoder"),
+         "simcse_row_seeded": ("simcse", ROW_SEEDED, "encoder"), "s_simcse_row_seeded": ("s_simcse", ROW_SEEDED,
+                                                                                          "encoder"),
+         "diffcse_row_seeded": ("diffcse", ROW_SEEDED | {"generator_dropout": True}, "encoder"),
+         "simcse_roberta": ("simcse", {}, "roberta"), "simcse_distilbert": ("simcse", {}, "distilbert")}
+#: Steps each case runs before its capture: ESimCSE's queue of 18 fills in three batches of 6 (the trainer captures
 #: once ``model.step_shapes_settled()``).
 EAGER_STEPS = {"esimcse": 3}
 
 
-def method_model(method: str, files, **settings):
-    name = "esimcse" if method.startswith("esimcse") else method.removesuffix("_row_seeded")
-    extra = {"generator_name": str(files["generator"])} if name == "diffcse" else {}
+def method_model(case: str, files):
+    method, settings, backbone = CASES[case]
+    extra = {"generator_name": str(files["generator"])} if method == "diffcse" else {}
     torch.manual_seed(0)
-    model = build_model(name, str(files["encoder"]), **(METHODS.get(method, {}) | settings), **extra).train()
-    collate = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files["encoder"])), 12),
+    model = build_model(method, str(files[backbone]), **settings, **extra).train()
+    collate = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(files[backbone])), 12),
                                    model.fixed_width_keys())
-    return model, [collate(ROWS[i % 6:] + ROWS[:i % 6]) for i in range(EAGER_STEPS.get(method, 0) + 5)]
+    return model, [collate(ROWS[i % 6:] + ROWS[:i % 6]) for i in range(EAGER_STEPS.get(case, 0) + 5)]
 
 
 def step_body(model):
@@ -150,11 +158,11 @@ def identical(eager, replayed) -> bool:
                and all(map(torch.equal, a[2], b[2])) for a, b in zip(eager, replayed))
 
 
-@pytest.mark.parametrize("method", list(METHODS))
-def test_every_method_the_step_graph_takes_replays_its_eager_steps(method, files, simulated_graphs):
-    model, batches = method_model(method, files)
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_method_the_step_graph_takes_replays_its_eager_steps(case, files, simulated_graphs):
+    model, batches = method_model(case, files)
     assert model.step_graph_refusal() is None
-    eager, replayed = eager_and_graph_steps(model, batches, capture_at=EAGER_STEPS.get(method, 0))
+    eager, replayed = eager_and_graph_steps(model, batches, capture_at=EAGER_STEPS.get(case, 0))
     assert identical(eager, replayed)
     assert len({float(loss) for loss, _, _ in replayed}) == len(batches)  # each replay a step of its own batch
     assert model.step_shapes_settled()
