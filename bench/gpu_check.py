@@ -24,7 +24,8 @@ named, so a lease that ends early keeps the most wanted figures):
    steps: the Trainer's own sentences/s per logging window (first window = compile warm-up, then the steady state),
    against MNRL's isolated step (step 2, or ``mnrl_b64``: MNRL and SimCSE alone), evaluation seconds, a wiki1m epoch
    projected; SimCSE's fast path at batch 512 uncached and cached in chunks of 128 (the cached step's cost); the
-   step as one CUDA graph (``--step_graph true``: SimCSE for 1,000 steps, the other unsupervised methods for 300);
+   step as one CUDA graph (``--step_graph true``: SimCSE for 1,000 steps, the other unsupervised methods for 300,
+   SimCSE at batch 512 uncached and cached);
    ``step_profile`` (and ``step_profile_graph``, with the step graph): where the fast SimCSE step's time goes
    (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part); ``optimizer_step``: the clipping and AdamW's host and device milliseconds per step as run now
    and compiled (:mod:`bench.optimizer_step`); ``eval_speed``: the dev evaluation's seconds with training's batching
@@ -91,7 +92,10 @@ REAL_LOOPS = (("fast", "simcse", "true", "1000", (), ()),
               ("fast_b512_cached", "simcse", "true", "200", ("--batch_size", "512"), ("--cache_chunk_size", "128")),
               ("fast_diffcse_official_code", "diffcse", "true", "300", (), ("--fidelity", "official_code")),
               *((f"step_graph_{method}", method, "true", "300", (), ("--step_graph", "true"))
-                for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")))
+                for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")),
+              ("step_graph_b512", "simcse", "true", "200", ("--batch_size", "512"), ("--step_graph", "true")),
+              ("step_graph_b512_cached", "simcse", "true", "200", ("--batch_size", "512"),
+               ("--cache_chunk_size", "128", "--step_graph", "true")))
 
 #: ``--quick``: what users run first, then the CUDA tests and the isolated step at batch 64.
 QUICK_STEPS = ("end_to_end", "cuda_tests", "throughput_b64")

@@ -214,7 +214,10 @@ EVALUATED = ["--eval_strategy", "steps", "--eval_steps", "4", "--load_best_model
 
 
 @pytest.mark.parametrize("method, extra", [("simcse", EVALUATED), ("diffcse", ["--dropout_masks", "row_seeded"]),
-                                           ("esimcse", ["--queue_size", "8"])])
+                                           ("esimcse", ["--queue_size", "8"]),
+                                           # the cached step (row-seeded): chunks, loss and replay in one graph
+                                           ("simcse", ["--cache_chunk_size", "3"])],
+                         ids=["simcse_evaluated", "diffcse_row_seeded", "esimcse", "simcse_cached"])
 def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_path, simulated_graphs, capsys,
                                                      sts_fixture_dir):
     extra = [*extra, "--senteval_dir", str(sts_fixture_dir)]
@@ -230,7 +233,7 @@ def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_p
     assert graph.captured and graph.failure is None and graph.replays == metrics["step_graph_replays"] == replays
     assert trainer.compiled_backbone.mode == "default"  # no CUDA-graph trees inside the step's graph
     evaluated = [row["step"] for row in trainer.state.log_history if "eval_stsb_spearman" in row]
-    assert evaluated == ([4, 8, 8] if method == "simcse" else [])  # during training, and the final evaluation
+    assert evaluated == ([4, 8, 8] if "--eval_strategy" in extra else [])  # during training, and the final evaluation
     summary = " ".join(capsys.readouterr().out.split())  # the summary wraps its lines
     assert ("the fast path: fixed shapes, compiled backbones and loss (--torch_compile false: the eager step); the "
             "whole step replayed as one CUDA graph (--step_graph)") in summary
@@ -251,19 +254,31 @@ def test_a_resumed_step_graph_run_captures_again_and_logs_the_uninterrupted_runs
 
 def test_each_setting_the_step_graph_cannot_hold_has_its_reason(monkeypatch):
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    settings = dict(device=cuda, processes=1, accumulation_steps=1, cached_step=False, gradient_checkpointing=False,
-                    compile_mode=None, model_refusal=None)
+    settings = dict(device=cuda, processes=1, accumulation_steps=1, cached_step=False, keyed_masks=False,
+                    gradient_checkpointing=False, compile_mode=None, model_refusal=None)
     assert step_graph.step_graph_refusal(**settings) is None
     reasons = {"device": (cpu, "this run trains on cpu"), "processes": (2, "several processes all-reduce"),
                "accumulation_steps": (4, "--gradient_accumulation_steps 4"),
-               "cached_step": (True, "--cache_chunk_size"), "gradient_checkpointing": (True, "reads the RNG state"),
+               "cached_step": (True, "--cache_chunk_size with --dropout_masks stream"),
+               "gradient_checkpointing": (True, "reads the RNG state"),
                "compile_mode": ("max-autotune", "CUDA graphs of its own"),
                "model_refusal": ("the model's own", "the model's own")}
     for name, (value, reason) in reasons.items():
         assert reason in step_graph.step_graph_refusal(**(settings | {name: value})), name
     assert step_graph.step_graph_refusal(**(settings | {"compile_mode": "max-autotune-no-cudagraphs"})) is None
+    assert step_graph.step_graph_refusal(**(settings | {"cached_step": True, "keyed_masks": True})) is None
     monkeypatch.setattr(step_graph, "new_backend", OpTape)  # a test's simulated graph runs on the CPU
     assert step_graph.step_graph_refusal(**(settings | {"device": cpu})) is None
+
+
+def test_a_cached_step_without_rng_states_needs_row_seeded_masks(files):
+    """The step graph runs the cached step without the chunks' RNG states (a CUDA graph can neither read nor set
+    them): refused for stream masks, whose replay needs them."""
+    from trainers.cached_step import cached_loss
+
+    model, batches = method_model("simcse", files)
+    with pytest.raises(ValueError, match="rng_states=False needs row-seeded masks"):
+        cached_loss(model, batches[0], 3, rng_states=False)
 
 
 class FailingCapture(OpTape):
@@ -286,7 +301,8 @@ def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_pat
 @pytest.mark.parametrize("method, extra, reason", [
     ("simcse", [], "it captures a CUDA graph, and this run trains on cpu"),
     ("simcse", ["--simulated", "--gradient_accumulation_steps", "2"], "--gradient_accumulation_steps 2 adds each"),
-    ("simcse", ["--simulated", "--cache_chunk_size", "4"], "--cache_chunk_size runs its chunks' passes"),
+    ("simcse", ["--simulated", "--cache_chunk_size", "4", "--dropout_masks", "stream"],
+     "--cache_chunk_size with --dropout_masks stream replays each chunk's masks"),
     ("simcse", ["--simulated", "--torch_compile_mode", "reduce-overhead"],
      "--torch_compile_mode reduce-overhead records CUDA graphs of its own"),
 ])

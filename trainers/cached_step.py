@@ -68,7 +68,14 @@ def capture_rng() -> RNGState:
     return RNGState(torch.get_rng_state(), cuda)
 
 
-def restore_rng(state: RNGState) -> None:
+def _no_rng_state() -> None:
+    return None
+
+
+def restore_rng(state: RNGState | None) -> None:
+    """Restore ``state`` (``None``: nothing was captured, row-seeded masks)."""
+    if state is None:
+        return
     torch.set_rng_state(state.cpu)
     if state.cuda is not None:
         torch.cuda.set_rng_state_all(state.cuda)
@@ -127,6 +134,7 @@ def cached_loss(
     *,
     autocast: Callable[[], ContextManager] = contextlib.nullcontext,
     average_gradients_over: int = 1,
+    rng_states: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The cached step as a loss: steps 1 and 2's forward (:mod:`trainers.cached_step`) now; backpropagating the
     returned loss (a leaf, so the caller's backward scales it as it scales any loss: the Trainer's gradient
@@ -138,6 +146,10 @@ def cached_loss(
         autocast: a context manager factory around every forward part (the Trainer's mixed precision).
         average_gradients_over: the process count to average gradients over at the end (DDP's reduction, for a
             module used outside its wrapper's forward); 1: no reduction.
+        rng_states: capture each chunk's global RNG state and restore it for the replay (the guard for anything a
+            pass draws from the global generators). ``False``: a step captured as one CUDA graph
+            (``trainers/step_graph.py``), which can neither read nor set them; row-seeded masks only, whose draws
+            are keyed.
     """
     check_cacheable(model)
     input_ids = batch["input_ids"]
@@ -156,11 +168,16 @@ def cached_loss(
             return model.sentence_loss(embeddings.map(lambda t: t[start:end]),
                                        slice_rows(inputs, start, end, batch_size), batch)
 
+    if not rng_states and draws is None:
+        raise ValueError("a cached step with stream masks replays its chunks' masks from their RNG states: "
+                         "rng_states=False needs row-seeded masks")
+    rng_state = capture_rng if rng_states else _no_rng_state
+
     # 1. the no-grad pass, one RNG state per chunk
     states, chunks = [], []
     with torch.no_grad():
         for start, end in bounds:
-            states.append(capture_rng())
+            states.append(rng_state())
             with pass_sentences(draws, start, end):
                 chunks.append(encode(start, end))
     cache = torch.cat(chunks).detach().requires_grad_(True)
@@ -178,14 +195,14 @@ def cached_loss(
         sums: dict[str, torch.Tensor] = {}
         with torch.no_grad():
             for start, end in bounds:
-                part_states.append(capture_rng())
+                part_states.append(rng_state())
                 with pass_sentences(draws, start, end):
                     part, statistics = sentence_part(start, end)
                 total = total + part.detach()
                 for name, value in statistics.items():
                     sums[name] = sums[name] + value if name in sums else value
         metrics = {**metrics, **model.sentence_metrics(sums)}
-    after = capture_rng()
+    after = rng_state()
 
     def backward(scale: torch.Tensor) -> None:
         """Step 2's backward (the per-sentence part chunk by chunk, replayed on its RNG states, then the full-set

@@ -137,7 +137,7 @@ class CLTrainer(TrainerAdapter):
             raise UsageError("--step_graph true needs the fast path's fixed shapes: add --torch_compile true")
         refusal = step_graph_refusal(
             args.device, args.world_size, args.gradient_accumulation_steps,
-            cached_step=bool(getattr(args, "cache_chunk_size", None)),
+            cached_step=bool(getattr(args, "cache_chunk_size", None)), keyed_masks=step_draws(self.model) is not None,
             gradient_checkpointing=args.gradient_checkpointing, compile_mode=args.fast_path_mode,
             model_refusal=self.model.step_graph_refusal())
         if refusal:
@@ -150,20 +150,28 @@ class CLTrainer(TrainerAdapter):
 
     # ---------------------------------------------------------------- training-time metrics
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The model's loss; with ``--cache_chunk_size`` in training, the cached step's
-        (:func:`trainers.cached_step.cached_loss`: its backward, which the stock step runs, replays the chunks)."""
-        chunk_size = getattr(self.args, "cache_chunk_size", None)
-        if chunk_size and model.training:
-            refuse_unsupported(self)
-            loss, metrics = cached_loss(
-                self.accelerator.unwrap_model(model), inputs, chunk_size, autocast=self.accelerator.autocast,
-                average_gradients_over=world_size() if isinstance(model, DistributedDataParallel) else 1)
+        """The model's loss; with ``--cache_chunk_size`` in training, the cached step's (:meth:`cached_step_loss`)."""
+        if self.caches(model):
+            loss, metrics = self.cached_step_loss(model, inputs)
             self.record_training_outputs(loss.detach(), metrics)
             return (loss, None) if return_outputs else loss
         outputs = model(**inputs)
         if model.training:
             self.record_training_outputs(outputs.loss, outputs.metrics)
         return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    def caches(self, model) -> bool:
+        """Whether this training step is the cached step (``--cache_chunk_size``)."""
+        return bool(getattr(self.args, "cache_chunk_size", None)) and model.training
+
+    def cached_step_loss(self, model, inputs, rng_states: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The cached step's loss and metrics (:func:`trainers.cached_step.cached_loss`: its backward, which the stock
+        step runs, replays the chunks; ``rng_states=False`` in a step graph, with row-seeded masks)."""
+        refuse_unsupported(self)
+        return cached_loss(self.accelerator.unwrap_model(model), inputs, self.args.cache_chunk_size,
+                           autocast=self.accelerator.autocast,
+                           average_gradients_over=world_size() if isinstance(model, DistributedDataParallel) else 1,
+                           rng_states=rng_states)
 
     def record_training_outputs(self, loss: torch.Tensor, metrics: dict[str, torch.Tensor] | None) -> None:
         """A training step's loss (divergence check) and metrics (logged means), kept on the device: no sync."""
@@ -266,13 +274,17 @@ class CLTrainer(TrainerAdapter):
         model.train()
         with self.fast_step(inputs):
             with self.compute_loss_context_manager():
-                outputs = model(**inputs)
-            self.accelerator.backward(outputs.loss)
+                if self.caches(model):  # row-seeded (the step graph refuses stream masks here): no RNG states
+                    loss, metrics = self.cached_step_loss(model, inputs, rng_states=False)
+                else:
+                    outputs = model(**inputs)
+                    loss, metrics = outputs.loss, outputs.metrics
+            self.accelerator.backward(loss)
         parameters = self.step_graph.parameters
         max_norm = self.args.max_grad_norm if self.args.max_grad_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-        metrics = {name: value.detach() for name, value in (outputs.metrics or {}).items()}
-        return StepOutputs(outputs.loss.detach(), metrics, grad_norm, [param.grad for param in parameters])
+        metrics = {name: value.detach() for name, value in (metrics or {}).items()}
+        return StepOutputs(loss.detach(), metrics, grad_norm, [param.grad for param in parameters])
 
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """The Trainer's estimate (6 x input tokens x non-embedding parameters, for ``total_flos``), with the parameter

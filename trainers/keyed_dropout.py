@@ -14,7 +14,7 @@ its per-row dropout controllers ``row_seeded`` (``models/dropout.py``); this mod
   replays) keys its masks with it. The step's sentences start at this process's offset in the global batch
   (processes in rank order, as the all-gather concatenates them), so N processes draw one process's masks.
 - :func:`pass_sentences`: a pass over some of the step's sentences (a cached step's chunk): its rows' global
-  indices start at those sentences.
+  indices start at those sentences (with a staged key, the pass's key is computed from it on the device).
 - :meth:`StepDraws.stage`: for a compiled backbone (the fast path, ``trainers/fast_path.py``), the step's seed and
   the pass's first sentence as a device tensor, which the graph reads as an input: its dropout calls compute their
   seeds (:func:`models.row_seeded.call_seed_tensor`), rows' ids and masks from it inside the graph, the same bits as
@@ -68,8 +68,8 @@ class StepDraws:
 
     def stage(self, device: torch.device) -> None:
         """Put the step's seed and the running pass's first sentence on ``device`` for a compiled backbone (the fast
-        path calls this when a step begins; :func:`pass_sentences` again for each pass): one asynchronous copy from
-        pinned memory on a GPU into the run's key tensor, no host sync."""
+        path calls this when a step begins; :func:`pass_sentences` derives each pass's key from it): one
+        asynchronous copy from pinned memory on a GPU into the run's key tensor, no host sync."""
         key = torch.tensor([self.seed, self.first], dtype=torch.int64)
         if device.type == "cuda":
             key = key.pin_memory()
@@ -168,14 +168,12 @@ def pass_sentences(draws: StepDraws | None, start: int, end: int) -> Iterator[No
         return
     first, count, staged = draws.first, draws.count, draws.pass_key
     draws.first, draws.count = first + start, end - start
-    if staged is not None:
-        draws.stage(staged.device)
+    if staged is not None:  # the pass's key from the staged one, on the device (no host copy: a CUDA graph replays it)
+        draws.pass_key = torch.stack((staged[0], staged[1] + start))
     try:
         yield
     finally:
-        draws.first, draws.count = first, count
-        if staged is not None:
-            draws.stage(staged.device)  # the run's key tensor holds the pass's key: the step's again
+        draws.first, draws.count, draws.pass_key = first, count, staged
 
 
 __all__ = ["StepDraws", "install_keyed_draws", "keyed_controllers", "keyed_step", "pass_sentences", "step_draws"]

@@ -32,8 +32,10 @@ run's key tensor on the device before the capture and before each replay (``Step
 draw of the step, compiled or eager, reads it there.
 
 Where it is refused (:func:`step_graph_refusal`), a run that asks for it stops with the reason: no CUDA device, several
-processes, gradient accumulation, the cached step, gradient checkpointing (its recomputation reads the RNG state on
-the host), a compile mode that records CUDA graphs itself.
+processes, gradient accumulation, the cached step with stream masks (its replay restores the RNG state on the host;
+with its default row-seeded masks it is captured like any step: every chunk's passes, the loss and the replay in
+one graph), gradient checkpointing (its recomputation reads the RNG state on the host), a compile mode that records
+CUDA graphs itself.
 A capture that fails keeps the step it ran (the warm-up run's results) and the run goes on with the fast path's
 compiled regions, with a warning.
 """
@@ -94,7 +96,8 @@ class StepOutputs:
 
 
 def step_graph_refusal(device: torch.device, processes: int, accumulation_steps: int, cached_step: bool,
-                       gradient_checkpointing: bool, compile_mode: str | None, model_refusal: str | None) -> str | None:
+                       keyed_masks: bool, gradient_checkpointing: bool, compile_mode: str | None,
+                       model_refusal: str | None) -> str | None:
     """Why a run cannot capture its step as one CUDA graph, or ``None``. (A CPU run is refused unless a test put a
     simulated graph in :data:`new_backend`.)"""
     if device.type != "cuda" and new_backend is CUDAGraphBackend:
@@ -104,8 +107,9 @@ def step_graph_refusal(device: torch.device, processes: int, accumulation_steps:
     if accumulation_steps > 1:
         return (f"--gradient_accumulation_steps {accumulation_steps} adds each micro-batch's gradients to the last's, "
                 "which the graph writes afresh")
-    if cached_step:
-        return "--cache_chunk_size runs its chunks' passes by host logic the graph cannot replay"
+    if cached_step and not keyed_masks:
+        return ("--cache_chunk_size with --dropout_masks stream replays each chunk's masks by restoring the RNG state, "
+                "which a CUDA graph cannot (the cached step's default, row-seeded masks, can)")
     if gradient_checkpointing:
         return "--gradient_checkpointing reads the RNG state on the host to recompute its layers"
     if compile_mode in ("reduce-overhead", "max-autotune"):
