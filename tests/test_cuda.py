@@ -21,8 +21,8 @@ What a CPU test cannot reach is checked here on the device itself:
   classifier equal the CPU's;
 - the step as one CUDA graph (``--step_graph true``, trainers/step_graph.py): every method equals the eager
   step over a capture and three replays, dropout draws new masks at every replay, the script trains, evaluates
-  between replays and exports, and its loop never waits for the host (tests/test_step_graph.py replays the same
-  steps on a CPU simulation of a CUDA graph, exactly).
+  between replays and exports (uncached and cached), and its loop never waits for the host
+  (tests/test_step_graph.py replays the same steps on a CPU simulation of a CUDA graph, exactly).
 
 docs/cuda_paths.md lists every CUDA-only branch and the test covering it (these, or tests/test_cuda_paths.py's CPU
 simulations).
@@ -727,15 +727,17 @@ def test_the_step_graph_draws_new_dropout_masks_at_every_replay(tmp_path):
     assert math.isfinite(losses[0]) and losses[0] != losses[1]
 
 
-def test_the_step_graph_run_trains_evaluates_and_exports_on_the_gpu(gpu_run, tmp_path, capsys):
+@pytest.mark.parametrize("cached", [(), ("--cache_chunk_size", "3")], ids=["uncached", "cached"])
+def test_the_step_graph_run_trains_evaluates_and_exports_on_the_gpu(cached, gpu_run, tmp_path, capsys):
     """``run_unsup.py --step_graph true`` on the GPU's defaults for 8 steps (batch 8 over 32 sentences: two epochs;
     dev evaluation at 4 and 8, between replays; the best checkpoint saved and reloaded): steps 4-8 replayed, the
-    export written, and every logged loss within 2 % of the same run without the step graph (dropout 0)."""
+    export written, and every logged loss within 2 % of the same run without the step graph (dropout 0). Cached:
+    chunks of 3 (row-seeded masks), every chunk's passes and the replay in the graph."""
     import run_unsup
 
     backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.0)
     losses = {}
-    for name, extra in (("fast", ()), ("graph", ("--step_graph", "true"))):
+    for name, extra in (("fast", cached), ("graph", (*cached, "--step_graph", "true"))):
         result, out, metrics = gpu_run(run_unsup.main, "run_unsup.py", ["--method", "simcse", "--model_name_or_path",
                                                                         str(backbone)], capsys, name=name,
                                        overrides=("--max_steps", "8", "--eval_steps", "4", *extra))
