@@ -265,6 +265,34 @@ def test_s_simcse_rates_are_keyed_by_sentence_or_view():
         assert (full.unique().numel() == 12) if sentence_wise else (full.unique().numel() == 2)
 
 
+def test_a_staged_key_gives_the_python_integers_masks_rates_and_pass_keys():
+    """Once the step's key is staged on the device (the fast path, the step graph), every draw reads it there: the
+    same masks and S-SimCSE rates as from the Python integers, in a chunk's pass too, whose key is derived on the
+    device; the key is one tensor for the run, written in place (a CUDA graph reads each step's)."""
+    controller = RowDropoutController("uniform", 0.0, 0.5, sentence_wise=True, masks="row_seeded")
+    dropout = RowDropout(0.25, controller, index=3).train()
+    x, views = torch.randn(12, 5, 8), torch.arange(2).repeat(6)
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor]:
+        with controller.plan(views[4:], num_groups=2):
+            return dropout(x[4:]), controller.rates(8, 0.1, torch.device("cpu"), call=4)
+
+    draws = keyed(controller, 11, first=6, count=6)
+    with pass_sentences(draws, 2, 6):
+        from_integers = draw()
+    draws.stage(torch.device("cpu"))
+    staged = draws.pass_key
+    assert staged.tolist() == [11, 6]
+    with pass_sentences(draws, 2, 6):
+        assert draws.pass_key.tolist() == [11, 8]
+        from_device = draw()
+    assert draws.pass_key is staged and staged.tolist() == [11, 6]
+    assert all(map(torch.equal, from_integers, from_device))
+    draws.seed = 12
+    draws.stage(torch.device("cpu"))
+    assert draws.pass_key is staged and staged.tolist() == [12, 6]
+
+
 # ------------------------------------------------------------------------------------------------ the model
 def test_stream_is_the_default_and_row_seeded_swaps_every_dropout(tmp_path):
     """The model marks its controllers row-seeded; the builder installs the step's draws; the step draws one seed
