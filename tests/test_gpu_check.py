@@ -241,6 +241,13 @@ def test_the_real_loop_table_says_how_many_steps_the_step_graph_replayed():
         markdown(report)
 
 
+def test_a_short_lease_can_run_only_some_cuda_tests(tmp_path):
+    done = run_script("--dry_run", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path), "--only",
+                      "cuda_tests", "--cuda_tests", "step_graph or esimcse")
+    assert done.returncode == 0, done.stderr
+    assert "tests/test_cuda.py -n 8 -k 'step_graph or esimcse' -rs" in done.stdout
+
+
 def test_the_cuda_tests_run_in_worker_processes_only_where_pytest_xdist_is_installed(monkeypatch):
     import importlib.util
 
