@@ -72,8 +72,10 @@ class CUDAGraphBackend:
 
     @contextmanager
     def capturing(self) -> Iterator[None]:
-        """Record the kernels launched inside (nothing runs)."""
-        with torch.cuda.graph(self.graph, stream=self.stream):
+        """Record the kernels launched inside (nothing runs). ``thread_local``, as inductor's CUDA-graph trees capture:
+        the data loader's pin-memory thread may allocate pinned memory meanwhile, which a ``global`` capture would
+        count as an unsafe call of its own."""
+        with torch.cuda.graph(self.graph, stream=self.stream, capture_error_mode="thread_local"):
             yield
 
     def replay(self) -> None:
