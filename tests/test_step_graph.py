@@ -10,7 +10,8 @@ graph (tests/op_tape.py: the recorded operations replayed on the captured tensor
   captured slots (why the capture waits for the model's shapes to settle).
 - Through ``run_unsup.py`` / ``run_diffcse.py``: ``--step_graph true`` logs the steps the fast path without it logs,
   bit for bit (2 warm-up steps, the capture, 4 replays, the short last batch eager; SimCSE evaluating between
-  replays, DiffCSE row-seeded, ESimCSE after its queue fills); a run resumed from a checkpoint captures again and
+  replays, DiffCSE row-seeded, ESimCSE after its queue fills, the cached step with all its chunks' passes in the
+  graph); a run resumed from a checkpoint captures again and
   logs the uninterrupted run's steps; a capture that fails leaves the run on its compiled step with a warning; where
   it cannot hold, the run stops with the reason.
 """
