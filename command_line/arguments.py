@@ -267,8 +267,8 @@ class CLTrainingArguments(TrainingArguments):
     step_graph: bool = field(default=False, metadata={
         "help": "Capture the whole training step (forward, backward, gradient clipping) as one CUDA graph and replay "
                 "it every step (trainers/step_graph.py): one launch instead of the step's host work. Needs the fast "
-                "path on one CUDA device; refused with the reason where it cannot hold (the cached step, gradient "
-                "accumulation, gradient checkpointing, several processes). Off by default until measured on a GPU."})
+                "path on one CUDA device; refused with the reason where it cannot hold (fp16, gradient accumulation, "
+                "gradient checkpointing, several processes). Off by default until measured on a GPU."})
     cache_chunk_size: int | None = field(default=None, metadata={
         "help": "Cached step (GradCache, docs/cached_training.md): encode N sentences at a time, the loss over the "
                 "whole batch; implies --dropout_masks row_seeded (then equal to the uncached step, any N)."})

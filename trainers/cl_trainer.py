@@ -139,7 +139,7 @@ class CLTrainer(TrainerAdapter):
             args.device, args.world_size, args.gradient_accumulation_steps,
             cached_step=bool(getattr(args, "cache_chunk_size", None)), keyed_masks=step_draws(self.model) is not None,
             gradient_checkpointing=args.gradient_checkpointing, compile_mode=args.fast_path_mode,
-            model_refusal=self.model.step_graph_refusal())
+            model_refusal=self.model.step_graph_refusal(), fp16=bool(args.fp16))
         if refusal:
             raise UsageError(f"--step_graph true: {refusal}; leave --step_graph false")
         return StepGraph(self.model, listed_parameters(self.model))

@@ -31,13 +31,12 @@ Row-seeded masks (``--dropout_masks row_seeded``) draw each step's seed on the h
 run's key tensor on the device before the capture and before each replay (``StepDraws.stage``), and every keyed
 draw of the step, compiled or eager, reads it there.
 
-Where it is refused (:func:`step_graph_refusal`), a run that asks for it stops with the reason: no CUDA device, several
-processes, gradient accumulation, the cached step with stream masks (its replay restores the RNG state on the host;
-with its default row-seeded masks it is captured like any step: every chunk's passes, the loss and the replay in
-one graph), gradient checkpointing (its recomputation reads the RNG state on the host), a compile mode that records
-CUDA graphs itself.
-A capture that fails keeps the step it ran (the warm-up run's results) and the run goes on with the fast path's
-compiled regions, with a warning.
+Where it is refused (:func:`step_graph_refusal`), a run that asks for it stops with the reason: no CUDA device,
+several processes, fp16's gradient scaler, gradient accumulation, the cached step with stream masks (its replay
+restores the RNG state on the host; with its default row-seeded masks it is captured like any step: every chunk's
+passes, the loss and the replay in one graph), gradient checkpointing (its recomputation reads the RNG state on the
+host), a compile mode that records CUDA graphs itself. A capture that fails keeps the step it ran (the warm-up run's
+results) and the run goes on with the fast path's compiled regions, with a warning.
 """
 from __future__ import annotations
 
@@ -99,13 +98,16 @@ class StepOutputs:
 
 def step_graph_refusal(device: torch.device, processes: int, accumulation_steps: int, cached_step: bool,
                        keyed_masks: bool, gradient_checkpointing: bool, compile_mode: str | None,
-                       model_refusal: str | None) -> str | None:
+                       model_refusal: str | None, fp16: bool = False) -> str | None:
     """Why a run cannot capture its step as one CUDA graph, or ``None``. (A CPU run is refused unless a test put a
     simulated graph in :data:`new_backend`.)"""
     if device.type != "cuda" and new_backend is CUDAGraphBackend:
         return f"it captures a CUDA graph, and this run trains on {device.type}"
     if processes > 1:
         return "several processes all-reduce their gradients inside the backward (one process only)"
+    if fp16:
+        return ("--fp16's gradient scaler unscales the gradients before clipping and reads on the host whether they "
+                "overflowed, outside the graph's clipping; use --bf16")
     if accumulation_steps > 1:
         return (f"--gradient_accumulation_steps {accumulation_steps} adds each micro-batch's gradients to the last's, "
                 "which the graph writes afresh")
