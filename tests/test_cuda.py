@@ -426,15 +426,11 @@ def test_the_cuda_graph_fast_path_equals_the_eager_step(method, tmp_path):
     assert_the_fast_path_equals_the_eager_step(method, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "H100, torch 2.11 (2026-11-27): ESimCSE's step with its momentum encoder under CUDA graphs gave other gradients "
-    "than the eager step (cosine -0.43); models/esimcse.py refuses CUDA graphs until this passes"))
-def test_esimcse_under_cuda_graphs_gave_other_gradients(tmp_path):
-    """ESimCSE forced under CUDA graphs (``reduce-overhead``): the check above. It failed on an H100, so ESimCSE's
-    ``cuda_graph_refusal`` keeps its fast path off them; when this passes (strict xfail: an XPASS fails the suite),
-    lift that refusal. (The H100 ran it with the queue filling during the compiled steps, a new objective graph
-    warmed up and recorded mid-step; the fast path, and so this check, now compiles ESimCSE's step only once the
-    queue is full.)"""
+def test_esimcse_with_its_momentum_encoder_under_cuda_graphs_is_the_eager_step(tmp_path):
+    """ESimCSE forced under CUDA graphs (``reduce-overhead``): the check above. It failed on an H100 while the queue
+    filled during the compiled steps (a new objective graph warmed up and recorded mid-step: cosine -0.43, torch 2.11,
+    2026-11-27) and ESimCSE refused CUDA graphs; since the fast path compiles ESimCSE's step only once its queue is
+    full, it passed on an H100 (8c80a92, 2026-11-27) and the refusal is gone."""
     assert_the_fast_path_equals_the_eager_step("esimcse", tmp_path, mode="reduce-overhead")
 
 
@@ -493,8 +489,8 @@ def assert_the_fast_path_equals_the_eager_step(method: str, tmp_path, mode: str 
         assert torch.nn.functional.cosine_similarity(fast_grad, eager_grad, dim=0) > 0.99
     assert (compiled.eager_steps, compiled.compiled_steps) == (fill_steps, 3)
     assert compiled.cuda_graphs == (mode == "reduce-overhead")
-    if not forced:  # the mode a run picks: CUDA graphs but for ESimCSE's momentum step
-        assert compiled.cuda_graphs == (method != "esimcse")
+    if not forced:  # the mode a run picks: CUDA graphs
+        assert compiled.cuda_graphs
 
 
 @pytest.mark.parametrize("method, settings", [("simcse", {}), ("s_simcse", {}), ("simcse_pp", {}),
@@ -649,19 +645,34 @@ def test_the_fast_path_loop_never_waits_for_the_host_between_logs(method, extra,
 
 
 # -------------------------------------------------------------------------------------- the step as one CUDA graph
-@pytest.mark.parametrize("method", ["simcse", "sup_simcse", "esimcse", "s_simcse", "simcse_pp", "promptbert",
-                                    "diffcse", "diffcse_row_seeded"])
+#: The step graph's CUDA cases. S-SimCSE and SimCSE++ run row-seeded with dropout 0.1: their per-row dropout draws
+#: on, whatever the backbone's rate (S-SimCSE's sampled rates), from the compiled graph's own RNG stream under stream
+#: masks, so only keyed masks are the eager step's (an H100 gave S-SimCSE's stream-mask step a loss 5.5 % off the
+#: eager one's at its first compiled step, 2026-11-27); and SimCSE++ at dropout 0 is degenerate (its off-dropout
+#: copy equals both views: a gradient norm of 0.015 made of cancelling terms, 10 % apart in bf16 on that H100).
+#: With dropout on, their losses are held to 4 %, not 2 %: on the H100 row-seeded S-SimCSE's second replay (the batch
+#: rotated by 4) came 2.15 % from the eager step's, the others within 2 %, and on a CPU that batch's loss in bf16
+#: autocast is 2.4 % (SimCSE) and 1.8 % (S-SimCSE) from fp32 with the same masks (the other batches 0.05-0.8 %):
+#: bf16's rounding, 1/tau = 20 times over. Other masks (another step key, same batch, CPU) move these losses 3.7-60 %
+#: and their gradients' cosine to 0.15-0.73: the cosine > 0.99 check is what tells masks apart.
+STEP_GRAPH_CASES = ["simcse", "sup_simcse", "esimcse", "s_simcse_row_seeded", "simcse_pp_row_seeded", "promptbert",
+                    "diffcse", "diffcse_row_seeded"]
+
+
+@pytest.mark.parametrize("method", STEP_GRAPH_CASES)
 def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
     """The step captured as one CUDA graph (trainers/step_graph.py; the compiled regions in inductor's default mode
     inside it) against the eager step of a twin: 2 warm-up steps (ESimCSE's first fills its queue of 8 eagerly), the
     captured step (run once on the capture stream), 3 replays, each step on another batch (copied into the static
-    input): losses and gradient norms within 2 %, gradients at cosine > 0.99 (bf16 autocast, clipping to 1, dropout 0
-    in both). Row-seeded DiffCSE: the step's key staged before the capture and each replay, its sampled tokens drawn
-    from it."""
+    input): losses and gradient norms within 2 % (4 % with dropout on), gradients at cosine > 0.99 (bf16 autocast,
+    clipping to 1; dropout 0 in both, 0.1 for row-seeded S-SimCSE and SimCSE++: :data:`STEP_GRAPH_CASES`). Row-seeded: the step's key staged
+    before the capture and each replay, the masks (DiffCSE's sampled tokens) drawn from it."""
     from trainers.fast_path import WARMUP_STEPS, CompiledBackbone
     from trainers.step_graph import StepGraph, StepOutputs
 
-    model, batch_of = fast_path_case(method, tmp_path)
+    keyed_dropout = method.endswith("_row_seeded") and not method.startswith("diffcse")
+    model, batch_of = fast_path_case(method, tmp_path, dropout=0.1 if keyed_dropout else 0.0)
+    tolerance = 4e-2 if keyed_dropout else 2e-2  # bf16's rounding on the masked batches: STEP_GRAPH_CASES
     twin = copy.deepcopy(model)
     compiled = CompiledBackbone(twin, "default", batch_of(0)["input_ids"].size(0))
     graph = StepGraph(twin, list(twin.parameters()))
@@ -695,8 +706,8 @@ def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
                     draws.stage(CUDA)
                 outputs = graph.capture(batch, fast) if step == WARMUP_STEPS else graph.replay(batch)
         loss, norm = outputs.loss.float(), outputs.grad_norm
-        assert abs(loss - expected[0]) <= 2e-2 * abs(expected[0]), (step, loss, expected[0])
-        assert abs(norm - expected[1]) <= 2e-2 * abs(expected[1]), (step, norm, expected[1])
+        assert abs(loss - expected[0]) <= tolerance * abs(expected[0]), (step, loss, expected[0])
+        assert abs(norm - expected[1]) <= tolerance * abs(expected[1]), (step, norm, expected[1])
         assert torch.nn.functional.cosine_similarity(flat_grad(twin), expected[2], dim=0) > 0.99, step
         for network in (model, twin):
             network.zero_grad(set_to_none=True)

@@ -222,8 +222,8 @@ EVALUATED = ["--eval_strategy", "steps", "--eval_steps", "4", "--load_best_model
 def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_path, simulated_graphs, capsys,
                                                      sts_fixture_dir):
     extra = [*extra, "--senteval_dir", str(sts_fixture_dir)]
-    fast, _, _ = run_script(method, files, tmp_path / "fast", extra)
-    graphed, trainer, metrics = run_script(method, files, tmp_path / "graph", [*extra, "--step_graph", "true"])
+    fast, _, _ = run_script(method, files, tmp_path / "fast", [*extra, "--step_graph", "false"])
+    graphed, trainer, metrics = run_script(method, files, tmp_path / "graph", extra)  # the default: the graph
     assert len(graphed) == len(fast) == 8
     for step, (a, b) in enumerate(zip(fast, graphed), start=1):
         assert (a["loss"], a["grad_norm"]) == (b["loss"], b["grad_norm"]), step
@@ -290,7 +290,7 @@ class FailingCapture(OpTape):
 
 def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_path, monkeypatch, caplog, capsys):
     monkeypatch.setattr(step_graph, "new_backend", FailingCapture)
-    fast, _, _ = run_script("simcse", files, tmp_path / "fast", [])
+    fast, _, _ = run_script("simcse", files, tmp_path / "fast", ["--step_graph", "false"])
     graphed, trainer, metrics = run_script("simcse", files, tmp_path / "graph", ["--step_graph", "true"])
     assert [(row["loss"], row["grad_norm"]) for row in graphed] == [(row["loss"], row["grad_norm"]) for row in fast]
     assert trainer.step_graph.failure == "RuntimeError: operation not permitted when stream is capturing"
@@ -319,6 +319,37 @@ def test_a_run_the_step_graph_cannot_hold_stops_with_the_reason(method, extra, r
     assert result.code == 2, result.err
     assert f"--step_graph true: {reason}" in result.err and "leave --step_graph false" in result.err
     assert "Traceback" not in result.err and not (tmp_path / "out" / "export").exists()
+
+
+def test_the_default_captures_the_step_wherever_nothing_refuses_it(caplog):
+    """``--step_graph`` unset: on with the fast path and no refusal; a refusal turns it off (a warning with the
+    reason on a GPU, nothing on a CPU, where it never applies); ``false`` is off; ``true`` where it cannot hold
+    stops the run with the reason and the fix."""
+    from trainers.errors import UsageError
+
+    assert step_graph.step_graph_wanted(None, fast_path=True, refusal=None, on_gpu=True)
+    assert not step_graph.step_graph_wanted(None, fast_path=False, refusal=None, on_gpu=True)
+    assert not step_graph.step_graph_wanted(False, fast_path=True, refusal=None, on_gpu=True)
+    assert step_graph.step_graph_wanted(True, fast_path=True, refusal=None, on_gpu=True)
+    with caplog.at_level("WARNING", logger="trainers.step_graph"):
+        assert not step_graph.step_graph_wanted(None, fast_path=True, refusal="--fp16's reason", on_gpu=False)
+        assert caplog.text == ""
+        assert not step_graph.step_graph_wanted(None, fast_path=True, refusal="--fp16's reason", on_gpu=True)
+    assert "step graph: off, because --fp16's reason; the fast path runs the step" in caplog.text
+    with pytest.raises(UsageError, match="--step_graph true: --fp16's reason; leave --step_graph false"):
+        step_graph.step_graph_wanted(True, fast_path=True, refusal="--fp16's reason", on_gpu=True)
+    with pytest.raises(UsageError, match="needs the fast path's fixed shapes: add --torch_compile true"):
+        step_graph.step_graph_wanted(True, fast_path=False, refusal=None, on_gpu=True)
+
+
+@pytest.mark.parametrize("extra, graph", [([], True), (["--gradient_accumulation_steps", "2"], False)],
+                         ids=["default", "accumulation_refuses"])
+def test_a_run_without_the_flag_takes_the_step_graph_where_it_holds(extra, graph, files, tmp_path, simulated_graphs):
+    """Through ``run_unsup.py`` with no ``--step_graph`` (the simulated graph standing in for a GPU's): the graph
+    is captured on the fast path; gradient accumulation, which it cannot hold, leaves it off and the run trains."""
+    logged, trainer, metrics = run_script("simcse", files, tmp_path / "run", extra)
+    assert logged and (trainer.step_graph is not None) == graph == trainer.args.step_graph
+    assert ("step_graph_replays" in metrics) == graph
 
 
 def test_the_step_graph_needs_the_fast_path(files, tmp_path, capsys):

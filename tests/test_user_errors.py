@@ -96,13 +96,13 @@ def test_a_contrast_batch_of_one_is_refused_with_the_minimum(backbone, corpus, t
 
 
 @pytest.mark.parametrize("method, extra, reason", [
-    ("esimcse", [], "ESimCSE's step with its momentum encoder under CUDA graphs gave other gradients"),
+    ("simcse", ["--cache_chunk_size", "4"], "with --cache_chunk_size, CUDA graphs replay one graph per chunk"),
     ("simcse", ["--gradient_accumulation_steps", "2"], "with --gradient_accumulation_steps 2, each micro-batch's"),
 ])
 def test_cuda_graphs_asked_for_where_they_are_refused_stop_the_run_with_the_reason(method, extra, reason, backbone,
                                                                                      corpus, tmp_path, capsys):
-    """``--torch_compile_mode reduce-overhead`` (CUDA graphs) for ESimCSE's momentum step or with gradient
-    accumulation: one line with the reason and the fix, exit 2, nothing exported."""
+    """``--torch_compile_mode reduce-overhead`` (CUDA graphs) with the cached step or with gradient accumulation: one
+    line with the reason and the fix, exit 2, nothing exported."""
     result = in_process(run_unsup.main, base_args(backbone, corpus, tmp_path / "out") + [
         "--method", method, "--eval_strategy", "no", "--torch_compile", "true", "--torch_compile_mode",
         "reduce-overhead", *extra], capsys)

@@ -8,8 +8,8 @@ per-step method work (ESimCSE's momentum update) runs through :class:`OptimizerS
 
 ``--torch_compile`` runs the fast path (:mod:`trainers.fast_path`): fixed-shape batches, the backbone compiled and
 swapped in for each training step (:meth:`CLTrainer.fast_step`), no host-device sync in the loop. ``--step_graph``
-captures the whole step (forward, backward, clipping) as one CUDA graph and replays it (:mod:`trainers.step_graph`;
-:meth:`CLTrainer.graph_step`).
+(by default on wherever the fast path is on and nothing refuses it) captures the whole step (forward, backward,
+clipping) as one CUDA graph and replays it (:mod:`trainers.step_graph`; :meth:`CLTrainer.graph_step`).
 
 Divergence (NaN/inf) is caught without a host-device sync in the step: :meth:`CLTrainer.compute_loss` records the
 first step with a non-finite loss in a device tensor (:class:`trainers.divergence.DivergenceMonitor`), which is read
@@ -37,7 +37,7 @@ from .divergence import DivergenceMonitor
 from .errors import UsageError
 from .fast_path import CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator
 from .keyed_dropout import keyed_step, step_draws
-from .step_graph import StepGraph, StepOutputs, step_graph_refusal
+from .step_graph import StepGraph, StepOutputs, step_graph_refusal, step_graph_wanted
 from .trainer_adapter import TrainerAdapter, pin_tensorboard_dir
 
 logger = logging.getLogger(__name__)
@@ -95,8 +95,9 @@ class CLTrainer(TrainerAdapter):
             keys = model.fixed_width_keys() if hasattr(model, "fixed_width_keys") else ()
             kwargs["data_collator"] = fixed_shape_collator(kwargs["data_collator"], keys)
         super().__init__(*args, **kwargs)
+        self.args.step_graph = self.wants_step_graph()  # resolved: the compile mode and the summary read it
         self.compiled_backbone = self.compile_backbone() if fast_path else None
-        self.step_graph = self.build_step_graph() if getattr(self.args, "step_graph", False) else None
+        self.step_graph = StepGraph(self.model, listed_parameters(self.model)) if self.args.step_graph else None
         self._reported_warmup = 0.0
         self._dev_encoder = None
         self.senteval_dir = senteval_dir
@@ -130,19 +131,18 @@ class CLTrainer(TrainerAdapter):
         return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
                                 backend=self.args.fast_path_backend, chunk_size=chunk_size)
 
-    def build_step_graph(self) -> StepGraph:
-        """The step's CUDA graph (:mod:`trainers.step_graph`); a run it cannot hold for stops here with the reason."""
+    def wants_step_graph(self) -> bool:
+        """Whether the step is captured as one CUDA graph (:mod:`trainers.step_graph`): ``--step_graph``, by default
+        wherever the fast path is on and nothing refuses it; asked for where it cannot hold, the run stops here with
+        the reason."""
         args = self.args
-        if not args.fast_path:
-            raise UsageError("--step_graph true needs the fast path's fixed shapes: add --torch_compile true")
         refusal = step_graph_refusal(
             args.device, args.world_size, args.gradient_accumulation_steps,
             cached_step=bool(getattr(args, "cache_chunk_size", None)), keyed_masks=step_draws(self.model) is not None,
             gradient_checkpointing=args.gradient_checkpointing, compile_mode=args.fast_path_mode,
-            model_refusal=self.model.step_graph_refusal(), fp16=bool(args.fp16))
-        if refusal:
-            raise UsageError(f"--step_graph true: {refusal}; leave --step_graph false")
-        return StepGraph(self.model, listed_parameters(self.model))
+            model_refusal=self.model.step_graph_refusal(), fp16=bool(args.fp16)) if args.fast_path else None
+        return step_graph_wanted(getattr(args, "step_graph", False), bool(args.fast_path), refusal,
+                                 on_gpu=args.device.type == "cuda")
 
     def fast_step(self, inputs: dict[str, Any]):
         """The context of one training step: the compiled backbone swapped in on the fast path, else nothing."""

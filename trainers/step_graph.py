@@ -1,5 +1,6 @@
-"""The whole training step as one CUDA graph (``--step_graph true``): forward, backward and gradient clipping
-captured once and replayed at every later step, so the host launches one graph instead of each region's kernels.
+"""The whole training step as one CUDA graph (``--step_graph``, on by default on one GPU): forward, backward and
+gradient clipping captured once and replayed at every later step, so the host launches one graph instead of each
+region's kernels.
 
 Why: on an H100 the fast path's SimCSE step (18.5 ms at batch 64) spent most of its time on the host between its
 compiled regions: the method's Python around the backbones, the autograd engine, the clipping's 199 tensors
@@ -31,12 +32,15 @@ Row-seeded masks (``--dropout_masks row_seeded``) draw each step's seed on the h
 run's key tensor on the device before the capture and before each replay (``StepDraws.stage``), and every keyed
 draw of the step, compiled or eager, reads it there.
 
+When it is on (:func:`step_graph_wanted`): by default wherever the fast path is on and nothing refuses it, i.e. one
+GPU training in bf16 (an H100 ran SimCSE's real loop at 5,746 sentences/s with it, 2026-11-27; docs/benchmarks.md).
 Where it is refused (:func:`step_graph_refusal`), a run that asks for it stops with the reason: no CUDA device,
 several processes, fp16's gradient scaler, gradient accumulation, the cached step with stream masks (its replay
 restores the RNG state on the host; with its default row-seeded masks it is captured like any step: every chunk's
 passes, the loss and the replay in one graph), gradient checkpointing (its recomputation reads the RNG state on the
 host), a compile mode that records CUDA graphs itself. A capture that fails keeps the step it ran (the warm-up run's
-results) and the run goes on with the fast path's compiled regions, with a warning.
+results) and the run goes on with the fast path's compiled regions, with a warning. Under the default a refusal
+only turns the graph off (a warning with the reason on a GPU): the fast path runs the step.
 """
 from __future__ import annotations
 
@@ -48,9 +52,11 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 from torch import nn
 
+from .errors import UsageError
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["CUDAGraphBackend", "StepGraph", "StepOutputs", "new_backend", "step_graph_refusal"]
+__all__ = ["CUDAGraphBackend", "StepGraph", "StepOutputs", "new_backend", "step_graph_refusal", "step_graph_wanted"]
 
 
 class CUDAGraphBackend:
@@ -120,6 +126,27 @@ def step_graph_refusal(device: torch.device, processes: int, accumulation_steps:
         return (f"--torch_compile_mode {compile_mode} records CUDA graphs of its own inside the step's; leave it "
                 "unset (the compiled regions then use inductor's default mode)")
     return model_refusal
+
+
+def step_graph_wanted(requested: bool | None, fast_path: bool, refusal: str | None, on_gpu: bool) -> bool:
+    """Whether a run captures its step: ``requested`` (``--step_graph``) ``False``: no; ``True``: yes, where the
+    fast path is on and :func:`step_graph_refusal` gives no ``refusal`` (else :class:`UsageError` with the reason
+    and the fix); ``None`` (the default): wherever the fast path is on and nothing refuses it, a refusal logged as a
+    warning when the run trains on a GPU (``on_gpu``; on a CPU the graph never applies)."""
+    if requested is False:
+        return False
+    if not fast_path:
+        if requested:
+            raise UsageError("--step_graph true needs the fast path's fixed shapes: add --torch_compile true")
+        return False
+    if refusal is None:
+        return True
+    if requested:
+        raise UsageError(f"--step_graph true: {refusal}; leave --step_graph false")
+    if on_gpu:
+        logger.warning("step graph: off, because %s; the fast path runs the step (--step_graph false says so)",
+                       refusal)
+    return False
 
 
 class StepGraph:
