@@ -77,20 +77,26 @@ class Step:
     output: Path
 
 
+#: The fast path without the step graph (``--step_graph false``; the step graph is the GPU default since 2026-11-27).
+FAST_ALONE = ("--step_graph", "false")
+
 #: The real-loop runs (``bench.real_loop``): (step name, method, fast path, steps, ``bench.real_loop``'s further
-#: options, the script's further flags). SimCSE for 1,000 steps on the fast path and eager (the issue's measure);
-#: every other method's fast path for 300, and SimCSE's with row-seeded masks (the keyed masks inside the compiled
-#: graph: their cost is its time over ``fast``'s); SimCSE at batch 512 uncached and cached in chunks of 128 (row-seeded
-#: masks, the cached step's default), both on the fast path: the cached step's cost is the ratio of their rates.
-REAL_LOOPS = (("fast", "simcse", "true", "1000", (), ()),
+#: options, the script's further flags). SimCSE for 1,000 steps with the step graph (the GPU default), on the fast path
+#: alone and eager (the issue's measure); every other method's step graph and fast path alone for 300, and SimCSE's
+#: with row-seeded masks (the keyed masks inside the compiled graph: their cost is its time over ``fast``'s); SimCSE at
+#: batch 512 uncached and cached in chunks of 128 (row-seeded masks, the cached step's default), both ways: the
+#: cached step's cost is the ratio of their rates.
+REAL_LOOPS = (("fast", "simcse", "true", "1000", (), FAST_ALONE),
               ("step_graph", "simcse", "true", "1000", (), ("--step_graph", "true")),
               ("eager", "simcse", "false", "1000", (), ()),
-              *((f"fast_{method}", method, "true", "300", (), ())
+              *((f"fast_{method}", method, "true", "300", (), FAST_ALONE)
                 for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")),
-              ("fast_row_seeded", "simcse", "true", "300", (), ("--dropout_masks", "row_seeded")),
-              ("fast_b512", "simcse", "true", "200", ("--batch_size", "512"), ()),
-              ("fast_b512_cached", "simcse", "true", "200", ("--batch_size", "512"), ("--cache_chunk_size", "128")),
-              ("fast_diffcse_official_code", "diffcse", "true", "300", (), ("--fidelity", "official_code")),
+              ("fast_row_seeded", "simcse", "true", "300", (), ("--dropout_masks", "row_seeded", *FAST_ALONE)),
+              ("fast_b512", "simcse", "true", "200", ("--batch_size", "512"), FAST_ALONE),
+              ("fast_b512_cached", "simcse", "true", "200", ("--batch_size", "512"),
+               ("--cache_chunk_size", "128", *FAST_ALONE)),
+              ("fast_diffcse_official_code", "diffcse", "true", "300", (),
+               ("--fidelity", "official_code", *FAST_ALONE)),
               *((f"step_graph_{method}", method, "true", "300", (), ("--step_graph", "true"))
                 for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")),
               ("step_graph_b512", "simcse", "true", "200", ("--batch_size", "512"), ("--step_graph", "true")),
@@ -133,7 +139,8 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
           for name, method, flag, steps, options, extra in REAL_LOOPS),
         Step("step_profile", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true", "--steps",
                               "120", "--profile_steps", "80:120", *vocab, "--workdir", str(work_dir / "real_loop"),
-                              "--output_json", str(work_dir / "step_profile.json")), work_dir / "step_profile.json"),
+                              "--output_json", str(work_dir / "step_profile.json"), "--", *FAST_ALONE),
+             work_dir / "step_profile.json"),
         Step("step_profile_graph", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true",
                                     "--steps", "120", "--profile_steps", "80:120", *vocab, "--workdir",
                                     str(work_dir / "real_loop"), "--run_name", "step_profile_graph", "--output_json",

@@ -39,11 +39,14 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
     assert "accelerate launch run_unsup.py --method esimcse --dup_rate 0.32 " in done.stdout
     assert "--output_json " + str(tmp_path / "raw" / "real_loop_fast_row_seeded.json") + " -- --dropout_masks row_seeded" \
-        in done.stdout
+        " --step_graph false" in done.stdout
     assert re.search(r"--method simcse --fast_path true --steps 200 --batch_size 512 .*real_loop_fast_b512_cached.json "
-                     r"-- --cache_chunk_size 128\n", done.stdout)
+                     r"-- --cache_chunk_size 128 --step_graph false\n", done.stdout)
     assert re.search(r"--method diffcse --fast_path true --steps 300 .*real_loop_fast_diffcse_official_code.json "
-                     r"-- --fidelity official_code\n", done.stdout)
+                     r"-- --fidelity official_code --step_graph false\n", done.stdout)
+    # the fast path alone (the step graph is the GPU default)
+    assert re.search(r"--steps 1000 .*real_loop_fast.json -- --step_graph false\n", done.stdout)
+    assert re.search(r"--profile_steps 80:120 .*step_profile.json -- --step_graph false\n", done.stdout)
     assert re.search(r"--method promptbert --fast_path true --steps 300 .*real_loop_step_graph_promptbert.json "
                      r"-- --step_graph true\n", done.stdout)
     assert re.search(r"--profile_steps 80:120 .*step_profile_graph.json -- --step_graph true\n", done.stdout)
@@ -155,9 +158,13 @@ def test_the_committed_gpu_report_renders():
                     "keyed_masks": "| bert-base | 64 | bf16 | stream |", "end_to_end": "## What users run",
                     "real_loop_fast": "| fast path (--torch_compile true) |",
                     "optimizer_step": "## The end of the step: clipping + AdamW"}
-        assert any(key in report for key in sections)
+        step_graph_loops = [key for key in report if key.startswith("real_loop_step_graph")]
+        assert any(key in report for key in sections) or step_graph_loops
         for key, row in sections.items():
             assert (row in text) == (key in report), (path.name, key)
+        for key in step_graph_loops:  # e.g. "| simcse | fast path (--torch_compile true) --step_graph true (997 ..."
+            replays = report[key]["step_graph_replays"]
+            assert f"--step_graph true ({replays} steps replayed) |" in text, (path.name, key)
         assert path.with_suffix(".md").read_text() == text  # the committed table is this report's
 
 
