@@ -83,7 +83,8 @@ FAST_ALONE = ("--step_graph", "false")
 #: The real-loop runs (``bench.real_loop``): (step name, method, fast path, steps, ``bench.real_loop``'s further
 #: options, the script's further flags). SimCSE for 1,000 steps with the step graph (the GPU default), on the fast path
 #: alone and eager (the issue's measure); every other method's step graph and fast path alone for 300, and SimCSE's
-#: with row-seeded masks (the keyed masks inside the compiled graph: their cost is its time over ``fast``'s); SimCSE at
+#: with row-seeded masks both ways (the keyed masks inside the graph: their cost is its time over the stream masks'
+#: run, ``fast`` or ``step_graph``); SimCSE at
 #: batch 512 uncached and cached in chunks of 128 (row-seeded masks, the cached step's default), both ways: the
 #: cached step's cost is the ratio of their rates.
 REAL_LOOPS = (("fast", "simcse", "true", "1000", (), FAST_ALONE),
@@ -99,6 +100,8 @@ REAL_LOOPS = (("fast", "simcse", "true", "1000", (), FAST_ALONE),
                ("--fidelity", "official_code", *FAST_ALONE)),
               *((f"step_graph_{method}", method, "true", "300", (), ("--step_graph", "true"))
                 for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")),
+              ("step_graph_row_seeded", "simcse", "true", "300", (), ("--dropout_masks", "row_seeded", "--step_graph",
+                                                                    "true")),
               ("step_graph_b512", "simcse", "true", "200", ("--batch_size", "512"), ("--step_graph", "true")),
               ("step_graph_b512_cached", "simcse", "true", "200", ("--batch_size", "512"),
                ("--cache_chunk_size", "128", "--step_graph", "true")))

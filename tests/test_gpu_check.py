@@ -32,7 +32,8 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                                    "real_loop_fast_diffcse_official_code", "real_loop_step_graph_esimcse",
                                    "real_loop_step_graph_promptbert",
                                    "real_loop_step_graph_diffcse", "real_loop_step_graph_simcse_pp",
-                                   "real_loop_step_graph_s_simcse", "real_loop_step_graph_b512",
+                                   "real_loop_step_graph_s_simcse", "real_loop_step_graph_row_seeded",
+                                   "real_loop_step_graph_b512",
                                    "real_loop_step_graph_b512_cached", "step_profile", "step_profile_graph", "mnrl_b64", "optimizer_step", "eval_speed",
                                    "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
@@ -54,7 +55,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                      r"--step_graph true\n", done.stdout)
     # each real-loop run its own folder and log in the shared work directory (19 loops and the step graph's profile)
     run_names = re.findall(r"--workdir \S+/real_loop --run_name (\S+) ", done.stdout)
-    assert len(set(run_names)) == len(run_names) == 20 and "real_loop_fast_b512_cached" in run_names
+    assert len(set(run_names)) == len(run_names) == 21 and "real_loop_fast_b512_cached" in run_names
     assert "-m pytest -q -m cuda tests/test_cuda.py -n 8 -rs" in done.stdout  # pytest-xdist is installed here
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
