@@ -135,13 +135,13 @@ class CLTrainer(TrainerAdapter):
         """Whether the step is captured as one CUDA graph (:mod:`trainers.step_graph`): ``--step_graph``, by default
         wherever the fast path is on and nothing refuses it; asked for where it cannot hold, the run stops here with
         the reason."""
-        args = self.args
+        args, fast_path = self.args, bool(getattr(self.args, "fast_path", False))
         refusal = step_graph_refusal(
             args.device, args.world_size, args.gradient_accumulation_steps,
             cached_step=bool(getattr(args, "cache_chunk_size", None)), keyed_masks=step_draws(self.model) is not None,
             gradient_checkpointing=args.gradient_checkpointing, compile_mode=args.fast_path_mode,
-            model_refusal=self.model.step_graph_refusal(), fp16=bool(args.fp16)) if args.fast_path else None
-        return step_graph_wanted(getattr(args, "step_graph", False), bool(args.fast_path), refusal,
+            model_refusal=self.model.step_graph_refusal(), fp16=bool(args.fp16)) if fast_path else None
+        return step_graph_wanted(getattr(args, "step_graph", False), fast_path, refusal,
                                  on_gpu=args.device.type == "cuda")
 
     def fast_step(self, inputs: dict[str, Any]):
