@@ -81,6 +81,19 @@ def dup_length(num_units: int, dup_rate: float, rule: str, rng: random.Random, n
     return min(length, num_units)
 
 
+def most_dup_length(longest_input: int, dup_rate: float, rule: str, special_tokens: int = 0) -> int:
+    """The largest :func:`dup_length` of any sentence of at most ``longest_input`` tokens, its ``special_tokens``
+    included (both rules grow with the sentence's N units, N + specials <= n): the paper's
+    ``min(N, max(2, int(dup_rate * N)))`` at N = n - specials, the code's ``min(10, int(dup_rate * n)) - 1`` (at
+    least 0)."""
+    if rule == "paper":
+        units = max(longest_input - special_tokens, 0)
+        return min(units, max(2, int(dup_rate * units)))
+    if rule == "code":
+        return max(min(10, int(dup_rate * longest_input)) - 1, 0)
+    raise ValueError(f"dup length rule {rule!r}; choose 'paper' or 'code'")
+
+
 class EpochDraws:
     """Holds the ``seed`` and ``epoch`` that an augmentation's per-sentence draws are keyed on; the trainer calls
     :meth:`set_epoch` at every epoch start (:class:`trainers.cl_trainer.CollatorEpochHook`)."""
@@ -152,6 +165,8 @@ class LengthExtender(EpochDraws):
         self.rule, self.mode, self.resample, self.filler, self.seed = rule, mode, resample, filler, seed
         self.epoch = 0
         self.special_ids = frozenset(tokenizer.all_special_ids)
+        #: The special tokens the collator's tokenizer adds to each sentence (never picked: not units).
+        self.special_tokens = tokenizer.num_special_tokens_to_add(pair=False)
         self.mask_id = tokenizer.mask_token_id
         if mode in ("mask", "mlm_prediction") and self.mask_id is None:
             raise ValueError(f"mode={mode!r} needs a tokenizer with a mask token")
@@ -169,6 +184,19 @@ class LengthExtender(EpochDraws):
         if not ids:
             raise ValueError("no English stop-word is a single token of this tokenizer")
         return tuple(dict.fromkeys(ids))
+
+    def longest_output(self, longest_input: int) -> int:
+        """The longest sentence :meth:`extend` returns from one of at most ``longest_input`` tokens: the fixed width
+        of a compiled step (:attr:`data.collators.ContrastiveCollator.max_width`; 41 at ESimCSE's defaults, 32
+        tokens with [CLS] and [SEP], ``dup_rate`` 0.32). Each picked unit adds one token (a repeated sub-word, a stop-word, a
+        ``[MASK]``), or, repeating whole words, the word's pieces (at most the sentence again); at most
+        :func:`most_dup_length` units are picked; ``truncate_to`` caps the result."""
+        if self.dup_type == "word" and self.mode == "repetition":
+            added = longest_input
+        else:
+            added = min(most_dup_length(longest_input, self.dup_rate, self.rule, self.special_tokens), longest_input)
+        longest = longest_input + added
+        return longest if self.truncate_to is None else min(longest, self.truncate_to)
 
     # ------------------------------------------------------------------------------------------------ units
     def units(self, body: Sequence[int]) -> list[tuple[int, int]]:
@@ -277,4 +305,4 @@ class MaskedLMFiller:
 
 
 __all__ = ["LENGTH_EXTENSIONS", "STOP_WORDS", "EpochDraws", "LengthExtender", "MaskedLMFiller", "WordBoundaries",
-           "dup_length", "seeded_rng"]
+           "dup_length", "most_dup_length", "seeded_rng"]

@@ -60,9 +60,15 @@ class ContrastiveCollator:
 
     @property
     def max_width(self) -> int:
-        """The widest batch this collator can make: ``max_length``, twice that with an augmenter (which may at most
-        double a sentence)."""
-        return self.max_length * (2 if any(a is not None for a in self.view_augmenters) else 1)
+        """The widest batch this collator can make: ``max_length``, or what an augmenter makes of it: its
+        ``longest_output(max_length)`` (ESimCSE's repetition: 41 at its defaults, :class:`data.augment.
+        LengthExtender`), else twice that (an augmentation may at most double a sentence)."""
+        widths = [self.max_length]
+        for augment in self.view_augmenters:
+            if augment is not None:
+                longest = getattr(augment, "longest_output", None)
+                widths.append(longest(self.max_length) if longest is not None else 2 * self.max_length)
+        return max(widths)
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Token ids of ``texts`` (special tokens included), truncated to ``max_length``, unpadded."""

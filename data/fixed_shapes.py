@@ -4,9 +4,10 @@ A compiled step (``trainers/fast_path.py``) specialises on its input shapes; a b
 (what every collator does, ``data.collators``) has a new width almost every step, so the step would recompile.
 :class:`FixedShapeCollator` wraps any collator of this package and pads the views' keys (``input_ids``,
 ``attention_mask``, ``token_type_ids``, ``[B, V, L]``) on the right to one width: the collator's ``max_width``, the
-widest batch it can make (``max_length``; ESimCSE's lengthened positive: twice that; PromptBERT: ``max_length`` plus
-the longest template). One width means one compiled graph per pass; a smaller second width would rarely serve, since
-a batch of 64 almost always holds one sentence long enough to need the full width.
+widest batch it can make (``max_length``; ESimCSE's lengthened positive: plus the most its repetition adds, 41 of
+32 at its defaults; PromptBERT: ``max_length`` plus the longest template). One width means one compiled graph per
+pass; a smaller second width would rarely serve, since a batch of 64 almost always holds one sentence long enough to
+need the full width.
 
 Padding changes no result: a padded position is masked out of attention and pooling (tests/test_fast_path.py checks
 every method's loss). Other keys are padded only where the model says their padding changes nothing

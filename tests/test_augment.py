@@ -99,6 +99,49 @@ def test_opt_in_truncation_cuts_the_body_from_the_end(tokenizer, body, rate, tru
     assert kept[:-1] == ids[: len(kept) - 1] and kept[-1] == SEP  # a prefix of the original, [SEP] kept
 
 
+@settings(max_examples=200, deadline=None)
+@given(body=st.lists(st.integers(5, 60), min_size=0, max_size=40), longest=st.integers(2, 42),
+       rate=st.floats(0.0, 1.0), rule=st.sampled_from(["paper", "code"]),
+       mode=st.sampled_from(["repetition", "stopword", "mask"]), truncate_to=st.sampled_from([None, 2, 12, 30]),
+       seed=st.integers(0, 1000))
+def test_no_sentence_outgrows_the_longest_output(tokenizer, body, longest, rate, rule, mode, truncate_to, seed):
+    """``longest_output(n)`` (a compiled step's fixed width) bounds every result from a sentence of at most n
+    tokens, whatever its draw."""
+    ids = [CLS] + body[: longest - 2] + [SEP]
+    extender = LengthExtender(tokenizer, truncate_to, dup_rate=rate, rule=rule, mode=mode, seed=seed)
+    assert len(extender([ids])[0]) <= extender.longest_output(longest)
+
+
+@pytest.mark.parametrize("rule, rate, expected", [("paper", 0.32, 41), ("code", 0.32, 41), ("paper", 0.1, 35),
+                                                  ("code", 0.1, 34), ("paper", 0.0, 34), ("code", 0.0, 32)])
+def test_the_longest_output_is_reached(tokenizer, rule, rate, expected):
+    """The bound is tight: written out from each rule at 32 tokens (30 sub-words, [CLS] and [SEP]: the paper's
+    max(2, int(rate * 30)) units, the code's min(10, int(rate * 32)) - 1), some draw of a 32-token sentence reaches
+    it (ESimCSE's defaults: 41, where the bound was 64, twice 32); 30 sentences of 32 tokens, 40 epochs."""
+    extender = LengthExtender(tokenizer, dup_rate=rate, rule=rule, seed=0)
+    assert extender.longest_output(32) == expected
+    sentences = [[CLS] + [5 + (k + j) % 50 for j in range(30)] + [SEP] for k in range(30)]
+    longest = 0
+    for epoch in range(40):
+        extender.set_epoch(epoch)
+        longest = max(longest, *(len(ids) for ids in extender(sentences)))
+    assert longest == expected
+
+
+def test_whole_words_repeated_may_double_a_sentence(piece_tokenizer):
+    """Repeating whole words adds each picked word's pieces: the bound stays twice the sentence (a two-word
+    sentence of 3-piece words, both picked, doubles); inserting one token per word keeps the unit count's bound."""
+    words = LengthExtender(piece_tokenizer, dup_rate=0.32, dup_type="word", seed=0)
+    assert words.longest_output(32) == 64
+    ids = piece_tokenizer("microbiology microbiology")["input_ids"]
+    lengths = set()
+    for epoch in range(40):
+        words.set_epoch(epoch)
+        lengths.add(len(words([ids])[0]))
+    assert max(lengths) == 2 * len(ids) - 2  # every word repeated: the body twice, [CLS] and [SEP] once
+    assert LengthExtender(piece_tokenizer, dup_rate=0.32, dup_type="word", mode="mask").longest_output(32) == 41
+
+
 def expected_added_length(input_len: int, rate: float, rule: str) -> dict[int, float]:
     """The distribution of the number of repeated sub-words for a sentence of ``input_len`` tokens ([CLS] and
     [SEP] included), written out from each rule's definition:
