@@ -252,7 +252,8 @@ def training_figures(output_dir: Path) -> dict:
         if path.is_file():
             results = json.loads(path.read_text())
             for key in ("train_steps_per_second", "train_samples_per_second", "train_runtime", "evaluation_seconds",
-                        "peak_gpu_memory_mib", "eval_stsb_spearman", "before_stsb_spearman", "train_precision"):
+                        "peak_gpu_memory_mib", "eval_stsb_spearman", "before_stsb_spearman", "train_precision",
+                        "step_graph_replays"):
                 if key in results:
                     figures[key] = results[key]
     from bench.real_loop import read_log
@@ -276,10 +277,12 @@ def training_figures(output_dir: Path) -> dict:
 
 
 def markdown(report: dict) -> str:
-    """The stage as a Markdown table."""
+    """The stage as a Markdown table (a column of the steps the step graph replayed where a run says)."""
+    replayed = any("step_graph_replays" in command["figures"] for command in report["commands"])
     lines = [f"Prepared: {report['prepared']}", "",
              "| command | exit | wall s | steps/s (Trainer) | samples/s (Trainer) | steady sentences/s | eval s | "
-             "peak GPU MiB | STS-B dev |", "|---|---|---|---|---|---|---|---|---|"]
+             "peak GPU MiB | STS-B dev |" + (" steps replayed (step graph) |" if replayed else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if replayed else "")]
     for command in report["commands"]:
         f = command["figures"]
 
@@ -289,7 +292,8 @@ def markdown(report: dict) -> str:
         lines.append(f"| {command['name']} | {command['exit']} | {command['seconds']} | "
                      f"{cell('train_steps_per_second', '{:.2f}')} | {cell('train_samples_per_second')} | "
                      f"{cell('steady_sentences_per_second')} | {cell('evaluation_seconds')} | "
-                     f"{cell('peak_gpu_memory_mib', '{:,.0f}')} | {cell('eval_stsb_spearman', '{:.2f}')} |")
+                     f"{cell('peak_gpu_memory_mib', '{:,.0f}')} | {cell('eval_stsb_spearman', '{:.2f}')} |"
+                     + (f" {cell('step_graph_replays', '{:,}')} |" if replayed else ""))
     lines += ["", "Commands:", ""] + [f"- `{c['name']}`: `{c['shell']}`" for c in report["commands"]]
     return "\n".join(lines) + "\n"
 

@@ -56,13 +56,13 @@ def test_training_figures_read_what_the_run_wrote(tmp_path):
     (tmp_path / "train_results.json").write_text(json.dumps({"train_steps_per_second": 12.5,
                                                              "train_samples_per_second": 800.0}))
     (tmp_path / "all_results.json").write_text(json.dumps({"evaluation_seconds": 1.5, "peak_gpu_memory_mib": 3000.0,
-                                                           "eval_stsb_spearman": 70.1}))
+                                                           "eval_stsb_spearman": 70.1, "step_graph_replays": 97}))
     history = [{"step": 25, "loss": 1.0, "sentences_per_second": 100.0}, {"step": 50, "sentences_per_second": 900.0},
                {"step": 75, "sentences_per_second": 1100.0}, {"step": 100, "eval_stsb_spearman": 70.1}]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     figures = training_figures(tmp_path)
     assert figures == {"train_steps_per_second": 12.5, "train_samples_per_second": 800.0, "evaluation_seconds": 1.5,
-                       "peak_gpu_memory_mib": 3000.0, "eval_stsb_spearman": 70.1,
+                       "peak_gpu_memory_mib": 3000.0, "eval_stsb_spearman": 70.1, "step_graph_replays": 97,
                        "first_window_sentences_per_second": 100.0, "steady_sentences_per_second": 1000.0,
                        "global_step": 100}
 
@@ -84,3 +84,7 @@ def test_a_tiny_end_to_end_stage_trains_kills_resumes_and_evaluates(tmp_path, st
     assert "eval_stsb_spearman" in by_name["simcse"]["figures"] and by_name["simcse"]["figures"]["global_step"] == 4
     assert json.loads((tmp_path / "work" / "eval_sts_test.json").read_text())["avg"] is not None
     assert "| simcse_resumed | 0 |" in gpu_e2e.markdown(report)
+    assert "steps replayed" not in gpu_e2e.markdown(report)  # a CPU run has no step graph
+    report["commands"][0]["figures"]["step_graph_replays"] = 1234
+    table = gpu_e2e.markdown(report)
+    assert "| STS-B dev | steps replayed (step graph) |" in table and " | 1,234 |\n" in table
