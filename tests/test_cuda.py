@@ -319,14 +319,19 @@ def gpu_run(tmp_path, sts_fixture_dir, restore_precision):
     return run
 
 
+#: Enough steps for the default's step graph to capture and replay (evaluating at steps 3 and 6).
+SIX_STEPS = ("--max_steps", "6", "--eval_steps", "3")
+
+
 @pytest.mark.parametrize("method, extra", [("simcse", []), ("esimcse", ["--queue_size", "8"]), ("promptbert", []),
                                            ("simcse", ["--cache_chunk_size", "4"]), ("diffcse", [])],
                          ids=["simcse", "esimcse", "promptbert", "simcse_cached", "diffcse"])
 def test_the_scripts_train_evaluate_and_export_on_the_gpu_defaults(method, extra, gpu_run, tmp_path, capsys):
     """The user's default GPU run (it once crashed at its first evaluation): bf16 autocast, TF32, pinned memory and
-    fused AdamW; STS-B dev before, during and after training (fp32 on the device), the export, the peak GPU memory.
-    PromptBERT: its template-only pass on the device; DiffCSE: the generator's edit on the device; cached: the
-    Trainer's autocast around the chunks and the keyed masks' CUDA kernel."""
+    fused AdamW, the fast path and its step graph (6 steps: 2 warm-up, the capture, replays; ESimCSE's first step
+    fills its queue); STS-B dev before, during and after training (fp32 on the device), the export, the peak GPU
+    memory. PromptBERT: its template-only pass on the device; DiffCSE: the generator's edit on the device; cached:
+    the Trainer's autocast around the chunks and the keyed masks' CUDA kernel."""
     import run_diffcse
     import run_unsup
     from tests.tiny import save_tiny_generator
@@ -335,10 +340,12 @@ def test_the_scripts_train_evaluate_and_export_on_the_gpu_defaults(method, extra
     argv = ["--model_name_or_path", str(backbone), *extra]
     if method == "diffcse":
         argv += ["--generator_name", str(save_tiny_generator(tmp_path / "generator"))]
-        result, out, metrics = gpu_run(run_diffcse.main, "run_diffcse.py", argv, capsys)
+        result, out, metrics = gpu_run(run_diffcse.main, "run_diffcse.py", argv, capsys, overrides=SIX_STEPS)
     else:
-        result, out, metrics = gpu_run(run_unsup.main, "run_unsup.py", ["--method", method, *argv], capsys)
+        result, out, metrics = gpu_run(run_unsup.main, "run_unsup.py", ["--method", method, *argv], capsys,
+                                       overrides=SIX_STEPS)
     assert result.code == 0, result.err[-3000:] + result.out[-3000:]
+    assert metrics["step_graph_replays"] == (2 if method == "esimcse" else 3)  # the default's step graph
     assert metrics["train_precision"] == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
     assert metrics["peak_gpu_memory_mib"] > 0 and metrics["eval_dtype"] == "fp32"
     assert {"before_stsb_spearman", "eval_stsb_spearman", "best_model_checkpoint"} <= set(metrics)
