@@ -188,8 +188,8 @@ class LengthExtender(EpochDraws):
     def longest_output(self, longest_input: int) -> int:
         """The longest sentence :meth:`extend` returns from one of at most ``longest_input`` tokens: the fixed width
         of a compiled step (:attr:`data.collators.ContrastiveCollator.max_width`; 41 at ESimCSE's defaults, 32
-        tokens with [CLS] and [SEP], ``dup_rate`` 0.32). Each picked unit adds one token (a repeated sub-word, a stop-word, a
-        ``[MASK]``), or, repeating whole words, the word's pieces (at most the sentence again); at most
+        tokens with [CLS] and [SEP], ``dup_rate`` 0.32). Each picked unit adds one token (a repeated sub-word, a
+        stop-word, a ``[MASK]``), or, repeating whole words, the word's pieces (at most the sentence again); at most
         :func:`most_dup_length` units are picked; ``truncate_to`` caps the result."""
         if self.dup_type == "word" and self.mode == "repetition":
             added = longest_input
