@@ -672,8 +672,9 @@ def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
     inside it) against the eager step of a twin: 2 warm-up steps (ESimCSE's first fills its queue of 8 eagerly), the
     captured step (run once on the capture stream), 3 replays, each step on another batch (copied into the static
     input): losses and gradient norms within 2 % (4 % with dropout on), gradients at cosine > 0.99 (bf16 autocast,
-    clipping to 1; dropout 0 in both, 0.1 for row-seeded S-SimCSE and SimCSE++: :data:`STEP_GRAPH_CASES`). Row-seeded: the step's key staged
-    before the capture and each replay, the masks (DiffCSE's sampled tokens) drawn from it."""
+    clipping to 1; dropout 0 in both, 0.1 for row-seeded S-SimCSE and SimCSE++: :data:`STEP_GRAPH_CASES`).
+    Row-seeded: the step's key staged before the capture and each replay, the masks (DiffCSE's sampled tokens) drawn
+    from it."""
     from trainers.fast_path import WARMUP_STEPS, CompiledBackbone
     from trainers.step_graph import StepGraph, StepOutputs
 

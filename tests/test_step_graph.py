@@ -240,6 +240,18 @@ def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_p
             "whole step replayed as one CUDA graph (--step_graph)") in summary
 
 
+def test_the_graph_replays_across_epochs_and_their_short_batches(files, tmp_path, simulated_graphs):
+    """20 steps over 60 sentences in batches of 8: the graph captured in the first epoch (step 3) replays in the
+    second and third (a new dataloader, the collator's next epoch), the short batches (steps 8 and 16) run the
+    ordinary step between, and every logged step is the fast path's without the graph, bit for bit."""
+    twenty = ["--max_steps", "20"]
+    fast, _, _ = run_script("simcse", files, tmp_path / "fast", [*twenty, "--step_graph", "false"])
+    graphed, trainer, metrics = run_script("simcse", files, tmp_path / "graph", twenty)
+    assert len(graphed) == len(fast) == 20
+    assert [(row["loss"], row["grad_norm"]) for row in graphed] == [(row["loss"], row["grad_norm"]) for row in fast]
+    assert metrics["step_graph_replays"] == 20 - 2 - 1 - 2  # 2 warm-up steps, the capture, 2 short batches
+
+
 def test_a_resumed_step_graph_run_captures_again_and_logs_the_uninterrupted_runs_steps(files, tmp_path,
                                                                                       simulated_graphs):
     """A step-graph run checkpointed at step 4 and resumed: the resumed run warms up, captures at step 7 and logs
