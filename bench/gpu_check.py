@@ -254,7 +254,14 @@ def run_step(step: Step, seconds_allowed: float | None = None) -> dict:
             returncode = TIMED_OUT
     seconds = time.perf_counter() - start
     print(f"[gpu_check] {step.name}: exit {returncode} after {seconds:.0f} s", flush=True)
-    return {"name": step.name, "command": shlex.join(step.argv), "exit": returncode, "seconds": seconds}
+    return {"name": step.name, "command": shlex.join(step.argv), "exit": returncode, "seconds": seconds,
+            "timed_out": returncode == TIMED_OUT and seconds_allowed is not None and seconds >= seconds_allowed}
+
+
+def stopped_at_its_limit(outcome: dict) -> bool:
+    """Whether the check stopped this step at its time limit (reports before 2026-11-27 lack ``timed_out``: their
+    exit 124 was such a stop), rather than the step failing."""
+    return outcome.get("timed_out", outcome["exit"] == TIMED_OUT)
 
 
 def throughput_rows(report: dict) -> list[str]:
@@ -397,10 +404,14 @@ def markdown(report: dict) -> str:
     lines += ["## Steps", "", "| step | exit | seconds |", "|---|---|---|"]
     lines += [f"| {s['name']} | {s['exit']} | {s['seconds']:.0f} |" for s in report["steps"]]
     lines.append("")
-    failed = [s["name"] for s in report["steps"] if s["exit"] not in (0, NOT_RUN)]
+    stopped = [s["name"] for s in report["steps"] if stopped_at_its_limit(s)]
+    failed = [s["name"] for s in report["steps"] if s["exit"] not in (0, NOT_RUN) and not stopped_at_its_limit(s)]
     not_run = [s["name"] for s in report["steps"] if s["exit"] == NOT_RUN]
-    lines.append(f"Steps failed: {', '.join(failed)}" if failed else "Every step that ran passed." if not_run
-                 else "Every step passed.")
+    lines.append(f"Steps failed: {', '.join(failed)}" if failed else "Every step that ran to its end passed." if stopped
+                 else "Every step that ran passed." if not_run else "Every step passed.")
+    if stopped:
+        lines.append(f"Stopped at their time limit (--step_seconds / --deadline_seconds; exit {TIMED_OUT}, no verdict, "
+                     f"figures only where they were written before): {', '.join(stopped)}")
     if not_run:
         lines.append(f"Not run (no time left of --deadline_seconds): {', '.join(not_run)}")
     return "\n".join(lines) + "\n"

@@ -102,8 +102,15 @@ def test_the_deadline_cuts_each_steps_time_to_what_is_left_and_starts_none_too_l
                         {"name": "eval_speed", "exit": NOT_RUN, "seconds": 0.0}]}
     text = markdown(report)
     assert "Every step that ran passed." in text and "Not run (no time left of --deadline_seconds): eval_speed" in text
-    report["steps"][0]["exit"] = 124
+    report["steps"][0].update(exit=124, timed_out=True)  # stopped at the deadline: no verdict, not a failure
+    text = markdown(report)
+    assert "Steps failed" not in text and "Every step that ran to its end passed." in text
+    assert "Stopped at their time limit" in text and text.split("Stopped at their time limit")[1].split("\n")[0] \
+        .endswith(": real_loop_fast")
+    report["steps"][0].update(exit=1, timed_out=False)
     assert "Steps failed: real_loop_fast\n" in markdown(report)
+    report["steps"][0] = {"name": "real_loop_fast", "exit": 124, "seconds": 80.0}  # an older report: 124 = stopped
+    assert "Steps failed" not in markdown(report)
 
 
 def test_the_check_runs_the_named_steps_in_order_until_its_deadline(tmp_path, monkeypatch):
@@ -124,7 +131,10 @@ def test_the_check_runs_the_named_steps_in_order_until_its_deadline(tmp_path, mo
     assert [(s["name"], s["exit"]) for s in report["steps"]] == [
         ("quick", 0), ("slow", gpu_check.TIMED_OUT), ("last", gpu_check.NOT_RUN)]
     assert 1.5 < report["steps"][1]["seconds"] < 3.5 and code == 1
-    assert "Not run (no time left of --deadline_seconds): last" in (tmp_path / "gpu_simulated_gpu.md").read_text()
+    assert report["steps"][1]["timed_out"] and not report["steps"][0]["timed_out"]
+    text = (tmp_path / "gpu_simulated_gpu.md").read_text()
+    assert "Not run (no time left of --deadline_seconds): last" in text
+    assert "Stopped at their time limit" in text and "Steps failed" not in text
 
 
 def test_the_steps_write_where_the_report_reads(tmp_path):
