@@ -82,7 +82,9 @@ FAST_ALONE = ("--step_graph", "false")
 
 #: The real-loop runs (``bench.real_loop``): (step name, method, fast path, steps, ``bench.real_loop``'s further
 #: options, the script's further flags). SimCSE for 1,000 steps with the step graph (the GPU default), on the fast path
-#: alone and eager (the issue's measure); every other method's step graph and fast path alone for 300, and SimCSE's
+#: alone and eager (the issue's measure), and with the step graph over its layers compiled one by one
+#: (``--torch_compile_regions layers``: the compile warm-up); every other method's step graph and fast path alone for
+#: 300, and SimCSE's
 #: with row-seeded masks both ways (the keyed masks inside the graph: their cost is its time over the stream masks'
 #: run, ``fast`` or ``step_graph``); SimCSE at
 #: batch 512 uncached and cached in chunks of 128 (row-seeded masks, the cached step's default), both ways: the
@@ -90,6 +92,7 @@ FAST_ALONE = ("--step_graph", "false")
 REAL_LOOPS = (("fast", "simcse", "true", "1000", (), FAST_ALONE),
               ("step_graph", "simcse", "true", "1000", (), ("--step_graph", "true")),
               ("eager", "simcse", "false", "1000", (), ()),
+              ("step_graph_layers", "simcse", "true", "1000", (), ("--torch_compile_regions", "layers")),
               *((f"fast_{method}", method, "true", "300", (), FAST_ALONE)
                 for method in ("esimcse", "promptbert", "diffcse", "simcse_pp", "s_simcse")),
               ("fast_row_seeded", "simcse", "true", "300", (), ("--dropout_masks", "row_seeded", *FAST_ALONE)),

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import random
 from contextlib import nullcontext
@@ -203,9 +204,11 @@ ROW_SEEDED = ["--dropout_masks", "row_seeded"]
     ("diffcse", "aot_eager", ROW_SEEDED),
     # the released code's DiffCSE: its loss over padding (the batch's own width counted at the fixed width), its
     # embeddings' hook in the discriminator's graph, its generator's keyed dropout
-    ("diffcse", "aot_eager", ROW_SEEDED + ["--fidelity", "official_code"])],
+    ("diffcse", "aot_eager", ROW_SEEDED + ["--fidelity", "official_code"]),
+    # the layers compiled one by one by inductor (its kernels, one layer's graph for the stack)
+    ("simcse", "inductor", ["--torch_compile_regions", "layers"])],
     ids=["simcse", "esimcse", "diffcse_argmax", "promptbert", "simcse_pp", "simcse_row_seeded", "s_simcse_row_seeded",
-         "simcse_pp_row_seeded", "diffcse_row_seeded", "diffcse_official_code"])
+         "simcse_pp_row_seeded", "diffcse_row_seeded", "diffcse_official_code", "simcse_layers"])
 def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, files, tmp_path):
     backbone = "dropout_encoder" if extra[:1] == ROW_SEEDED[:1] else "encoder"
     eager, _ = run_script(method, files, tmp_path / "eager", extra, backbone)
@@ -219,7 +222,10 @@ def test_the_fast_path_run_logs_the_eager_runs_steps(method, backend, extra, fil
     if method == "diffcse":  # the generator's and the discriminator's passes compiled too, at the fixed width
         assert [name for _, name, _, _ in trainer.compiled_backbone.slots] == ["encoder", "generator",
                                                                              "discriminator", "objective"]
-    assert trainer.model.encoder is compiled.eager  # the plain module outside the step (checkpoints, evaluation)
+    layers = "layers" in extra
+    # the plain module outside the step (checkpoints, evaluation)
+    assert (trainer.model.encoder.encoder.layer[0] if layers else trainer.model.encoder) is compiled.eager
+    assert compiled.regions == ("layers" if layers else "backbone")
     # the short last batch ran eagerly, and ESimCSE's first, which fills its queue of 8
     assert (compiled.compiled_steps, compiled.eager_steps) == ((3, 2) if method == "esimcse" else (4, 1))
     assert compiled.seen_shapes == {(8, 2, trainer.data_collator.width)}  # one shape: compiled once
@@ -236,11 +242,12 @@ def dropout_model_and_batch(method: str, settings: dict, files) -> tuple[torch.n
     return model, fixed_shape_collator(collate, model.fixed_width_keys())(ROWS)
 
 
-def assert_the_compiled_steps_are_the_eager_steps(model, batch, run_step, chunk_size: int | None = None) -> list[int]:
+def assert_the_compiled_steps_are_the_eager_steps(model, batch, run_step, chunk_size: int | None = None,
+                                                  regions: str = "backbone") -> list[int]:
     """Three steps of ``model`` (``run_step(network)``: forward and backward, returns the loss) eagerly, and of a copy
-    with its backbones compiled (a backend that runs each graph as captured, and counts them), from the same random
-    state (ESimCSE's momentum update between steps): the losses and every gradient equal exactly. Returns the graphs
-    compiled so far after each fast step."""
+    with its backbones compiled (a backend that runs each graph as captured, and counts them; ``regions``: whole, or
+    layer by layer), from the same random state (ESimCSE's momentum update between steps): the losses and every
+    gradient equal exactly. Returns the graphs compiled so far after each fast step."""
     from trainers.fast_path import CompiledBackbone
 
     twin = copy.deepcopy(model)
@@ -250,7 +257,8 @@ def assert_the_compiled_steps_are_the_eager_steps(model, batch, run_step, chunk_
         graphs.append(graph_module)
         return graph_module.forward
 
-    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend, chunk_size=chunk_size)
+    compiled = CompiledBackbone(twin, "default", len(ROWS), backend=counting_backend, chunk_size=chunk_size,
+                                regions=regions)
     steps, graph_counts = {}, []
     for network, step in ((model, nullcontext), (twin, lambda: compiled.step(batch["input_ids"]))):
         torch.manual_seed(3)
@@ -270,6 +278,21 @@ def assert_the_compiled_steps_are_the_eager_steps(model, batch, run_step, chunk_
     return graph_counts
 
 
+def uncached_steps_compiled_as_eager(method: str, settings: dict, files, regions: str = "backbone") -> list[int]:
+    """:func:`assert_the_compiled_steps_are_the_eager_steps` for the method's uncached step (forward, backward) on the
+    dropout backbone (DiffCSE with the tiny generator); the graphs compiled after each fast step."""
+    if method == "diffcse":
+        settings = settings | {"generator_name": str(files["generator"])}
+    model, batch = dropout_model_and_batch(method, settings, files)
+
+    def uncached_step(network) -> torch.Tensor:
+        loss = network(**batch).loss
+        loss.backward()
+        return loss
+
+    return assert_the_compiled_steps_are_the_eager_steps(model, batch, uncached_step, regions=regions)
+
+
 @pytest.mark.parametrize("method, settings", [
     ("s_simcse", {}), ("s_simcse", {"sentence_wise_dropout": True, "dropout_dist": "normal"}), ("simcse_pp", {}),
     ("simcse", {"dropout_masks": "row_seeded"}), ("s_simcse", {"dropout_masks": "row_seeded"}),
@@ -282,20 +305,77 @@ def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files)
     compiled backbone: three steps from the same random state give the eager steps' losses and gradients exactly
     (the graphs run as captured, so any other draw or mask shows), and the backbone is compiled once, not once per
     step (a step's seed or plan compiled in as a constant would recompile it every step)."""
-    if method == "diffcse":  # its discriminator's and generator's keyed masks, its keyed sampling, in their graphs
-        settings = settings | {"generator_name": str(files["generator"])}
-    model, batch = dropout_model_and_batch(method, settings, files)
-
-    def uncached_step(network) -> torch.Tensor:
-        loss = network(**batch).loss
-        loss.backward()
-        return loss
-
-    graph_counts = assert_the_compiled_steps_are_the_eager_steps(model, batch, uncached_step)
+    # DiffCSE: its discriminator's and generator's keyed masks, its keyed sampling, in their graphs
+    graph_counts = uncached_steps_compiled_as_eager(method, settings, files)
     # the encoder and the objective, PromptBERT's template pass (the encoder at its own shape), DiffCSE's generator
     # and discriminator: compiled at the first step, never again
     networks = {"promptbert": 1, "diffcse": 2}.get(method, 0)
     assert graph_counts == [2 + networks] * 3
+
+
+# ------------------------------------------------------------------------------------------------ layers as regions
+def test_the_repeated_layers_of_each_backbone(tmp_path):
+    """``--torch_compile_regions layers`` compiles a backbone's stack of transformer layers one layer at a time: the
+    stack is found in BERT, RoBERTa and DistilBERT alike (its largest list of one layer class), none in a module
+    without one, which is then compiled whole."""
+    from transformers import AutoModel
+
+    from trainers.fast_path import compiled_regions, repeated_layers
+
+    for arch, stack in (("bert", "encoder.layer"), ("roberta", "encoder.layer"), ("distilbert", "transformer.layer")):
+        backbone = AutoModel.from_pretrained(str(save_tiny_backbone(tmp_path / arch, arch=arch, seed=0)))
+        assert repeated_layers(backbone) is backbone.get_submodule(stack), arch
+        owner = torch.nn.Module()
+        owner.encoder = backbone
+        assert compiled_regions(owner, "encoder", "layers") == [(backbone.get_submodule(stack), "0"),
+                                                               (backbone.get_submodule(stack), "1")]
+        assert compiled_regions(owner, "encoder", "backbone") == [(owner, "encoder")]
+    plain = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.ReLU()]))
+    assert repeated_layers(plain) is None  # a list of mixed classes is no stack
+
+
+def test_the_layers_need_a_mode_without_cuda_graph_trees(caplog):
+    from trainers.fast_path import regions_under
+
+    assert regions_under("default", "layers") == "layers" and regions_under("reduce-overhead", "backbone") == "backbone"
+    with caplog.at_level(logging.WARNING, logger="trainers.fast_path"):
+        assert regions_under("reduce-overhead", "layers") == "backbone"
+    assert "not reduce-overhead: the whole backbone is compiled" in caplog.text
+
+
+@pytest.mark.parametrize("method, settings", [
+    ("simcse", {}), ("esimcse", {"queue_size": 8}), ("promptbert", {}), ("s_simcse", {}),
+    ("simcse_pp", {"dropout_masks": "row_seeded"}), ("diffcse", {"dropout_masks": "row_seeded"})])
+def test_the_layers_compiled_one_by_one_step_as_the_eager_step(method, settings, files):
+    """Each backbone compiled layer by layer (``--torch_compile_regions layers``): three steps from the same random
+    state give the eager steps' losses and gradients exactly, the regions are the layers (and the objective), and
+    nothing compiles after the first compiled step. Layers that run the same code on the same inputs share one
+    graph (SimCSE's two: one graph, as many as the whole backbone compiled); layers holding a constant of their own
+    (a per-row dropout module's call number: S-SimCSE, row-seeded masks) get one each, within dynamo's limit."""
+    graph_counts = uncached_steps_compiled_as_eager(method, settings, files, regions="layers")
+    settled = graph_counts[-1]
+    first = next(step for step, count in enumerate(graph_counts) if count)  # ESimCSE's queue fills eagerly first
+    assert graph_counts[first:] == [settled] * (len(graph_counts) - first) and settled > 0
+    if method in ("simcse", "promptbert"):  # the two layers' one graph and the objective (PromptBERT's template pass
+        assert settled == {"simcse": 2, "promptbert": 3}[method]  # runs the layers at its own shape: one more)
+    if method == "s_simcse":  # a graph per layer (its dropout modules' call numbers), and the objective
+        assert settled == 3
+
+
+def test_the_layer_slots_swap_in_for_the_step_only(files):
+    """The compiled layers stand in the stack during the step and the plain layers are back after it (checkpoints,
+    evaluation and the export see the plain modules)."""
+    from trainers.fast_path import CompiledBackbone
+
+    model, batch = dropout_model_and_batch("simcse", {}, files)
+    stack = model.encoder.encoder.layer
+    plain = list(stack)
+    compiled = CompiledBackbone(model, "default", len(ROWS), backend="aot_eager", regions="layers")
+    assert [(owner, name) for owner, name, _, _ in compiled.slots][:2] == [(stack, "0"), (stack, "1")]
+    with compiled.step(batch["input_ids"]):
+        assert [layer._orig_mod for layer in stack] == plain
+        model(**batch).loss.backward()
+    assert list(stack) == plain and compiled.compiled_steps == 1
 
 
 def test_row_seeded_masks_compiled_by_inductor_are_the_eager_masks():

@@ -26,7 +26,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     done = run_script("--dry_run", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     for number, name in enumerate(["end_to_end", "real_loop_fast", "real_loop_step_graph", "real_loop_eager",
-                                   "real_loop_fast_esimcse", "real_loop_fast_promptbert", "real_loop_fast_diffcse",
+                                   "real_loop_step_graph_layers", "real_loop_fast_esimcse", "real_loop_fast_promptbert", "real_loop_fast_diffcse",
                                    "real_loop_fast_simcse_pp", "real_loop_fast_s_simcse", "real_loop_fast_row_seeded",
                                    "real_loop_fast_b512", "real_loop_fast_b512_cached",
                                    "real_loop_fast_diffcse_official_code", "real_loop_step_graph_esimcse",
@@ -55,7 +55,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                      r"--step_graph true\n", done.stdout)
     # each real-loop run its own folder and log in the shared work directory (19 loops and the step graph's profile)
     run_names = re.findall(r"--workdir \S+/real_loop --run_name (\S+) ", done.stdout)
-    assert len(set(run_names)) == len(run_names) == 21 and "real_loop_fast_b512_cached" in run_names
+    assert len(set(run_names)) == len(run_names) == 22 and "real_loop_fast_b512_cached" in run_names
     assert "-m pytest -q -m cuda tests/test_cuda.py -n 8 -rs" in done.stdout  # pytest-xdist is installed here
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout

@@ -35,7 +35,8 @@ from .cached_step import cached_loss, refuse_unsupported
 from .curves import TrainingCurvesCallback
 from .divergence import DivergenceMonitor
 from .errors import UsageError
-from .fast_path import CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator
+from .fast_path import (CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator,
+                        regions_under)
 from .keyed_dropout import keyed_step, step_draws
 from .step_graph import StepGraph, StepOutputs, step_graph_refusal, step_graph_wanted
 from .trainer_adapter import TrainerAdapter, pin_tensorboard_dir
@@ -129,7 +130,8 @@ class CLTrainer(TrainerAdapter):
                             model_refusal=self.model.cuda_graph_refusal(),
                             step_graph=bool(getattr(self.args, "step_graph", False)))
         return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
-                                backend=self.args.fast_path_backend, chunk_size=chunk_size)
+                                backend=self.args.fast_path_backend, chunk_size=chunk_size,
+                                regions=regions_under(mode, getattr(self.args, "torch_compile_regions", "backbone")))
 
     def wants_step_graph(self) -> bool:
         """Whether the step is captured as one CUDA graph (:mod:`trainers.step_graph`): ``--step_graph``, by default

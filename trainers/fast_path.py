@@ -78,9 +78,9 @@ WARMUP_STEPS = 2
 #: The modes that capture CUDA graphs.
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
-__all__ = ["COMPILE_MODES", "CUDA_GRAPH_MODES", "CompiledBackbone", "StepSnapshot", "WARMUP_STEPS",
-           "asynchronous_batches", "backbone_compile_refusal", "compile_mode", "cuda_graph_refusal",
-           "fixed_shape_collator", "recompile_limit"]
+__all__ = ["COMPILE_MODES", "COMPILE_REGIONS", "CUDA_GRAPH_MODES", "CompiledBackbone", "StepSnapshot", "WARMUP_STEPS",
+           "asynchronous_batches", "backbone_compile_refusal", "compile_mode", "compiled_regions", "cuda_graph_refusal",
+           "fixed_shape_collator", "recompile_limit", "regions_under", "repeated_layers"]
 
 
 def fixed_shape_collator(collator: Any, keys: tuple[str, ...] = ()) -> Any:
@@ -156,15 +156,54 @@ def backbone_compile_refusal(gradient_checkpointing: bool, cached_step: bool = F
     return None
 
 
-def recompile_limit(backbones: int, batch_size: int, chunk_size: int | None) -> int:
-    """The graphs one compiled function may need in a run: every backbone of the step (the HF models' forwards share
-    one code object, and dynamo's ``recompile_limit`` counts a code object's graphs, all modules together) at each
-    grad mode and pass shape, plus one (PromptBERT's template pass at its own shape). The uncached step's backbones
-    run once per step with gradients (a graph each); the cached step's run each chunk without gradients and again
-    with them, at the chunk's size and the last chunk's if shorter. Past the limit dynamo runs a function eagerly
-    (with a warning only), which would leave a cached step's backbones eager."""
+#: How much of each backbone the fast path compiles as one region (``--torch_compile_regions``): ``backbone``, the
+#: whole network (embeddings, every layer, pooler); ``layers``, each of its repeated transformer layers
+#: (:func:`repeated_layers`), the embeddings and pooler eager around them.
+COMPILE_REGIONS = ("backbone", "layers")
+
+
+def repeated_layers(backbone: nn.Module) -> nn.ModuleList | None:
+    """The backbone's stack of transformer layers: among its ``nn.ModuleList``\ s of at least two children of one
+    class (BERT's and RoBERTa's ``encoder.layer``, DistilBERT's ``transformer.layer``, ...), the one holding the most
+    parameters; ``None`` where it has none. Its layers run the same code on the same shapes, so compiled one at a
+    time they share one graph: dynamo traces, and inductor lowers, one layer instead of the whole stack."""
+    stacks = [module for module in backbone.modules()
+              if isinstance(module, nn.ModuleList) and len(module) >= 2 and len({type(child) for child in module}) == 1]
+    return max(stacks, key=lambda stack: sum(p.numel() for p in stack.parameters()), default=None)
+
+
+def compiled_regions(owner: nn.Module, name: str, regions: str) -> list[tuple[nn.Module, str]]:
+    """The ``(owner, attribute)`` pairs the fast path compiles for the backbone ``owner.name``: itself, or with
+    ``regions`` ``layers`` each of its :func:`repeated_layers` (a layer list's attribute is its index), the backbone
+    itself where it has no repeated layers."""
+    layers = repeated_layers(getattr(owner, name)) if regions == "layers" else None
+    if layers is None:
+        return [(owner, name)]
+    return [(layers, str(index)) for index in range(len(layers))]
+
+
+def regions_under(mode: str, regions: str) -> str:
+    """``regions`` (``--torch_compile_regions``) as the compile ``mode`` allows: a mode that records CUDA-graph trees
+    (``reduce-overhead``, ``max-autotune``) gets the whole backbone (logged), since its trees are recorded region by
+    region and the layers' would leave the step's eager work between them; the step graph's mode (``default``, the
+    whole step one CUDA graph) and a CPU's take the layers."""
+    if regions == "layers" and mode in CUDA_GRAPH_MODES:
+        logger.warning("fast path: --torch_compile_regions layers needs a mode without CUDA-graph trees (the step "
+                       "graph's, or --torch_compile_mode default), not %s: the whole backbone is compiled", mode)
+        return "backbone"
+    return regions
+
+
+def recompile_limit(regions: int, batch_size: int, chunk_size: int | None) -> int:
+    """The graphs one compiled function may need in a run: every compiled region of the step's backbones (the HF
+    models' forwards share one code object, and so do a stack's layers; dynamo's ``recompile_limit`` counts a code
+    object's graphs, all modules together; layers that hold a constant of their own, such as a row-dropout module's
+    call number, get a graph each) at each grad mode and pass shape, plus one (PromptBERT's template pass at its own
+    shape). The uncached step's backbones run once per step with gradients (a graph each); the cached step's run each
+    chunk without gradients and again with them, at the chunk's size and the last chunk's if shorter. Past the limit
+    dynamo runs a function eagerly (with a warning only), which would leave a cached step's backbones eager."""
     shapes = 1 if chunk_size is None else 2 * len({end - start for start, end in chunk_bounds(batch_size, chunk_size)})
-    return backbones * (shapes + 1)
+    return regions * (shapes + 1)
 
 
 class CompiledBackbone:
@@ -180,32 +219,36 @@ class CompiledBackbone:
         backend: the ``torch.compile`` backend (``inductor``; tests may pass ``aot_eager``).
         chunk_size: the cached step's sentences per pass (``--cache_chunk_size``), whose graphs
             :func:`recompile_limit` makes room for; ``None``: the uncached step.
+        regions: what of each backbone is compiled (``--torch_compile_regions``, :data:`COMPILE_REGIONS`): the
+            whole backbone, or each of its repeated layers (:func:`compiled_regions`).
     """
 
     def __init__(self, model: nn.Module, mode: str, batch_size: int, backend: str = "inductor",
-                 chunk_size: int | None = None) -> None:
+                 chunk_size: int | None = None, regions: str = "backbone") -> None:
         self.model = model
         self.batch_size = batch_size
         self.mode = mode
         options = {} if mode == "default" else {"mode": mode}
-        backbones = model.step_backbones()
-        limit = recompile_limit(len(backbones), batch_size, chunk_size)
+        self.regions = regions
+        backbone_regions = [region for owner, name in model.step_backbones()
+                            for region in compiled_regions(owner, name, regions)]
+        limit = recompile_limit(len(backbone_regions), batch_size, chunk_size)
         if limit > torch._dynamo.config.recompile_limit:
             logger.info("fast path: dynamo's recompile limit raised from %d to %d graphs per function (the cached "
-                        "step's passes)", torch._dynamo.config.recompile_limit, limit)
+                        "step's passes, the layers)", torch._dynamo.config.recompile_limit, limit)
             torch._dynamo.config.recompile_limit = limit
         # Backbones see one input shape (the fixed width; the short last batch runs eagerly): dynamic=False. The
         # functions' inputs are settled too before the first compiled step (ESimCSE's queue full:
         # ``runs_compiled``); dynamic=None all the same, so that a size that changes anyway becomes symbolic at its
         # first recompile rather than a graph per size up to dynamo's limit of 8.
-        regions = [(owner, name, False) for owner, name in backbones]
-        regions += [(owner, name, None) for owner, name in model.step_functions()]
+        compiled = [(owner, name, False) for owner, name in backbone_regions]
+        compiled += [(owner, name, None) for owner, name in model.step_functions()]
         #: (owner, attribute, the eager module or function, its compiled twin) for every region.
         self.slots = [(owner, name, getattr(owner, name),
                        torch.compile(getattr(owner, name), backend=backend, dynamic=dynamic, fullgraph=False,
                                      **options))
-                      for owner, name, dynamic in regions]
-        self.eager, self.compiled = self.slots[0][2], self.slots[0][3]  # the encoder's
+                      for owner, name, dynamic in compiled]
+        self.eager, self.compiled = self.slots[0][2], self.slots[0][3]  # the encoder's (or its first layer's)
         self.cuda_graphs = mode == "reduce-overhead" and backend == "inductor"
         self.seen_shapes: set[tuple[int, ...]] = set()
         self.warmup_seconds = 0.0  # host time of the steps that compiled a new shape (compile + first run)
@@ -262,8 +305,8 @@ class CompiledBackbone:
         if new_shape:
             self.seen_shapes.add(shape)
             self.warmup_seconds += time.perf_counter() - started
-            logger.info("fast path: compiled %d backbone(s) (%s) for batches of shape %s in %.1f s", len(self.slots),
-                        self.mode, list(shape), time.perf_counter() - started)
+            logger.info("fast path: compiled %d region(s) (%s; %s) for batches of shape %s in %.1f s",
+                        len(self.slots), self.mode, self.regions, list(shape), time.perf_counter() - started)
 
 
 @dataclass
