@@ -320,6 +320,9 @@ class CLTrainingArguments(TrainingArguments):
         if self.torch_compile_mode not in (None, *COMPILE_MODES):
             raise UsageError(f"--torch_compile_mode {self.torch_compile_mode!r}: choose one of "
                              f"{', '.join(COMPILE_MODES)} (default: reduce-overhead, i.e. CUDA graphs, on one GPU)")
+        if self.torch_compile_regions == "layers" and not self.fast_path:
+            raise UsageError("--torch_compile_regions layers chooses what the fast path compiles, and the fast path is "
+                             "off (a CPU, fp32 or several processes): add --torch_compile true")
         self.fast_path_mode = self.torch_compile_mode
         self.fast_path_backend = self.torch_compile_backend or "inductor"
         self.torch_compile, self.torch_compile_mode, self.torch_compile_backend = False, None, None

@@ -314,7 +314,7 @@ def test_per_row_dropout_in_the_graph_is_the_eager_step(method, settings, files)
 
 
 # ------------------------------------------------------------------------------------------------ layers as regions
-def test_the_repeated_layers_of_each_backbone(tmp_path):
+def test_the_repeated_layers_of_each_backbone(tmp_path, caplog):
     """``--torch_compile_regions layers`` compiles a backbone's stack of transformer layers one layer at a time: the
     stack is found in BERT, RoBERTa and DistilBERT alike (its largest list of one layer class), none in a module
     without one, which is then compiled whole."""
@@ -332,6 +332,11 @@ def test_the_repeated_layers_of_each_backbone(tmp_path):
         assert compiled_regions(owner, "encoder", "backbone") == [(owner, "encoder")]
     plain = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.ReLU()]))
     assert repeated_layers(plain) is None  # a list of mixed classes is no stack
+    owner = torch.nn.Module()
+    owner.encoder = plain
+    with caplog.at_level(logging.WARNING, logger="trainers.fast_path"):
+        assert compiled_regions(owner, "encoder", "layers") == [(owner, "encoder")]
+    assert "encoder (Sequential) has no stack of repeated layers: compiled whole" in caplog.text
 
 
 def test_the_layers_need_a_mode_without_cuda_graph_trees(caplog):

@@ -390,6 +390,16 @@ def test_the_step_graph_needs_the_fast_path(files, tmp_path, capsys):
         result.err
 
 
+def test_the_layers_as_regions_need_the_fast_path(files, tmp_path, capsys):
+    result = in_process(run_unsup.main, [
+        "--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "2",
+        "--eval_strategy", "no", "--output_dir", str(tmp_path / "out"), "--torch_compile_regions", "layers",
+        *FAST_TRAINING_ARGS], capsys)
+    assert result.code == 2 and "the fast path is off (a CPU, fp32 or several processes): add --torch_compile true" \
+        in result.err and "Traceback" not in result.err
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
 def test_a_step_graph_run_compiles_its_regions_without_cuda_graph_trees():
     cuda = torch.device("cuda")
     assert compile_mode(None, cuda, 1, bf16=True) == "reduce-overhead"

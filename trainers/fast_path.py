@@ -178,6 +178,9 @@ def compiled_regions(owner: nn.Module, name: str, regions: str) -> list[tuple[nn
     itself where it has no repeated layers."""
     layers = repeated_layers(getattr(owner, name)) if regions == "layers" else None
     if layers is None:
+        if regions == "layers":
+            logger.warning("fast path: %s (%s) has no stack of repeated layers: compiled whole", name,
+                           type(getattr(owner, name)).__name__)
         return [(owner, name)]
     return [(layers, str(index)) for index in range(len(layers))]
 
