@@ -166,8 +166,9 @@ FAST_PATH = ("--torch_compile", "true", "--torch_compile_backend", "aot_eager")
 def row_seeded_runs(tmp_path_factory):
     """Every method trained 3 steps with dropout on under row-seeded masks, through its entry point: 2 processes x
     4 sentences uncached and cached (``--cache_chunk_size 3``: chunks of 3 + 1) and, for :data:`FAST_PATH_METHODS`, on
-    the fast path uncached and cached, all 18 runs in one torchrun launch, and 1 process x 8 sentences uncached.
-    Returns the root folder; run ``<method>/<two|two_cached|two_fast|two_fast_cached|one>``."""
+    the fast path uncached, cached and layer by layer, all 20 runs in one torchrun launch, and 1 process x 8 sentences
+    uncached. Returns the root folder; run ``<method>/<run>``, run one of two, two_cached, two_fast, two_fast_cached,
+    two_fast_layers, one."""
     import random
 
     root = tmp_path_factory.mktemp("row_seeded_ddp")
@@ -192,7 +193,8 @@ def row_seeded_runs(tmp_path_factory):
     two = [[ROW_SEEDED_METHODS[m][0], argv(m, run, 4, extra)] for m in ROW_SEEDED_METHODS
            for run, extra in (("two", ()), ("two_cached", ("--cache_chunk_size", "3")))]
     two += [[ROW_SEEDED_METHODS[m][0], argv(m, run, 4, FAST_PATH + extra)] for m in FAST_PATH_METHODS
-            for run, extra in (("two_fast", ()), ("two_fast_cached", ("--cache_chunk_size", "3")))]
+            for run, extra in (("two_fast", ()), ("two_fast_cached", ("--cache_chunk_size", "3")),
+                               ("two_fast_layers", ("--torch_compile_regions", "layers")))]
     train_two_and_one(two, [[script, argv(method, "one", 8)] for method, (script, _) in ROW_SEEDED_METHODS.items()])
     return root
 
@@ -209,12 +211,14 @@ def test_two_processes_train_the_one_process_objective_under_row_seeded_masks(ro
     assert_two_processes_export_one_process_weights(row_seeded_runs, method, run)
 
 
-@pytest.mark.parametrize("run", ["two_fast", "two_fast_cached"], ids=["uncached", "cached"])
+@pytest.mark.parametrize("run", ["two_fast", "two_fast_cached", "two_fast_layers"],
+                         ids=["uncached", "cached", "layers"])
 @pytest.mark.parametrize("method", FAST_PATH_METHODS)
 def test_two_processes_on_the_fast_path_train_the_one_process_objective(row_seeded_runs, method, run):
     """The same on the fast path (``--torch_compile true``, aot_eager): 2 processes, their backbones compiled (DiffCSE's
     generator and discriminator too) with the keyed masks inside the graphs, uncached and cached (each chunk's
-    compiled passes, its key staged), export 1 eager process's weights."""
+    compiled passes, its key staged), and layer by layer (``--torch_compile_regions layers``: DDP's gradient hooks
+    fire from each layer's compiled backward), export 1 eager process's weights."""
     assert_two_processes_export_one_process_weights(row_seeded_runs, method, run)
 
 
