@@ -675,6 +675,18 @@ def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
     clipping to 1; dropout 0 in both, 0.1 for row-seeded S-SimCSE and SimCSE++: :data:`STEP_GRAPH_CASES`).
     Row-seeded: the step's key staged before the capture and each replay, the masks (DiffCSE's sampled tokens) drawn
     from it."""
+    assert_the_step_graph_equals_the_eager_step(method, tmp_path, "backbone")
+
+
+@pytest.mark.parametrize("method", ["simcse", "esimcse", "diffcse_row_seeded"])
+def test_the_step_graph_over_layers_compiled_one_by_one_equals_the_eager_step_on_cuda(method, tmp_path):
+    """The same with ``--torch_compile_regions layers``: each layer compiled by inductor on its own, the embeddings,
+    pooler and the methods' other passes eager between them, all in the one CUDA graph."""
+    assert_the_step_graph_equals_the_eager_step(method, tmp_path, "layers")
+
+
+def assert_the_step_graph_equals_the_eager_step(method: str, tmp_path, regions: str) -> None:
+    """:func:`test_the_step_graph_equals_the_eager_step_on_cuda`'s check, the backbones compiled as ``regions``."""
     from trainers.fast_path import WARMUP_STEPS, CompiledBackbone
     from trainers.step_graph import StepGraph, StepOutputs
 
@@ -682,7 +694,7 @@ def test_the_step_graph_equals_the_eager_step_on_cuda(method, tmp_path):
     model, batch_of = fast_path_case(method, tmp_path, dropout=0.1 if keyed_dropout else 0.0)
     tolerance = 4e-2 if keyed_dropout else 2e-2  # bf16's rounding on the masked batches: STEP_GRAPH_CASES
     twin = copy.deepcopy(model)
-    compiled = CompiledBackbone(twin, "default", batch_of(0)["input_ids"].size(0))
+    compiled = CompiledBackbone(twin, "default", batch_of(0)["input_ids"].size(0), regions=regions)
     graph = StepGraph(twin, list(twin.parameters()))
 
     def run(network, batch, context) -> StepOutputs:
@@ -746,12 +758,14 @@ def test_the_step_graph_draws_new_dropout_masks_at_every_replay(tmp_path):
     assert math.isfinite(losses[0]) and losses[0] != losses[1]
 
 
-@pytest.mark.parametrize("cached", [(), ("--cache_chunk_size", "3")], ids=["uncached", "cached"])
+@pytest.mark.parametrize("cached", [(), ("--cache_chunk_size", "3"), ("--torch_compile_regions", "layers")],
+                         ids=["uncached", "cached", "layers"])
 def test_the_step_graph_run_trains_evaluates_and_exports_on_the_gpu(cached, gpu_run, tmp_path, capsys):
     """``run_unsup.py --step_graph true`` on the GPU's defaults for 8 steps (batch 8 over 32 sentences: two epochs;
     dev evaluation at 4 and 8, between replays; the best checkpoint saved and reloaded): steps 4-8 replayed, the
     export written, and every logged loss within 2 % of the same run without the step graph (dropout 0). Cached:
-    chunks of 3 (row-seeded masks), every chunk's passes and the replay in the graph."""
+    chunks of 3 (row-seeded masks), every chunk's passes and the replay in the graph. Layers: the backbone's layers
+    compiled one by one (``--torch_compile_regions layers``; the run without the flag's default step graph too)."""
     import run_unsup
 
     backbone = save_tiny_backbone(tmp_path / "encoder", seed=0, dropout=0.0)
