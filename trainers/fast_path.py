@@ -163,7 +163,7 @@ COMPILE_REGIONS = ("backbone", "layers")
 
 
 def repeated_layers(backbone: nn.Module) -> nn.ModuleList | None:
-    """The backbone's stack of transformer layers: among its ``nn.ModuleList``\ s of at least two children of one
+    """The backbone's stack of transformer layers: among its ``nn.ModuleList`` objects of two or more children of one
     class (BERT's and RoBERTa's ``encoder.layer``, DistilBERT's ``transformer.layer``, ...), the one holding the most
     parameters; ``None`` where it has none. Its layers run the same code on the same shapes, so compiled one at a
     time they share one graph: dynamo traces, and inductor lowers, one layer instead of the whole stack."""
