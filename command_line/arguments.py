@@ -268,7 +268,7 @@ class CLTrainingArguments(TrainingArguments):
         "choices": COMPILE_REGIONS,
         "help": "What the fast path compiles as one region: the whole backbone, or each of its repeated layers "
                 "(one layer traced and lowered, its graph shared by the stack: a CPU compiled BERT-base 2.6x "
-                "sooner; the same step; GPU unmeasured). layers needs a mode without CUDA-graph trees (the step "
+                "sooner; the same losses; GPU unmeasured). layers needs a mode without CUDA-graph trees (the step "
                 "graph's, or --torch_compile_mode default); elsewhere the whole backbone is compiled (logged)."})
     step_graph: bool | None = field(default=None, metadata={
         "help": "Capture the whole training step (forward, backward, gradient clipping) as one CUDA graph and replay "
