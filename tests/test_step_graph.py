@@ -252,15 +252,13 @@ def test_the_graph_replays_across_epochs_and_their_short_batches(files, tmp_path
     assert metrics["step_graph_replays"] == 20 - 2 - 1 - 2  # 2 warm-up steps, the capture, 2 short batches
 
 
-@pytest.mark.parametrize("method, extra", [("simcse", []), ("diffcse", ["--dropout_masks", "row_seeded"])])
-def test_the_layers_compiled_one_by_one_log_the_whole_backbones_steps(method, extra, files, tmp_path,
-                                                                       simulated_graphs):
-    """``--torch_compile_regions layers`` under the step graph (the layers compiled one at a time, the embeddings,
-    pooler eager around them; DiffCSE's generator, a DistilBERT, and discriminator layer by layer too; all inside the
-    graph) logs the steps the whole backbone compiled logs, bit for bit, with as many replays."""
-    whole, _, whole_metrics = run_script(method, files, tmp_path / "whole", extra)
-    layers, trainer, metrics = run_script(method, files, tmp_path / "layers",
-                                          [*extra, "--torch_compile_regions", "layers"])
+def test_the_layers_compiled_one_by_one_log_the_whole_backbones_steps(files, tmp_path, simulated_graphs):
+    """``--torch_compile_regions layers`` under the step graph (the layers compiled one at a time, the embeddings and
+    pooler eager around them, all inside the graph) logs the steps the whole backbone compiled logs, bit for bit,
+    with as many replays. (DiffCSE's DistilBERT generator and discriminator layer by layer: tests/test_fast_path.py
+    and tests/test_ddp.py.)"""
+    whole, _, whole_metrics = run_script("simcse", files, tmp_path / "whole", [])
+    layers, trainer, metrics = run_script("simcse", files, tmp_path / "layers", ["--torch_compile_regions", "layers"])
     assert len(layers) == len(whole) == 8
     assert [(row["loss"], row["grad_norm"]) for row in layers] == [(row["loss"], row["grad_norm"]) for row in whole]
     assert trainer.compiled_backbone.regions == "layers" and trainer.step_graph.failure is None
