@@ -84,11 +84,9 @@ FAST_ALONE = ("--step_graph", "false")
 #: options, the script's further flags). SimCSE for 1,000 steps with the step graph (the GPU default), on the fast path
 #: alone and eager (the issue's measure), and with the step graph over its layers compiled one by one
 #: (``--torch_compile_regions layers``: the compile warm-up); every other method's step graph and fast path alone for
-#: 300, and SimCSE's
-#: with row-seeded masks both ways (the keyed masks inside the graph: their cost is its time over the stream masks'
-#: run, ``fast`` or ``step_graph``); SimCSE at
-#: batch 512 uncached and cached in chunks of 128 (row-seeded masks, the cached step's default), both ways: the
-#: cached step's cost is the ratio of their rates.
+#: 300, and SimCSE's with row-seeded masks both ways (the keyed masks inside the graph: their cost is its time over
+#: the stream masks' run, ``fast`` or ``step_graph``); SimCSE at batch 512 uncached and cached in chunks of 128
+#: (row-seeded masks, the cached step's default), both ways: the cached step's cost is the ratio of their rates.
 REAL_LOOPS = (("fast", "simcse", "true", "1000", (), FAST_ALONE),
               ("step_graph", "simcse", "true", "1000", (), ("--step_graph", "true")),
               ("eager", "simcse", "false", "1000", (), ()),
@@ -252,13 +250,13 @@ def run_step(step: Step, seconds_allowed: float | None = None) -> dict:
     start = time.perf_counter()
     with own_process_group(step.argv, cwd=REPO_ROOT) as process:
         try:
-            returncode = process.wait(timeout=seconds_allowed)
+            returncode, timed_out = process.wait(timeout=seconds_allowed), False
         except subprocess.TimeoutExpired:
-            returncode = TIMED_OUT
+            returncode, timed_out = TIMED_OUT, True
     seconds = time.perf_counter() - start
     print(f"[gpu_check] {step.name}: exit {returncode} after {seconds:.0f} s", flush=True)
     return {"name": step.name, "command": shlex.join(step.argv), "exit": returncode, "seconds": seconds,
-            "timed_out": returncode == TIMED_OUT and seconds_allowed is not None and seconds >= seconds_allowed}
+            "timed_out": timed_out}
 
 
 def stopped_at_its_limit(outcome: dict) -> bool:
