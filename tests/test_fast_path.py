@@ -21,6 +21,7 @@ import logging
 import math
 import random
 from contextlib import nullcontext
+from typing import Callable
 
 import pytest
 import torch
@@ -284,13 +285,17 @@ def uncached_steps_compiled_as_eager(method: str, settings: dict, files, regions
     if method == "diffcse":
         settings = settings | {"generator_name": str(files["generator"])}
     model, batch = dropout_model_and_batch(method, settings, files)
+    return assert_the_compiled_steps_are_the_eager_steps(model, batch, uncached_step_on(batch), regions=regions)
 
+
+def uncached_step_on(batch: dict) -> Callable[[torch.nn.Module], torch.Tensor]:
+    """A network's uncached step on ``batch``: forward, backward; the loss."""
     def uncached_step(network) -> torch.Tensor:
         loss = network(**batch).loss
         loss.backward()
         return loss
 
-    return assert_the_compiled_steps_are_the_eager_steps(model, batch, uncached_step, regions=regions)
+    return uncached_step
 
 
 @pytest.mark.parametrize("method, settings", [
@@ -365,6 +370,18 @@ def test_the_layers_compiled_one_by_one_step_as_the_eager_step(method, settings,
         assert settled == {"simcse": 2, "promptbert": 3}[method]  # runs the layers at its own shape: one more)
     if method == "s_simcse":  # a graph per layer (its dropout modules' call numbers), and the objective
         assert settled == 3
+
+
+@pytest.mark.parametrize("arch", ["roberta", "distilbert"])
+def test_other_backbones_layers_compiled_one_by_one_step_as_the_eager_step(arch, tmp_path):
+    """RoBERTa's and DistilBERT's stacks (``encoder.layer``, ``transformer.layer``) compiled layer by layer: SimCSE's
+    three steps are the eager steps exactly, one graph for the stack."""
+    torch.manual_seed(0)
+    backbone = save_tiny_backbone(tmp_path / arch, arch=arch, seed=0, dropout=0.1)
+    model = build_model("simcse", str(backbone)).train()
+    batch = fixed_shape_collator(build_collator(model, AutoTokenizer.from_pretrained(str(backbone)), 12))(ROWS)
+    assert assert_the_compiled_steps_are_the_eager_steps(model, batch, uncached_step_on(batch), regions="layers") == \
+        [2] * 3
 
 
 def test_the_layer_slots_swap_in_for_the_step_only(files):
