@@ -176,11 +176,13 @@ def compiled_regions(owner: nn.Module, name: str, regions: str) -> list[tuple[nn
     """The ``(owner, attribute)`` pairs the fast path compiles for the backbone ``owner.name``: itself, or with
     ``regions`` ``layers`` each of its :func:`repeated_layers` (a layer list's attribute is its index), the backbone
     itself where it has no repeated layers."""
-    layers = repeated_layers(getattr(owner, name)) if regions == "layers" else None
+    if regions == "backbone":
+        return [(owner, name)]
+    backbone = getattr(owner, name)
+    layers = repeated_layers(backbone)
     if layers is None:
-        if regions == "layers":
-            logger.warning("fast path: %s (%s) has no stack of repeated layers: compiled whole", name,
-                           type(getattr(owner, name)).__name__)
+        logger.warning("fast path: %s (%s) has no stack of repeated layers: compiled whole", name,
+                       type(backbone).__name__)
         return [(owner, name)]
     return [(layers, str(index)) for index in range(len(layers))]
 
