@@ -43,14 +43,18 @@ __all__ = ["Batching", "Report", "main", "matmul_parameters", "sgemm_tflops"]
 
 @dataclass(frozen=True)
 class Batching:
-    """One batching of the evaluation: ``batch_size`` sentences a pass, or a ``max_tokens`` budget."""
+    """One batching of the evaluation: ``batch_size`` sentences a pass, or a ``max_tokens`` budget, its passes
+    packed (:mod:`eval.packing`) or padded."""
 
     batch_size: int = 128
     max_tokens: int | None = None
+    packed: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.max_tokens} tokens" if self.max_tokens else f"{self.batch_size} sentences"
+        if not self.max_tokens:
+            return f"{self.batch_size} sentences"
+        return f"{self.max_tokens} tokens, {'packed' if self.packed else 'padded'}"
 
 
 @dataclass
@@ -59,12 +63,12 @@ class Measurement:
 
     batching: str
     batches: int
-    padded_tokens: int
+    padded_tokens: int  # the tokens the forward runs: the padded batches' positions, or the packed rows' slots
     evaluation_seconds: float
     evaluation_times: list[float]
     forward_seconds: float
-    forward_tflops: float  # padded tokens x 2 x matmul parameters / forward seconds
-    floor_padded_seconds: float | None  # padded tokens x 2 x matmul parameters at the SGEMM rate
+    forward_tflops: float  # tokens run x 2 x matmul parameters / forward seconds
+    floor_padded_seconds: float | None  # tokens run x 2 x matmul parameters at the SGEMM rate
     stsb_spearman: float
     sts_test_first_seconds: float | None = None
     sts_test_seconds: float | None = None
@@ -153,19 +157,24 @@ def use_batching(trainer: Any, batching: Batching) -> None:
                          f"{batching.batch_size} is not a multiple of 16")
     trainer.args.per_device_eval_batch_size = batching.batch_size // 16
     trainer.args.eval_max_tokens = batching.max_tokens or 0
+    trainer.args.eval_packing = batching.packed
     trainer._dev_encoder = None
 
 
 def time_forward(trainer: Any, sentences: list[str], device: torch.device,
                  repeats: int) -> tuple[list[float], int, int]:
-    """The forward of the trainer encoder's batches of ``sentences``, nothing else: times, batches, padded tokens."""
+    """The forward of the trainer encoder's batches of ``sentences`` (packed as the evaluation packs them), nothing
+    else: times, batches, the tokens the forward runs."""
     from eval.encoder import evaluation_precision
 
     encoder = trainer.sentence_encoder()
     batches = encoder.device_batches(sentences)
+    if encoder.packed_batches != trainer.args.eval_packing:
+        raise RuntimeError(f"the evaluation was to be {'packed' if trainer.args.eval_packing else 'padded'}; its "
+                           f"passes are not (eval.encoder's log says why)")
 
     def forward() -> None:
-        with torch.inference_mode(), evaluation_precision(encoder.eval_dtype, device):
+        with torch.inference_mode(), evaluation_precision(encoder.eval_dtype, device), encoder.packed_forward():
             for _, batch in batches:
                 trainer.model.dev_embed(**batch)
 
@@ -175,7 +184,7 @@ def time_forward(trainer: Any, sentences: list[str], device: torch.device,
         times, _ = timed(forward, device, repeats)
     finally:
         model.train(was_training)
-    return times, len(batches), sum(batch["input_ids"].numel() for _, batch in batches)
+    return times, len(batches), encoder.pass_tokens(batches)
 
 
 def time_sts_test(backbone_dir: Path, senteval_dir: str, device: torch.device, batching: Batching,
@@ -186,7 +195,7 @@ def time_sts_test(backbone_dir: Path, senteval_dir: str, device: torch.device, b
     from eval.sts import evaluate_sts
 
     encoder = load_encoder(backbone_dir, "cls", device=device, batch_size=batching.batch_size,
-                           max_tokens=batching.max_tokens)
+                           max_tokens=batching.max_tokens, packing=batching.packed)
     first, _ = timed(lambda: evaluate_sts(encoder, senteval_dir, show_progress=False), device, 1, warmup=0)
     times, _ = timed(lambda: evaluate_sts(encoder, senteval_dir, show_progress=False), device, repeats, warmup=0)
     return first[0], statistics.median(times)
@@ -249,7 +258,7 @@ def format_report(report: Report | dict) -> str:
              f"{report.dev_sentences} sentences, {report.dev_tokens} tokens; fp32 SGEMM {report.sgemm_tflops:.3g} "
              f"TFLOP/s ({report.sgemm_size}^3); floor {seconds(report.floor_seconds)} s; fixed cost (a free model) "
              f"{seconds(report.fixed_cost_seconds)} s",
-             "| batching | passes | padded tokens | evaluation s | forward s | forward TFLOP/s | floor (padded) s "
+             "| batching | passes | tokens run | evaluation s | forward s | forward TFLOP/s | floor (tokens run) s "
              "| STS test first / warm s |",
              "|---|---|---|---|---|---|---|---|"]
     for m in report.measurements:
@@ -274,10 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sentence batchings (multiples of 16: the trainer's per_device_eval_batch_size x 16)")
     parser.add_argument("--max_tokens", type=int, nargs="*", default=[4096, 8192, 16384],
                         help="token-budget batchings")
+    parser.add_argument("--packing", choices=("both", "packed", "padded"), default="both",
+                        help="the token-budget batchings' passes: packed (eval/packing.py, training's default), "
+                             "padded, or each budget both ways")
     parser.add_argument("--training_batching", action="store_true",
-                        help="time only the batching training's evaluation uses (a budget of eval.encoder's "
-                             "DEV_MAX_TOKENS tokens, --eval_max_tokens' default) instead of --batch_sizes and "
-                             "--max_tokens")
+                        help="time the batching training's evaluation uses (a budget of eval.encoder's "
+                             "DEV_MAX_TOKENS tokens, --eval_max_tokens' default, packed), the same budget padded, "
+                             "and twice the budget packed, instead of --batch_sizes and --max_tokens")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls after one untimed (median reported)")
     parser.add_argument("--gemm_size", type=int, default=4096, help="the SGEMM ceiling's matrix size")
     parser.add_argument("--sts_test", action="store_true", help="also time python -m eval's STS test path")
@@ -288,13 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def timed_batchings(args: argparse.Namespace) -> list[Batching]:
-    """The batchings to time: training's (``--training_batching``), else ``--batch_sizes`` then ``--max_tokens``."""
+    """The batchings to time: training's (``--training_batching``: its default first, then the padded passes it
+    replaced and a budget twice as large), else ``--batch_sizes`` then ``--max_tokens`` (each ``--packing`` way)."""
     if args.training_batching:
         from eval.encoder import DEV_MAX_TOKENS
 
-        return [Batching(max_tokens=DEV_MAX_TOKENS)]
-    return [Batching(batch_size=size) for size in args.batch_sizes] + [Batching(max_tokens=tokens)
-                                                                     for tokens in args.max_tokens]
+        return [Batching(max_tokens=DEV_MAX_TOKENS, packed=True), Batching(max_tokens=DEV_MAX_TOKENS, packed=False),
+                Batching(max_tokens=2 * DEV_MAX_TOKENS, packed=True)]
+    ways = {"both": (True, False), "packed": (True,), "padded": (False,)}[args.packing]
+    return [Batching(batch_size=size) for size in args.batch_sizes] + [
+        Batching(max_tokens=tokens, packed=packed) for tokens in args.max_tokens for packed in ways]
 
 
 def main(argv: Sequence[str] | None = None) -> Report:

@@ -241,6 +241,10 @@ class CLTrainingArguments(TrainingArguments):
     eval_max_tokens: int = field(default=DEV_MAX_TOKENS, metadata={
         "help": "Padded tokens per forward pass of the dev evaluation (length-sorted sentences, as many as fit); 0: "
                 "per_device_eval_batch_size x 16 sentences a pass. The scores agree up to float rounding."})
+    eval_packing: bool = field(default=True, metadata={
+        "help": "Pack the dev evaluation's sentences side by side in rows of its longest (eval/packing.py: no "
+                "padding, each sentence attends to itself) where the backbone allows; false: padded passes. The "
+                "scores agree up to float rounding."})
     check_senteval_sizes: bool | None = field(default=None, metadata={
         "help": "Require SentEval's line counts in every STS file evaluation reads (false: your own STS-format "
                 "files). Default: true unless SENTEVAL_CHECK_SIZES=0."})

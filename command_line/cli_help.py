@@ -18,9 +18,10 @@ SHOWN_TRAINER_FLAGS = frozenset({
 """Inherited Trainer flags that a training recipe commonly sets, shown in ``--help`` beside the redeclared ones."""
 
 HIDDEN_REDECLARED = frozenset({"remove_unused_columns", "logging_nan_inf_filter", "greater_is_better",
-                               "torch_compile", "eval_max_tokens", "step_graph", "torch_compile_regions"})
+                               "torch_compile", "eval_max_tokens", "eval_packing", "step_graph",
+                               "torch_compile_regions"})
 """Redeclared only to pin a value the pipeline needs, or a speed knob that changes no score (``eval_max_tokens``,
-``step_graph``, ``torch_compile_regions``, declared here): hidden from ``--help`` like the inherited flags;
+``eval_packing``, ``step_graph``, ``torch_compile_regions``, declared here): hidden from ``--help`` like the inherited flags;
 ``--help_all`` lists them."""
 
 SHORT_HELP = {

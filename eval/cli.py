@@ -102,8 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "the table scripts pass it)")
     parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass")
     parser.add_argument("--max_tokens", type=int, default=None,
-                        help="padded tokens per forward pass instead of --batch_size sentences (length-sorted "
-                             "sentences, cut where padding is fewest; the scores agree up to float rounding)")
+                        help="tokens per forward pass instead of --batch_size sentences: packed side by side in "
+                             "rows where the backbone allows (eval/packing.py), else length-sorted and cut where "
+                             "padding is fewest; the scores agree up to float rounding")
+    parser.add_argument("--no_packing", dest="packing", action="store_false",
+                        help="with --max_tokens: padded passes, never packed rows")
     parser.add_argument("--max_length", type=int, default=None)
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--eval_dtype", choices=("fp32", "bf16"), default="fp32",
@@ -224,7 +227,7 @@ def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     senteval_dir = resolve_senteval_dir(args.senteval_dir)
     encoder = load_encoder(args.model_name_or_path, args.pooler, device=args.device,
                            batch_size=args.batch_size, max_tokens=args.max_tokens, max_length=args.max_length,
-                           eval_dtype=args.eval_dtype)
+                           eval_dtype=args.eval_dtype, packing=args.packing)
     results: dict[str, Any] = {}
     if plan.sts_tasks:
         results.update(evaluate_sts(encoder, senteval_dir, tasks=plan.sts_tasks, split=plan.sts_split))

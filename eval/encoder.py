@@ -9,14 +9,20 @@ padding change nothing but the speed: a padded position is masked out of attenti
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from torch import nn
+
 from data.padding import pad_rows
 from eval.batching import fewest_padding_cuts
 from eval.fp32_precision import full_fp32
+from eval.packing import PackedPass, packed_backbone, packed_passes, packing_refusal
+
+logger = logging.getLogger(__name__)
 
 EmbedFn = Callable[..., torch.Tensor]
 """``embed_fn(input_ids=..., attention_mask=..., [token_type_ids=...]) -> Tensor[B, d]``."""
@@ -109,6 +115,12 @@ class SentenceEncoder:
         max_length: truncation length in tokens; ``None`` = the tokenizer's ``model_max_length``.
         preprocess: a change to every sentence's text before tokenisation (PromptBERT's official evaluation
             appends '.'); ``None``: none.
+        backbone: the transformer ``embed_fn`` hands each batch's own ``input_ids`` to (``None``: unknown, or an
+            embedding that rewrites them, as PromptBERT's template does). With ``max_tokens`` and ``packing``, the
+            passes are packed (:mod:`eval.packing`: several sentences a row, no padding) when that backbone can
+            take packed rows (:attr:`packing_refusal` says why not otherwise) and the packed rows run fewer tokens
+            than the padded passes would (a few sentences in a small budget may not); the log says which.
+        packing: pack the passes when the backbone allows (default); ``False``: padded passes.
 
     The encoder never calls ``model.eval()``/``model.train()``: the caller owns the module's mode
     (:func:`eval.loading.load_encoder` sets eval mode; a trainer evaluating mid-training switches to eval and
@@ -129,6 +141,8 @@ class SentenceEncoder:
         max_length: int | None = None,
         eval_dtype: str = "fp32",
         preprocess: Callable[[str], str] | None = None,
+        backbone: nn.Module | None = None,
+        packing: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -143,7 +157,46 @@ class SentenceEncoder:
         self.max_tokens = max_tokens
         self.max_length = max_length if max_length is not None else default_max_length(tokenizer)
         self.preprocess = preprocess
+        self.backbone = backbone
+        self.packing_refusal = self._packing_refusal(backbone, packing)
         self._cached_batches: tuple[tuple, list[tuple[torch.Tensor, dict[str, torch.Tensor]]]] | None = None
+        self._packed_passes: dict[int, PackedPass] = {}  # id(a kept batch's input_ids) -> its packing
+
+    def _packing_refusal(self, backbone: nn.Module | None, packing: bool) -> str | None:
+        """Why the passes are not packed (``None``: they are)."""
+        if not packing:
+            return "packing is off"
+        if self.max_tokens is None:
+            return "batches of a number of sentences (packing fills a token budget)"
+        if backbone is None:
+            return "the embedding does not hand the sentences' own tokens to a known backbone"
+        if getattr(self.tokenizer, "padding_side", "right") == "left":
+            return "the tokenizer pads on the left"
+        return packing_refusal(backbone)
+
+    @property
+    def packs(self) -> bool:
+        """Whether the passes may be packed (:mod:`eval.packing`): they are where that runs fewer tokens."""
+        return self.packing_refusal is None
+
+    @property
+    def packed_batches(self) -> bool:
+        """Whether the kept batches (:meth:`device_batches`) are packed passes."""
+        return bool(self._packed_passes)
+
+    def packed_forward(self) -> contextlib.AbstractContextManager:
+        """The context the kept batches run in: with packing, the backbone runs each batch packed (its hooks);
+        otherwise nothing changes."""
+        if not self.packs or not self._packed_passes:
+            return contextlib.nullcontext()
+        return packed_backbone(self.backbone, self._packed_passes)
+
+    def pass_tokens(self, batches: Sequence[tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> int:
+        """The tokens the forward passes of ``batches`` (:meth:`device_batches`) run: the packed rows' slots, or
+        the padded batches' positions."""
+        return sum(self._packed_passes[id(batch["input_ids"])].layout.tokens
+                   if id(batch["input_ids"]) in self._packed_passes else batch["input_ids"].numel()
+                   for _, batch in batches)
 
     def encode(self, sentences: Sequence[str], show_progress: bool = False, desc: str | None = None) -> np.ndarray:
         """Embed ``sentences``; returns float32 ``[len(sentences), d]``, row ``i`` for ``sentences[i]``.
@@ -169,12 +222,14 @@ class SentenceEncoder:
             raise ValueError("encode_tensor needs at least one sentence")
         embeddings: torch.Tensor | None = None
         with torch.inference_mode(), evaluation_precision(self.eval_dtype, self.device):
-            for rows, batch in self._progress(self.device_batches(unique), show_progress, desc):
-                vectors = self.embed_fn(**batch)
-                if embeddings is None:
-                    embeddings = torch.empty((len(unique), vectors.shape[-1]), dtype=torch.float32,
-                                             device=vectors.device)
-                embeddings.index_copy_(0, rows, vectors.to(torch.float32))
+            batches = self.device_batches(unique)
+            with self.packed_forward():
+                for rows, batch in self._progress(batches, show_progress, desc):
+                    vectors = self.embed_fn(**batch)
+                    if embeddings is None:
+                        embeddings = torch.empty((len(unique), vectors.shape[-1]), dtype=torch.float32,
+                                                 device=vectors.device)
+                    embeddings.index_copy_(0, rows, vectors.to(torch.float32))
             assert embeddings is not None
             if len(unique) == len(sentences):  # already distinct: ``unique`` is ``sentences``, in order
                 return embeddings
@@ -182,16 +237,34 @@ class SentenceEncoder:
             return embeddings.index_select(0, torch.tensor([row[s] for s in sentences], device=embeddings.device))
 
     def device_batches(self, unique: list[str]) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
-        """``unique``'s (distinct sentences) length-sorted batches as (their rows in ``unique``, the padded inputs
-        ``embed_fn`` gets), on the device; the last call's are reused when the sentences and the batching are the
+        """``unique``'s (distinct sentences) batches as (their rows in ``unique``, the padded inputs ``embed_fn``
+        gets), on the device: length-sorted, or with packing the sentences of each packed pass (which
+        :meth:`packed_forward` runs packed); the last call's are reused when the sentences and the batching are the
         same. Public for the benchmark, which times the forward of exactly these batches."""
-        key = (tuple(unique), self.batch_size, self.max_tokens, self.max_length)
+        key = (tuple(unique), self.batch_size, self.max_tokens, self.max_length, self.packs)
         if self._cached_batches is not None and self._cached_batches[0] == key:
             return self._cached_batches[1]
         tokenized = self._tokenize(unique)
         lengths = [len(ids) for ids in tokenized["input_ids"]]
-        batches = [(torch.tensor(indices, device=self.device), self._collate(tokenized, indices))
-                   for indices in length_sorted_batches(lengths, self.batch_size, self.max_tokens)]
+        self._packed_passes = {}
+        padded = length_sorted_batches(lengths, self.batch_size, self.max_tokens)
+        padded_tokens = sum(max(lengths[i] for i in indices) * len(indices) for indices in padded)
+        layouts = packed_passes(lengths, self.max_tokens) if self.packs and self.max_tokens is not None else []
+        packed_tokens = sum(layout.tokens for layout in layouts)
+        if layouts and packed_tokens < padded_tokens:
+            batches = []
+            for layout in layouts:
+                batch = self._collate(tokenized, list(layout.sentences))
+                self._packed_passes[id(batch["input_ids"])] = PackedPass(layout, lengths, self.device)
+                batches.append((torch.tensor(layout.sentences, device=self.device), batch))
+            how = f"packed ({padded_tokens} tokens padded)"
+        else:
+            batches = [(torch.tensor(indices, device=self.device), self._collate(tokenized, indices))
+                       for indices in padded]
+            how = (f"padded ({self.packing_refusal})" if not layouts
+                   else f"padded (packed: {packed_tokens}, no fewer)")
+        logger.info("%d distinct sentences, %d tokens: %d passes of %d tokens, %s", len(unique), sum(lengths),
+                    len(batches), packed_tokens if self._packed_passes else padded_tokens, how)
         self._cached_batches = (key, batches)
         return batches
 

@@ -47,13 +47,15 @@ class ModelLoadingError(RuntimeError):
 
 @dataclass
 class _Backend:
-    """What a loader produces: the module (to place and set to eval), its embedding function and tokenizer."""
+    """What a loader produces: the module (to place and set to eval), its embedding function and tokenizer, and the
+    backbone that function hands the sentences' own tokens to (``None``: none known; the encoder then never packs)."""
 
     module: torch.nn.Module
     embed_fn: EmbedFn
     tokenizer: Any
     max_length: int | None = None
     preprocess: Callable[[str], str] | None = None
+    backbone: torch.nn.Module | None = None
 
 
 # ----------------------------------------------------------------------------------------------- detection
@@ -207,7 +209,7 @@ def _huggingface_backend(
     pooler = pooler or "cls"
     logger.info("%s: Hugging Face %s, pooler %s", model_name_or_path, type(model).__name__, pooler)
     return _Backend(model, _transformer_embed_fn(model, pooler, model_name_or_path),
-                    _load_tokenizer(model_name_or_path, subfolder))
+                    _load_tokenizer(model_name_or_path, subfolder), backbone=model)
 
 
 def _st_transformer_subfolder(model_name_or_path: str) -> str:
@@ -259,7 +261,8 @@ def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: to
     def embed(**features: torch.Tensor) -> torch.Tensor:
         return model.embed(**features, pooler_type=pooler)
 
-    return _Backend(model, embed, _load_tokenizer(model_name_or_path), preprocess=preprocess)
+    return _Backend(model, embed, _load_tokenizer(model_name_or_path), preprocess=preprocess,
+                    backbone=model.embedding_backbone())
 
 
 # Each backend takes (model_name_or_path, pooler, device); load_encoder moves the module to the device and sets
@@ -280,6 +283,7 @@ def load_encoder(
     max_tokens: int | None = None,
     max_length: int | None = None,
     eval_dtype: str = "fp32",
+    packing: bool = True,
 ) -> SentenceEncoder:
     """Load a model (see the module docstring for the kinds) as an eval-mode :class:`SentenceEncoder`.
 
@@ -294,6 +298,8 @@ def load_encoder(
             else the tokenizer's ``model_max_length``.
         eval_dtype: ``fp32`` (default: autocast and TF32 off) or ``bf16`` autocast
             (:func:`eval.encoder.evaluation_precision`).
+        packing: with ``max_tokens``, pack the sentences side by side in rows where the backbone allows
+            (:mod:`eval.packing`); ``False``: padded passes.
 
     Raises:
         ModelLoadingError: the model cannot be loaded or has no layer for the requested pooler.
@@ -318,4 +324,6 @@ def load_encoder(
         max_length=max_length if max_length is not None else backend.max_length,
         eval_dtype=eval_dtype,
         preprocess=backend.preprocess,
+        backbone=backend.backbone,
+        packing=packing,
     )

@@ -251,6 +251,12 @@ class ContrastiveModel(PreTrainedModel):
         say it: PromptBERT's template); the base adds none."""
         return {}
 
+    def embedding_backbone(self) -> nn.Module | None:
+        """Hook: the backbone :meth:`embed` and :meth:`dev_embed` hand the sentences' own ``input_ids`` to (the
+        evaluation packs them there: :mod:`eval.packing`), or ``None`` when the embedding rewrites them first: the
+        base's, its encoder."""
+        return self.encoder
+
     def dev_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Hook: the embedding the training-time dev evaluation ranks checkpoints by (``CLTrainer.evaluate``); the

@@ -270,6 +270,10 @@ class PromptBERTModel(ContrastiveModel):
                                  "templates": self.config.prompt_token_ids["templates"][:1]},
             "test_denoising": self.config.test_denoising, "eval_add_period": self.config.eval_add_period}}
 
+    def embedding_backbone(self) -> None:
+        """None: the sentence goes into its template first (new ``input_ids``), so the evaluation runs it padded."""
+        return None
+
     def position_zero_pooler(self) -> None:
         """None: the sentence vector is the [MASK] state, which follows the sentence in the template."""
         return None

@@ -177,6 +177,26 @@ def sts_fixture_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return write_sts_fixture(tmp_path / "senteval")
 
 
+@pytest.fixture
+def wide_sts_fixture_dir(sts_fixture_dir: Path) -> Path:
+    """:func:`sts_fixture_dir` with STS-B dev and SICK-R dev of 40 pairs each, sentences of 1 to 24 words: lengths
+    spread as the real dev sets' are, so that packing (eval/packing.py) runs fewer tokens than padding."""
+    rng = random.Random(1)
+
+    def sentence() -> str:
+        return " ".join(rng.choices(WORDS, k=rng.randint(1, 24)))
+
+    rows = [(sentence(), sentence(), round(rng.uniform(0, 5), 2)) for _ in range(80)]
+    (sts_fixture_dir / "STS" / "STSBenchmark" / "sts-dev.csv").write_text(
+        "".join(f"main-captions\tMSRvid\t2012dev\t{i:04d}\t{score}\t{a}\t{b}\n"
+                for i, (a, b, score) in enumerate(rows[:40])), encoding="utf-8")
+    (sts_fixture_dir / "SICK" / "SICK_trial.txt").write_text(
+        "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\r\n"
+        + "".join(f"{i}\t{a}\t{b}\t{score}\tNEUTRAL\r\n" for i, (a, b, score) in enumerate(rows[40:])),
+        encoding="utf-8")
+    return sts_fixture_dir
+
+
 def own_sts_format_files(monkeypatch: pytest.MonkeyPatch) -> None:
     """Turn off the check that STS files have SentEval's line counts (eval/senteval_sizes.py) for this test."""
     monkeypatch.setenv("SENTEVAL_CHECK_SIZES", "0")

@@ -389,6 +389,23 @@ def test_the_encoder_on_cuda_equals_the_cpu_encoder_with_tf32_on(tiny_bert_dir, 
     torch.testing.assert_close(bf16, want, rtol=5e-2, atol=5e-2)
 
 
+def test_the_packed_encoder_on_cuda_equals_the_padded_cpu_encoder(tiny_bert_dir, restore_precision):
+    """eval/packing.py on the device: token-budget passes packed side by side in rows (the SDPA kernel with the
+    block-diagonal mask, the index tensors on the GPU) embed as the CPU's padded passes, fp32 after the Trainer's
+    TF32, every pooler that reads hidden states; the hooks leave with the evaluation."""
+    from eval.loading import load_encoder
+    from tests.test_tf32_state import set_by_transformers_enable_tf32
+
+    sentences = [" ".join(["the cat sits on the big red chair"] * (1 + i % 4))[: 5 + 7 * i] for i in range(40)]
+    set_by_transformers_enable_tf32()
+    for pooler in ("cls", "avg", "avg_first_last"):
+        want = load_encoder(str(tiny_bert_dir), pooler, device="cpu", max_tokens=64, packing=False).encode(sentences)
+        encoder = load_encoder(str(tiny_bert_dir), pooler, max_tokens=64)
+        assert encoder.device.type == "cuda" and encoder.packs
+        torch.testing.assert_close(encoder.encode(sentences), want, rtol=1e-5, atol=1e-5)
+        assert not encoder.backbone._forward_pre_hooks and not encoder.backbone._forward_hooks
+
+
 def test_the_transfer_classifier_on_cuda_equals_the_cpu_classifier_with_tf32_on(restore_precision):
     """eval/classifier.py on the device (its default there), after the Trainer's TF32: the same models as on the
     CPU (IEEE fp32 on both)."""

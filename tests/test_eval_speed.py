@@ -245,20 +245,27 @@ def test_the_trainer_scores_agree_across_batchings(tmp_path: Path, tiny_bert_dir
 
 
 # ------------------------------------------------------------------------------------------- the benchmark
-def test_the_training_batching_is_the_trainers_default_budget_alone():
-    """``--training_batching`` (the GPU check's eval_speed step) times the one batching CLTrainer.evaluate() uses by
-    default, DEV_MAX_TOKENS tokens a pass; without it, --batch_sizes then --max_tokens."""
+def test_the_training_batching_is_the_trainers_default_budget_packed_then_padded():
+    """``--training_batching`` (the GPU check's eval_speed step) times the batching CLTrainer.evaluate() uses by
+    default (DEV_MAX_TOKENS tokens a pass, packed), the same budget padded (what it replaced) and twice the budget
+    packed; without it, --batch_sizes then each --max_tokens both ways (``--packing both``, the default)."""
     from bench.eval_speed import Batching, build_parser, timed_batchings
     from command_line.arguments import CLTrainingArguments
 
-    default_budget = CLTrainingArguments(output_dir="unused").eval_max_tokens
+    defaults = CLTrainingArguments(output_dir="unused")
+    assert defaults.eval_packing is True
+    budget = defaults.eval_max_tokens
     assert timed_batchings(build_parser().parse_args(["--training_batching", "--max_tokens", "64"])) == [
-        Batching(max_tokens=default_budget)]
+        Batching(max_tokens=budget, packed=True), Batching(max_tokens=budget), Batching(max_tokens=2 * budget,
+                                                                                         packed=True)]
     assert timed_batchings(build_parser().parse_args(["--batch_sizes", "16", "--max_tokens", "64", "128"])) == [
-        Batching(batch_size=16), Batching(max_tokens=64), Batching(max_tokens=128)]
+        Batching(batch_size=16), Batching(max_tokens=64, packed=True), Batching(max_tokens=64),
+        Batching(max_tokens=128, packed=True), Batching(max_tokens=128)]
+    assert timed_batchings(build_parser().parse_args(["--batch_sizes", "--max_tokens", "64", "--packing",
+                                                      "padded"])) == [Batching(max_tokens=64)]
 
 
-def test_the_benchmark_runs_on_the_cpu(tmp_path: Path, sts_fixture_dir: Path, monkeypatch):
+def test_the_benchmark_runs_on_the_cpu(tmp_path: Path, wide_sts_fixture_dir: Path, monkeypatch):
     """The CPU smoke run; the JSON is written after every batching (a run stopped at the GPU check's time limit keeps
     the batchings it measured)."""
     import bench.eval_speed as eval_speed
@@ -275,12 +282,12 @@ def test_the_benchmark_runs_on_the_cpu(tmp_path: Path, sts_fixture_dir: Path, mo
     monkeypatch.setattr(eval_speed, "measure", measure_after_noting_the_json)
     threads = torch.get_num_threads()
     try:
-        report = main(["--config", "tiny", "--device", "cpu", "--senteval_dir", str(sts_fixture_dir), "--repeats",
-                       "1", "--gemm_size", "64", "--batch_sizes", "16", "--max_tokens", "64", "--sts_test",
+        report = main(["--config", "tiny", "--device", "cpu", "--senteval_dir", str(wide_sts_fixture_dir), "--repeats",
+                       "1", "--gemm_size", "64", "--batch_sizes", "16", "--max_tokens", "256", "--sts_test",
                        "--threads", "1", "--output_json", str(out)])
     finally:
         torch.set_num_threads(threads)
-    assert written_before_each_batching == [0, 1]
+    assert written_before_each_batching == [0, 1, 2]
     data = json.loads(out.read_text())
     assert data["command"].startswith("python -m bench.eval_speed --config tiny")
     assert data["sgemm_tflops"] > 0 and data["matmul_parameters"] == report.matmul_parameters > 0
@@ -288,8 +295,10 @@ def test_the_benchmark_runs_on_the_cpu(tmp_path: Path, sts_fixture_dir: Path, mo
     assert data["floor_seconds"] == pytest.approx(data["dev_tokens"] * 2 * data["matmul_parameters"]
                                                   / (data["sgemm_tflops"] * 1e12))
     by_name = {m["batching"]: m for m in data["measurements"]}
-    assert set(by_name) == {"16 sentences", "64 tokens"}
+    assert set(by_name) == {"16 sentences", "256 tokens, packed", "256 tokens, padded"}
     for m in by_name.values():
         assert m["evaluation_seconds"] > 0 and m["forward_seconds"] > 0 and m["sts_test_seconds"] > 0
         assert m["padded_tokens"] >= data["dev_tokens"] and m["batches"] >= 1
-    assert by_name["64 tokens"]["stsb_spearman"] == pytest.approx(by_name["16 sentences"]["stsb_spearman"], abs=1e-4)
+    assert by_name["256 tokens, packed"]["padded_tokens"] < by_name["256 tokens, padded"]["padded_tokens"]
+    for name in ("256 tokens, packed", "256 tokens, padded"):
+        assert by_name[name]["stsb_spearman"] == pytest.approx(by_name["16 sentences"]["stsb_spearman"], abs=1e-4)

@@ -311,16 +311,20 @@ class CLTrainer(TrainerAdapter):
         ``model.embed``, except PromptBERT's, which denoises as its code's dev evaluation did), at the run's
         ``eval_dtype`` (fp32 by default, also inside a bf16/TF32 training run: model selection ranks checkpoints by
         the same numbers the final report gives), in batches of ``eval_max_tokens`` padded tokens (0: of
-        ``per_device_eval_batch_size`` x 16 sentences; the scores agree up to float rounding either way)."""
+        ``per_device_eval_batch_size`` x 16 sentences; the scores agree up to float rounding either way), packed
+        (``eval_packing``, :mod:`eval.packing`) where the model's dev embedding hands the sentences to a backbone that
+        takes packed rows and packing runs fewer tokens (the log says which)."""
         from eval.encoder import DEV_MAX_TOKENS, SentenceEncoder
 
-        if self._dev_encoder is None:  # one per run: it keeps the dev sentences' padded batches between evaluations
+        if self._dev_encoder is None:  # one per run: it keeps the dev sentences' batches between evaluations
             max_tokens = getattr(self.args, "eval_max_tokens", DEV_MAX_TOKENS)  # 0: sentence batches
             self._dev_encoder = SentenceEncoder(lambda **batch: self.model.dev_embed(**batch), self.processing_class,
                                                 device=self.args.device,
                                                 batch_size=self.args.per_device_eval_batch_size * 16,
                                                 max_tokens=max_tokens or None,
-                                                eval_dtype=getattr(self.args, "eval_dtype", "fp32"))
+                                                eval_dtype=getattr(self.args, "eval_dtype", "fp32"),
+                                                backbone=self.model.embedding_backbone(),
+                                                packing=getattr(self.args, "eval_packing", True))
         return self._dev_encoder
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
