@@ -280,3 +280,26 @@ def test_packing_that_runs_no_fewer_tokens_stays_padded(tmp_path: Path, caplog):
         batches = encoder.device_batches(sentences)
     assert encoder.packs and not encoder.packed_batches and encoder.pass_tokens(batches) == 25
     assert "padded (packed: 27, no fewer)" in caplog.text
+
+
+def test_the_hooks_leave_a_compiled_backbones_graph_alone():
+    """The fast path compiles the backbone module the evaluation hooks: after an evaluation added and removed its
+    hooks, the compiled backbone runs its graph without a recompile (dynamo guards on the module's hooks)."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    backbone = AutoModel.from_config(_tiny_config("bert")).eval()
+    compiled = torch.compile(backbone, backend="eager", dynamic=False)
+    input_ids, attention_mask = torch.randint(5, 99, (4, 9)), torch.ones(4, 9, dtype=torch.long)
+    with torch.inference_mode():
+        compiled(input_ids=input_ids, attention_mask=attention_mask)
+        graphs = counters["stats"]["unique_graphs"]
+        lengths = [5, 3, 7, 2, 2, 6, 4]
+        layout = packed_passes(lengths, 14)[1]
+        padded_ids, padded_mask = _padded_pass(layout, lengths, backbone.config.pad_token_id)
+        with packed_backbone(backbone, {id(padded_ids): PackedPass(layout, lengths, torch.device("cpu"))}):
+            backbone(input_ids=padded_ids, attention_mask=padded_mask)
+        compiled(input_ids=input_ids, attention_mask=attention_mask)
+        assert counters["stats"]["unique_graphs"] == graphs
+        compiled(input_ids=input_ids[:, :8], attention_mask=attention_mask[:, :8])  # the check can fail: a new shape
+        assert counters["stats"]["unique_graphs"] == graphs + 1
