@@ -29,8 +29,8 @@ named, so a lease that ends early keeps the most wanted figures):
    ``step_profile`` (and ``step_profile_graph``, with the step graph): where the fast SimCSE step's time goes
    (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part); ``optimizer_step``: the clipping and AdamW's host and device milliseconds per step as run now
    and compiled (:mod:`bench.optimizer_step`); ``eval_speed``: the dev evaluation's seconds with training's batching
-   (``--training_batching``: its token budget a pass) against its fp32 compute floor, and ``python -m eval``'s STS
-   test sets (:mod:`bench.eval_speed`; its other batchings, compared on an H100 at 8626fa0, take minutes more:
+   (``--training_batching``: its token budget a pass, packed; the same budget padded; twice the budget packed) against
+   its fp32 compute floor, and ``python -m eval``'s STS test sets (:mod:`bench.eval_speed`; its other batchings, compared on an H100 at 8626fa0, take minutes more:
    ``python -m bench.eval_speed`` alone).
 1. ``pytest -m cuda tests/test_cuda.py``: bf16 step = fp32 step to bf16 precision, cached = uncached (row-seeded) on
    CUDA, keyed masks identical on CPU and CUDA, no host-device sync in a step (the CUDA runtime's own sync check),

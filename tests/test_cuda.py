@@ -403,6 +403,7 @@ def test_the_packed_encoder_on_cuda_equals_the_padded_cpu_encoder(tiny_bert_dir,
         encoder = load_encoder(str(tiny_bert_dir), pooler, max_tokens=64)
         assert encoder.device.type == "cuda" and encoder.packs
         torch.testing.assert_close(encoder.encode(sentences), want, rtol=1e-5, atol=1e-5)
+        assert encoder.packed_batches  # packed: fewer tokens than the padded passes (checked on the CPU too)
         assert not encoder.backbone._forward_pre_hooks and not encoder.backbone._forward_hooks
 
 
