@@ -161,6 +161,7 @@ class SentenceEncoder:
         self.packing_refusal = self._packing_refusal(backbone, packing)
         self._cached_batches: tuple[tuple, list[tuple[torch.Tensor, dict[str, torch.Tensor]]]] | None = None
         self._packed_passes: dict[int, PackedPass] = {}  # id(a kept batch's input_ids) -> its packing
+        self._warned_unpacked = False
 
     def _packing_refusal(self, backbone: nn.Module | None, packing: bool) -> str | None:
         """Why the passes are not packed (``None``: they are)."""
@@ -190,6 +191,18 @@ class SentenceEncoder:
         if not self.packs or not self._packed_passes:
             return contextlib.nullcontext()
         return packed_backbone(self.backbone, self._packed_passes)
+
+    def _check_packed_runs(self) -> None:
+        """Warn (once per encoder) when a planned pass reached the backbone unpacked: the embedding did not hand it
+        the batch's own ``input_ids`` tensor, so it ran the pass's padded layout (the same vectors, more work)."""
+        missed = sum(1 for planned in self._packed_passes.values() if planned.runs == 0)
+        for planned in self._packed_passes.values():
+            planned.runs = 0
+        if missed and not self._warned_unpacked:
+            self._warned_unpacked = True
+            logger.warning("%d of %d packed passes ran padded: the embedding did not hand the backbone the batch's "
+                           "own input_ids (pass backbone=None to plan padded passes)", missed,
+                           len(self._packed_passes))
 
     def pass_tokens(self, batches: Sequence[tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> int:
         """The tokens the forward passes of ``batches`` (:meth:`device_batches`) run: the packed rows' slots, or
@@ -231,6 +244,7 @@ class SentenceEncoder:
                                                  device=vectors.device)
                     embeddings.index_copy_(0, rows, vectors.to(torch.float32))
             assert embeddings is not None
+            self._check_packed_runs()
             if len(unique) == len(sentences):  # already distinct: ``unique`` is ``sentences``, in order
                 return embeddings
             row = {sentence: i for i, sentence in enumerate(unique)}

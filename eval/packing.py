@@ -3,7 +3,7 @@
 An evaluation pass of length-sorted sentences pads each batch to its longest sentence; the work is every padded
 token. Sorting and cutting where padding is fewest (:mod:`eval.batching`) leaves 8.8 % padding on STS-B + SICK-R
 dev (64,342 padded tokens for 59,118), because the lengths are dense: any batch spans a few of them. Packing
-removes it: a row of width ``W`` (the pass's longest sentence) holds several sentences one after another, and a
+removes it: a row of width ``W`` (the longest sentence) holds several sentences one after another, and a
 block-diagonal attention mask lets each token attend only to its own sentence's tokens. With each sentence's
 position ids counted from its own first token (from ``padding_idx + 1`` on RoBERTa-style embeddings, as they count
 them), every token sees exactly what it sees in its own padded row, so the hidden states are the padded pass's up to
@@ -15,7 +15,8 @@ from the device). :class:`PackedPass` holds one pass's index tensors on the devi
 for the length of an evaluation, two hooks on the backbone module: a call whose ``input_ids`` is one of the planned
 passes' padded inputs (the very tensor the encoder built) runs on the packed rows instead, and its outputs are put
 back in the padded layout (zeros at the padding), so the pooling code above the backbone reads what it always read.
-Any other call (PromptBERT's template rows, a different batch) runs unchanged.
+Any other call (PromptBERT's template rows, a different batch) runs unchanged; a planned pass that never reached the
+backbone packed (an embedding that copied its ids) ran its padded layout, and the encoder warns.
 
 Which backbones take packed rows (:func:`packing_refusal`): those whose modeling code takes a prepared 4D mask
 (:func:`models.masks.builds_bidirectional_masks`) with an SDPA or eager attention, explicit ``position_ids``, and
@@ -138,6 +139,7 @@ class PackedPass:
         self.slot = slot.to(device)
         self.mask = (segment.unsqueeze(-1) == segment.unsqueeze(-2)).unsqueeze(1).to(device)  # [rows, 1, W, W]
         self.positions = positions.view(layout.rows, width).to(device)
+        self.runs = 0  # the backbone calls that ran this pass packed (the encoder checks each pass ran so)
 
     def pack(self, backbone: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The backbone's keyword arguments for the packed rows, from those of the padded pass."""
@@ -191,10 +193,14 @@ def packed_backbone(backbone: nn.Module, passes: Mapping[int, PackedPass]) -> It
     def before(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         planned = passes.get(id(kwargs.get("input_ids")))
         if planned is not None and (args or kwargs.get("output_attentions") or kwargs.get("position_ids") is not None
+                                    or kwargs.get("return_dict") is False
                                     or kwargs["input_ids"].shape != planned.padded_shape):
             planned = None  # not the pass as planned: run it as given
         active.append(planned)
-        return None if planned is None else (args, planned.pack(module, kwargs))
+        if planned is None:
+            return None
+        planned.runs += 1
+        return args, planned.pack(module, kwargs)
 
     def after(module: nn.Module, args: tuple, kwargs: dict, outputs: Any) -> Any:
         planned = active.pop()

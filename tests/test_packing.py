@@ -303,3 +303,27 @@ def test_the_hooks_leave_a_compiled_backbones_graph_alone():
         assert counters["stats"]["unique_graphs"] == graphs
         compiled(input_ids=input_ids[:, :8], attention_mask=attention_mask[:, :8])  # the check can fail: a new shape
         assert counters["stats"]["unique_graphs"] == graphs + 1
+
+
+def test_a_pass_that_reaches_the_backbone_unpacked_is_said(tmp_path: Path, caplog):
+    """An embedding that copies the input ids (so the hooks cannot recognise the planned pass) still embeds right,
+    from the pass's padded layout, and the encoder warns once that its packed passes ran padded."""
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    torch.manual_seed(0)
+    backbone = AutoModel.from_config(_tiny_config("bert")).eval()
+
+    def copying_embed(input_ids, attention_mask, **_):
+        return backbone(input_ids=input_ids.clone(), attention_mask=attention_mask).last_hidden_state[:, 0]
+
+    def embed(input_ids, attention_mask, **_):
+        return backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, 0]
+
+    copying = SentenceEncoder(copying_embed, tokenizer, device="cpu", max_tokens=96, backbone=backbone)
+    direct = SentenceEncoder(embed, tokenizer, device="cpu", max_tokens=96, backbone=backbone)
+    with caplog.at_level(logging.WARNING, logger="eval.encoder"):
+        copied = copying.encode(SENTENCES)
+        copying.encode(SENTENCES)
+        packed = direct.encode(SENTENCES)
+    assert copying.packed_batches and direct.packed_batches
+    assert abs(copied - packed).max() < 1e-5
+    assert caplog.text.count("packed passes ran padded") == 1
