@@ -33,7 +33,8 @@ DEV_MAX_TOKENS = 8192
 """The training-time dev evaluation's token budget per forward pass (``--eval_max_tokens``). STS-B + SICK-R dev are
 3,833 distinct sentences, 59,118 tokens with [CLS]/[SEP] (bert-base-uncased's vocabulary): batches of 128 sentences
 are 30 forward passes of about 2,000 tokens (62,920 padded tokens in all), a budget of 8,192 tokens 9 passes (64,342
-padded, cut where padding is fewest: 67,033 filling each batch in turn); 16,384 would be 5 passes and more padding.
+padded, cut where padding is fewest: 67,033 filling each batch in turn), or packed (:mod:`eval.packing`, where the
+backbone allows) 8 passes of 60,367 tokens; 16,384 would be 5 padded passes and more padding, or 4 packed.
 Larger matmuls fill a GPU better, longer batches span more lengths and pad more: ``python -m bench.eval_speed`` times
 each setting."""
 
