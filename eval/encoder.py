@@ -14,7 +14,6 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
-
 from torch import nn
 
 from data.padding import pad_rows
