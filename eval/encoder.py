@@ -188,7 +188,7 @@ class SentenceEncoder:
     def packed_forward(self) -> contextlib.AbstractContextManager:
         """The context the kept batches run in: with packing, the backbone runs each batch packed (its hooks);
         otherwise nothing changes."""
-        if not self.packs or not self._packed_passes:
+        if not self._packed_passes:
             return contextlib.nullcontext()
         return packed_backbone(self.backbone, self._packed_passes)
 

@@ -15,6 +15,7 @@ from transformers import (AutoModel, BertConfig, CamembertConfig, DistilBertConf
 
 from eval.encoder import SentenceEncoder
 from eval.packing import POSITION_RULES, PackedPass, PassLayout, packed_backbone, packed_passes, packing_refusal
+from tests.test_tf32_state import restore_precision, set_by_transformers_enable_tf32, set_cpu_bf16  # noqa: F401
 from tests.tiny import WORDS, save_tiny_backbone, tiny_tokenizer
 
 
@@ -172,9 +173,11 @@ SENTENCES = [" ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(1 + (5 * i)
 
 
 @pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2"])
-def test_the_packed_encoder_embeds_as_the_padded_one(pooler: str, tmp_path: Path):
+def test_the_packed_encoder_embeds_as_the_padded_one(pooler: str, tmp_path: Path, restore_precision):
     """A method's model (SimCSE, every pooler; ``cls`` with its MLP) through :class:`SentenceEncoder`: packed passes
-    give the padded passes' embeddings; duplicates and the input order kept."""
+    give the padded passes' embeddings; duplicates and the input order kept. The packed ones run in the state a GPU
+    run leaves (the Trainer's TF32 through torch's per-backend API) and a CPU bf16 run's (oneDNN's bf16 matmuls):
+    the evaluation's fp32 holds for them as for the padded ones."""
     from trainers.methods import build_model
 
     model = build_model("simcse", str(save_tiny_backbone(tmp_path / "bert")), pooler_type=pooler).eval()
@@ -187,7 +190,11 @@ def test_the_packed_encoder_embeds_as_the_padded_one(pooler: str, tmp_path: Path
 
     packed, padded = encoder(True), encoder(False)
     assert packed.packs and not padded.packs and padded.packing_refusal == "packing is off"
-    packed_vectors, padded_vectors = packed.encode(sentences), padded.encode(sentences)
+    padded_vectors = padded.encode(sentences)
+    set_by_transformers_enable_tf32()
+    packed_vectors = packed.encode(sentences)
+    set_cpu_bf16()
+    assert abs(packed.encode(sentences) - padded_vectors).max() < 1e-5
     assert packed.packed_batches and not padded.packed_batches
     assert packed.pass_tokens(packed.device_batches(list(dict.fromkeys(sentences)))) < padded.pass_tokens(
         padded.device_batches(list(dict.fromkeys(sentences))))
