@@ -91,12 +91,13 @@ def packed_passes(lengths: Sequence[int], max_tokens: int) -> list[PassLayout]:
     Best fit decreasing: longest first, each sentence goes into the row whose free space fits it most tightly (the
     first such row), or opens a row; so the short sentences fill the long ones' rows. Deterministic (equal lengths
     in input order)."""
-    width = max((max(1, int(length)) for length in lengths), default=1)
-    row_of, offset_of = [0] * len(lengths), [0] * len(lengths)
+    sizes = [max(1, int(length)) for length in lengths]  # an empty sentence still takes a slot
+    width = max(sizes, default=1)
+    row_of, offset_of = [0] * len(sizes), [0] * len(sizes)
     used: list[int] = []  # tokens taken in each row
     free: list[tuple[int, int]] = []  # (free slots, row) of the rows with room, ascending
-    for index in sorted(range(len(lengths)), key=lambda i: (-max(1, int(lengths[i])), i)):
-        length = max(1, int(lengths[index]))
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        length = sizes[index]
         position = bisect.bisect_left(free, (length, -1))
         if position == len(free):
             row = len(used)
@@ -109,7 +110,7 @@ def packed_passes(lengths: Sequence[int], max_tokens: int) -> list[PassLayout]:
             bisect.insort(free, (width - used[row], row))
     rows_per_pass = max(1, max_tokens // width)
     members: list[list[int]] = [[] for _ in range(-(-len(used) // rows_per_pass))]
-    for index in sorted(range(len(lengths)), key=lambda i: (row_of[i], offset_of[i])):
+    for index in sorted(range(len(sizes)), key=lambda i: (row_of[i], offset_of[i])):
         members[row_of[index] // rows_per_pass].append(index)
     return [PassLayout(tuple(indices), width, min(rows_per_pass, len(used) - number * rows_per_pass),
                        tuple(row_of[i] - number * rows_per_pass for i in indices), tuple(offset_of[i] for i in indices))
