@@ -121,7 +121,10 @@ def describe_step(config: Any, training_args: Any, compile_failure: str | None =
         refusal = f"its compiled step failed: {compile_failure}" if compile_failure else backbone_compile_refusal(
             bool(getattr(training_args, "gradient_checkpointing", False)), bool(cache_chunk_size),
             keyed_masks=dropout_masks == "row_seeded")
-        compiled = "compiled backbones and loss" if refusal is None else f"the backbone eager ({refusal})"
+        layers = getattr(training_args, "torch_compile_regions", None) == "layers"
+        compiled = (f"the backbone eager ({refusal})" if refusal else
+                    "compiled backbone layers, one at a time (--torch_compile_regions layers), and loss" if layers else
+                    "compiled backbones and loss")
         parts.append(f"the fast path: fixed shapes, {compiled} (--torch_compile false: the eager step)")
     if getattr(training_args, "step_graph", False):
         parts.append(f"the step graph's capture failed ({step_graph_failure})" if step_graph_failure else

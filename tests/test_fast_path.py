@@ -348,6 +348,10 @@ def test_the_layers_need_a_mode_without_cuda_graph_trees(caplog):
     from trainers.fast_path import regions_under
 
     assert regions_under("default", "layers") == "layers" and regions_under("reduce-overhead", "backbone") == "backbone"
+    # unset: the layers under the step graph (whose mode is default), the whole backbone elsewhere, without a warning
+    assert [regions_under("default", None, step_graph=True), regions_under("default", None),
+            regions_under("reduce-overhead", None)] == ["layers", "backbone", "backbone"]
+    assert not caplog.text
     with caplog.at_level(logging.WARNING, logger="trainers.fast_path"):
         assert regions_under("reduce-overhead", "layers") == "backbone"
     assert "not reduce-overhead: the whole backbone is compiled" in caplog.text

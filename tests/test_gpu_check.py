@@ -26,7 +26,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     done = run_script("--dry_run", "--work_dir", str(tmp_path / "raw"), "--results_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     for number, name in enumerate(["end_to_end", "real_loop_fast", "real_loop_step_graph", "real_loop_eager",
-                                   "real_loop_step_graph_layers", "real_loop_fast_esimcse", "real_loop_fast_promptbert", "real_loop_fast_diffcse",
+                                   "real_loop_step_graph_backbone", "real_loop_fast_esimcse", "real_loop_fast_promptbert", "real_loop_fast_diffcse",
                                    "real_loop_fast_simcse_pp", "real_loop_fast_s_simcse", "real_loop_fast_row_seeded",
                                    "real_loop_fast_b512", "real_loop_fast_b512_cached",
                                    "real_loop_fast_diffcse_official_code", "real_loop_step_graph_esimcse",
@@ -173,6 +173,10 @@ def test_the_committed_gpu_report_renders():
         assert any(key in report for key in sections) or step_graph_loops
         for key, row in sections.items():
             assert (row in text) == (key in report), (path.name, key)
+        loops = [key for key in report if key.startswith("real_loop_") and report[key]]
+        if loops:  # one row for each, a loop that an older plan named too (41eb5f0's step_graph_layers)
+            section = text.split("## The real loop")[1].split("\n## ")[0]
+            assert len([line for line in section.splitlines() if line.startswith("| ")]) == 1 + len(loops), path.name
         for key in step_graph_loops:  # e.g. "| simcse | fast path (--torch_compile true) --step_graph true (997 ..."
             replays = report[key]["step_graph_replays"]
             assert f"--step_graph true ({replays} steps replayed) |" in text, (path.name, key)

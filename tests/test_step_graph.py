@@ -233,11 +233,13 @@ def test_the_step_graph_run_logs_the_fast_runs_steps(method, extra, files, tmp_p
     replays = 3 if method == "esimcse" else 4
     assert graph.captured and graph.failure is None and graph.replays == metrics["step_graph_replays"] == replays
     assert trainer.compiled_backbone.mode == "default"  # no CUDA-graph trees inside the step's graph
+    assert trainer.compiled_backbone.regions == "layers"  # the step graph's default; the fast run's: the backbone
     evaluated = [row["step"] for row in trainer.state.log_history if "eval_stsb_spearman" in row]
     assert evaluated == ([4, 8, 8] if "--eval_strategy" in extra else [])  # during training, and the final evaluation
     summary = " ".join(capsys.readouterr().out.split())  # the summary wraps its lines
-    assert ("the fast path: fixed shapes, compiled backbones and loss (--torch_compile false: the eager step); the "
-            "whole step replayed as one CUDA graph (--step_graph)") in summary
+    assert ("the fast path: fixed shapes, compiled backbone layers, one at a time (--torch_compile_regions layers), "
+            "and loss (--torch_compile false: the eager step); the whole step replayed as one CUDA graph "
+            "(--step_graph)") in summary
 
 
 def test_the_graph_replays_across_epochs_and_their_short_batches(files, tmp_path, simulated_graphs):
@@ -253,12 +255,14 @@ def test_the_graph_replays_across_epochs_and_their_short_batches(files, tmp_path
 
 
 def test_the_layers_compiled_one_by_one_log_the_whole_backbones_steps(files, tmp_path, simulated_graphs):
-    """``--torch_compile_regions layers`` under the step graph (the layers compiled one at a time, the embeddings and
-    pooler eager around them, all inside the graph) logs the steps the whole backbone compiled logs, bit for bit,
-    with as many replays. (DiffCSE's DistilBERT generator and discriminator layer by layer: tests/test_fast_path.py
-    and tests/test_ddp.py.)"""
-    whole, _, whole_metrics = run_script("simcse", files, tmp_path / "whole", [])
-    layers, trainer, metrics = run_script("simcse", files, tmp_path / "layers", ["--torch_compile_regions", "layers"])
+    """The step graph's default regions, ``layers`` (the layers compiled one at a time, the embeddings and pooler eager
+    around them, all inside the graph), log the steps the whole backbone compiled (``--torch_compile_regions
+    backbone``) logs, bit for bit, with as many replays. (DiffCSE's DistilBERT generator and discriminator layer by
+    layer: tests/test_fast_path.py and tests/test_ddp.py.)"""
+    whole, whole_trainer, whole_metrics = run_script("simcse", files, tmp_path / "whole",
+                                                     ["--torch_compile_regions", "backbone"])
+    layers, trainer, metrics = run_script("simcse", files, tmp_path / "layers", [])  # the step graph's default
+    assert whole_trainer.compiled_backbone.regions == "backbone"
     assert len(layers) == len(whole) == 8
     assert [(row["loss"], row["grad_norm"]) for row in layers] == [(row["loss"], row["grad_norm"]) for row in whole]
     assert trainer.compiled_backbone.regions == "layers" and trainer.step_graph.failure is None

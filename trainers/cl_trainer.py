@@ -125,13 +125,14 @@ class CLTrainer(TrainerAdapter):
         if refusal:
             logger.warning("fast path: the backbone stays eager because %s; batches still have fixed shapes", refusal)
             return None
+        step_graph = bool(getattr(self.args, "step_graph", False))
         mode = compile_mode(self.args.fast_path_mode, self.args.device, self.args.world_size, bool(self.args.bf16),
                             cached_step=bool(chunk_size), accumulation_steps=self.args.gradient_accumulation_steps,
-                            model_refusal=self.model.cuda_graph_refusal(),
-                            step_graph=bool(getattr(self.args, "step_graph", False)))
+                            model_refusal=self.model.cuda_graph_refusal(), step_graph=step_graph)
+        regions = regions_under(mode, getattr(self.args, "torch_compile_regions", None), step_graph)
+        self.args.torch_compile_regions = regions  # resolved: the summary reads it
         return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
-                                backend=self.args.fast_path_backend, chunk_size=chunk_size,
-                                regions=regions_under(mode, getattr(self.args, "torch_compile_regions", "backbone")))
+                                backend=self.args.fast_path_backend, chunk_size=chunk_size, regions=regions)
 
     def wants_step_graph(self) -> bool:
         """Whether the step is captured as one CUDA graph (:mod:`trainers.step_graph`): ``--step_graph``, by default
