@@ -52,6 +52,9 @@ MASKS, RATES, PASS_RATES, UNIFORMS = range(4)
 #: Added to a controller's network stream for rows with explicit keys (:meth:`RowDropoutController.plan`'s
 #: ``row_keys``), so they never draw a sentence row's masks.
 KEYED_ROWS_STREAM = 64
+#: A dropout module's number (what keys its masks): a Python int eagerly, a 0-d int64 tensor inside a compiled graph
+#: (:class:`RowDropout`'s ``call``; the draws then read a staged key, ``trainers.keyed_dropout``).
+Call = int | torch.Tensor
 
 
 # ------------------------------------------------------------------------------------------------ S-SimCSE's rates
@@ -92,14 +95,14 @@ class KeyedDraws(Protocol):
     def row_ids(self, rows: int, device: torch.device) -> torch.Tensor:
         """The global indices of a pass's ``rows`` rows (sentence-major)."""
 
-    def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
+    def uniforms(self, stream: int, call: Call, keys: torch.Tensor, per_key: int) -> torch.Tensor:
         """float64 numbers in (0, 1), [len(keys), per_key]."""
 
     def operands(self, row_ids: torch.Tensor, rates: torch.Tensor) -> Any:
         """The keep-masks' per-row operands of a pass's rows (their ids and ``rates``), made once and shared by the
         pass's dropout calls (``trainers.keyed_dropout``: :class:`models.row_seeded.KeepOperands`)."""
 
-    def keep_mask(self, stream: int, call: int, operands: Any, shape: torch.Size) -> torch.Tensor:
+    def keep_mask(self, stream: int, call: Call, operands: Any, shape: torch.Size) -> torch.Tensor:
         """A dropout keep-mask of ``shape`` whose rows are those of ``operands`` (:meth:`operands`), each kept with
         probability ``1 - rate``."""
 
@@ -178,7 +181,7 @@ class RowDropoutController:
         """``count`` rates from the distribution (S-SimCSE's sampler, :func:`sample_dropout_rates`)."""
         return sample_dropout_rates(self.distribution, self.low, self.high, count, device)
 
-    def _draw(self, plan: _Plan, device: torch.device, kind: int, call: int) -> torch.Tensor:
+    def _draw(self, plan: _Plan, device: torch.device, kind: int, call: Call) -> torch.Tensor:
         """Rates for the planned rows: one per row (``sentence_wise``) or one per group, broadcast to its rows."""
         groups = plan.groups.to(device)
         if self.row_seeded:
@@ -239,7 +242,7 @@ class RowDropoutController:
             return self._last_plan
         return _Plan(torch.zeros(rows, dtype=torch.long, device=device), 1, None)
 
-    def rates(self, rows: int, default: float, device: torch.device, call: int = 0) -> torch.Tensor | None:
+    def rates(self, rows: int, default: float, device: torch.device, call: Call = 0) -> torch.Tensor | None:
         """The per-row rates at dropout module number ``call`` (row-seeded keys; stream rates ignore it), or
         ``None`` for plain dropout at ``default`` (no plan, or a stream plan that changes nothing)."""
         plan = self._active_plan(rows, device)
@@ -267,15 +270,17 @@ class RowDropoutController:
     def _memo(plan: _Plan, key: Hashable | None, make: Callable[[], _T]) -> _T:
         """``plan.memo[key]``, made by ``make`` at the pass's first call that asks (``key`` ``None``: made every
         time). A pass's dropout calls (37 in bert-base) share what does not change between them, so a call launches
-        only its mask and its product: on a GPU the step is bound by the host launching kernels."""
-        if key is None:
+        only its mask and its product: on a GPU the step is bound by the host launching kernels. Inside a compiled
+        graph it is made again at every call (the compiler computes it once), so that no compiled region depends on
+        what an earlier one kept: the layers of a stack, compiled one at a time, then share one graph."""
+        if key is None or torch.compiler.is_compiling():
             return make()
         if key not in plan.memo:
             plan.memo[key] = make()
         return plan.memo[key]
 
     def _planned_rates(self, plan: _Plan, rows: int, default: float, device: torch.device,
-                       call: int) -> torch.Tensor:
+                       call: Call) -> torch.Tensor:
         """The rates of a dropout call of the pass ``plan``: the default, or drawn (per call or per pass), with the
         plan's rows that are off at 0."""
         if self.distribution == "none":
@@ -290,7 +295,7 @@ class RowDropoutController:
             rates = rates.masked_fill(plan.off.to(device), 0.0)
         return rates.detach()
 
-    def dropout(self, x: torch.Tensor, p: float, index: int = 0) -> torch.Tensor:
+    def dropout(self, x: torch.Tensor, p: float, index: Call = 0) -> torch.Tensor:
         """What :class:`RowDropout` number ``index`` of the backbone (default rate ``p``) returns in training mode:
         plain dropout without a plan (stream masks), else each row at its planned rate with stream masks or masks
         keyed by (step, ``index``, row, element)."""
@@ -322,7 +327,7 @@ class RowDropoutController:
             operands = draws.operands(row_ids, rates)
         else:  # the rows' ids are the draws' (one tensor per pass of the step, kept): made again if they change
             key = ("operands", rates_key, row_ids.size(0), str(x.device))
-            held = plan.memo.get(key)
+            held = None if torch.compiler.is_compiling() else plan.memo.get(key)  # in a graph: as in _memo
             if held is None or held[0] is not row_ids:
                 plan.memo[key] = held = (row_ids, draws.operands(row_ids, rates))
             operands = held[1]
@@ -343,9 +348,14 @@ class RowDropout(nn.Module):
         self.controller = controller
         #: Its position among the backbone's dropout modules (what keys its row-seeded masks).
         self.index = index
+        #: The same number as a 0-d tensor, what a compiled graph reads: an input of the graph, not a constant
+        #: compiled into it, so the layers of a stack compiled one at a time share one graph instead of one each.
+        self.register_buffer("call", torch.tensor(index, dtype=torch.int64), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.controller.dropout(x, self.p, self.index) if self.training else x
+        if not self.training:
+            return x
+        return self.controller.dropout(x, self.p, self.call if torch.compiler.is_compiling() else self.index)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, per-row rates"
@@ -415,7 +425,7 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
     return len(targets)
 
 
-__all__ = ["KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION", "RowDropout",
+__all__ = ["Call", "KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION", "RowDropout",
            "RowDropoutController",
            "UNIFORMS", "controller_for", "install_row_dropout", "needs_row_dropout", "rates_from_uniform",
            "row_dropout_attention", "sample_dropout_rates"]

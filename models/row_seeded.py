@@ -104,7 +104,7 @@ def call_seed(step_seed: int, stream: int, call: int) -> int:
     return mix32_int(mix32_int(mix32_int(step_seed) ^ (step_seed >> 32) ^ (stream * _GOLDEN)) + call * _GOLDEN)
 
 
-def call_seed_tensor(step_seed: torch.Tensor, stream: int, call: int) -> torch.Tensor:
+def call_seed_tensor(step_seed: torch.Tensor, stream: int, call: int | torch.Tensor) -> torch.Tensor:
     """:func:`call_seed` of a step seed held in a 0-d int64 tensor (a value below 2**62), computed by tensor
     operations: what a compiled backbone reads, so that the step's seed is an input of its graph, not a constant
     compiled into it (a new graph every step). The same 32 bits as :func:`call_seed`: every :func:`mix32_int` keeps

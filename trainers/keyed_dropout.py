@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from models.distributed import rank
-from models.dropout import RowDropout, RowDropoutController
+from models.dropout import Call, RowDropout, RowDropoutController
 from models.row_seeded import (KeepOperands, call_seed, call_seed_tensor, inverse_cdf_sample, keyed_keep_mask_from,
                                keyed_uniforms)
 
@@ -97,19 +97,19 @@ class StepDraws:
             self._row_ids[key] = torch.arange(rows, device=device) + key[2]
         return self._row_ids[key]
 
-    def _seed(self, stream: int, call: int) -> int | torch.Tensor:
+    def _seed(self, stream: int, call: Call) -> int | torch.Tensor:
         """The seed of one draw: a Python integer, or once the key is staged a 0-d tensor read from it."""
         if self.pass_key is not None:
             return call_seed_tensor(self.pass_key[0], stream, call)
         return call_seed(self.seed, stream, call)
 
-    def uniforms(self, stream: int, call: int, keys: torch.Tensor, per_key: int) -> torch.Tensor:
+    def uniforms(self, stream: int, call: Call, keys: torch.Tensor, per_key: int) -> torch.Tensor:
         return keyed_uniforms(self._seed(stream, call), keys, per_key)
 
     def operands(self, row_ids: torch.Tensor, rates: torch.Tensor) -> KeepOperands:
         return KeepOperands(row_ids, rates)
 
-    def keep_mask(self, stream: int, call: int, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
+    def keep_mask(self, stream: int, call: Call, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
         return keyed_keep_mask_from(self._seed(stream, call), operands, shape)
 
     def categorical(self, probabilities: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
