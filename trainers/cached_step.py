@@ -6,7 +6,10 @@ holds them for more than N sentences:
 
 1. **No-grad pass**: the backbone encodes the batch N sentences at a time without a graph
    (:meth:`models.base.ContrastiveModel.encode_views`: pooled rows [n, rows, h]); the global RNG state (CPU and
-   every CUDA device) is captured at the start of each chunk.
+   every CUDA device) is captured at the start of each chunk. The first chunk is encoded WITH its graph (kept until
+   step 3), unless the method has a per-sentence part whose backward holds activations of its own first (DiffCSE)
+   or the backbone recomputes its layers in the backward (gradient checkpointing): the step then holds one
+   chunk's activations at a time still, and encodes n + (n - 1) chunks instead of 2n.
 2. **Loss on the full set**: the pooled rows of all chunks, concatenated, become a leaf that requires grad; the
    projector (DiffCSE's BatchNorm sees all rows, as uncached) and ``model.contrastive_loss`` (the gather across
    processes, ESimCSE's queue negatives and its once-per-step enqueue, SimCSE++'s off-dropout negatives and DCL,
@@ -15,9 +18,10 @@ holds them for more than N sentences:
    chunk by chunk with row-seeded masks), then that part is computed chunk by chunk from the full set's embeddings
    (the discriminator holds at most N sentences' activations); everything is backpropagated down to the leaf, whose
    gradient is the cache.
-3. **Replay**: each chunk is encoded again WITH a graph after restoring its captured RNG state, so it draws the
-   same dropout masks (and S-SimCSE's sampled rates, SimCSE++'s per-row plan) as in pass 1, and its rows are
-   backpropagated with their cached gradient. The RNG state after step 2 is restored at the end, so the next step
+3. **Replay**: the kept first chunk's rows are backpropagated with their cached gradient (which frees its
+   activations), then each other chunk is encoded again WITH a graph after restoring its captured RNG state, so it
+   draws the same dropout masks (and S-SimCSE's sampled rates, SimCSE++'s per-row plan) as in pass 1, and its rows
+   are backpropagated with theirs. The RNG state after step 2 is restored at the end, so the next step
    draws what it would have drawn uncached.
 
 This module owns the chunking and the randomness it replays; the model only encodes sentences and computes losses.
@@ -45,6 +49,7 @@ from typing import Any, Callable, ContextManager
 import torch
 import torch.distributed as dist
 
+from models.base import ContrastiveModel
 from models.distributed import world_size
 
 from .keyed_dropout import StepDraws, keyed_step, pass_sentences, step_draws
@@ -173,14 +178,17 @@ def cached_loss(
                          "rng_states=False needs row-seeded masks")
     rng_state = capture_rng if rng_states else _no_rng_state
 
-    # 1. the no-grad pass, one RNG state per chunk
+    # 1. the no-grad pass, one RNG state per chunk; the first chunk with its graph where it can be kept for the
+    # replay, which then starts from it instead of encoding it again
+    keep_first = keeps_first_chunk(model)
     states, chunks = [], []
-    with torch.no_grad():
-        for start, end in bounds:
-            states.append(rng_state())
-            with pass_sentences(draws, start, end):
-                chunks.append(encode(start, end))
-    cache = torch.cat(chunks).detach().requires_grad_(True)
+    for start, end in bounds:
+        kept = keep_first and start == 0
+        states.append(None if kept else rng_state())  # a kept chunk is not replayed
+        with torch.set_grad_enabled(kept), pass_sentences(draws, start, end):
+            chunks.append(encode(start, end))
+    graphs = {0: chunks[0]} if keep_first else {}  # a chunk's first sentence -> its rows, with their graph
+    cache = torch.cat([rows.detach() for rows in chunks]).requires_grad_(True)
     del chunks
 
     # 2. the loss on the full set, with its graph down to the cache; a per-sentence part chunk by chunk, its value
@@ -219,13 +227,16 @@ def cached_loss(
                 restore_rng(state)
                 with pass_sentences(draws, start, end):
                     part, _ = sentence_part(start, end)
-                    (part * scale).backward(retain_graph=True)
+                    (part * scale).backward(retain_graph=True)  # the full set's graph serves every part and the loss
+                del part  # its own graph (the discriminator's activations), retained by that backward: freed now
             (loss * scale).backward()
             cached_gradient = cache.grad if cache.grad is not None else torch.zeros_like(cache)
             for (start, end), state in zip(bounds, states):  # 3. the replay: same chunks, RNG states, cached gradients
-                restore_rng(state)
-                with pass_sentences(draws, start, end):
-                    rows = encode(start, end)
+                with pass_sentences(draws, start, end):  # also for the kept chunk: a checkpointed layer recomputes
+                    rows = graphs.pop(start, None)
+                    if rows is None:
+                        restore_rng(state)
+                        rows = encode(start, end)
                     torch.autograd.backward(rows, grad_tensors=cached_gradient[start:end].to(rows.dtype))
         finally:
             restore_rng(after)
@@ -233,6 +244,19 @@ def cached_loss(
     step_loss = total.detach().requires_grad_(True)
     step_loss.register_hook(lambda grad: backward(grad))
     return step_loss, metrics
+
+
+def keeps_first_chunk(model) -> bool:
+    """Whether the cached step encodes its first chunk once, keeping its graph for the replay. Not for a method with a
+    per-sentence part (``sentence_inputs`` / ``sentence_loss``, DiffCSE's RTD; or a model that is no
+    :class:`models.base.ContrastiveModel`), whose chunks hold activations of their own in the backward before the
+    replay (the discriminator's), beside which the kept chunk's would make two; nor under gradient checkpointing,
+    whose recomputed layers find their keyed masks' plan as the backbone's last pass
+    (``models.dropout.RowDropoutController._active_plan``), which the kept chunk no longer is when it is
+    recomputed."""
+    if not isinstance(model, ContrastiveModel) or type(model).sentence_inputs is not ContrastiveModel.sentence_inputs:
+        return False
+    return not any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules())
 
 
 def sentence_inputs(model, batch: dict[str, Any], bounds: list[tuple[int, int]],
@@ -310,4 +334,5 @@ def refuse_unsupported(trainer) -> None:
 
 
 __all__ = ["RNGState", "average_gradients", "cached_forward_backward", "cached_loss", "capture_rng",
-           "check_cacheable", "chunk_bounds", "refuse_unsupported", "restore_rng", "sentence_inputs", "slice_rows"]
+           "check_cacheable", "chunk_bounds", "keeps_first_chunk", "refuse_unsupported", "restore_rng",
+           "sentence_inputs", "slice_rows"]
