@@ -209,9 +209,10 @@ def recompile_limit(regions: int, batch_size: int, chunk_size: int | None) -> in
     object's graphs, all modules together; a layer that held a constant of its own would get a graph of its own: a
     row-dropout module's call number is a tensor input in a graph for that reason) at each grad mode and pass shape,
     plus one (PromptBERT's template pass at its own shape). The uncached step's backbones run once per step with
-    gradients (a graph each); the cached step's run each chunk without gradients and again with them, at the chunk's
-    size and the last chunk's if shorter. Past the limit dynamo runs a function eagerly (with a warning only), which
-    would leave a cached step's backbones eager."""
+    gradients (a graph each); the cached step's run the chunks without gradients and again with them (a kept first
+    chunk with them only), at the chunk's size and the last chunk's if shorter: at most two graphs per size, which
+    the limit allows. Past the limit dynamo runs a function eagerly (with a warning only), which would leave a cached
+    step's backbones eager."""
     shapes = 1 if chunk_size is None else 2 * len({end - start for start, end in chunk_bounds(batch_size, chunk_size)})
     return regions * (shapes + 1)
 
