@@ -271,7 +271,9 @@ class PromptBERTModel(ContrastiveModel):
             "test_denoising": self.config.test_denoising, "eval_add_period": self.config.eval_add_period}}
 
     def embedding_backbone(self) -> None:
-        """None: the sentence goes into its template first (new ``input_ids``), so the evaluation runs it padded."""
+        """None: the sentence goes into its template first (new ``input_ids``), so the evaluation runs it padded
+        (on the dev sets no more tokens than packed rows would: the template's 8 tokens a sentence shrink the relative
+        padding; docs/benchmarks.md, "The dev evaluation packed")."""
         return None
 
     def position_zero_pooler(self) -> None:
