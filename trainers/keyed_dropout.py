@@ -104,7 +104,7 @@ class StepDraws:
         the step seed and stream alone; it is left so because the compiler computes it once: inductor fuses a
         graph's calls into one row-key kernel and its code generator merges equal expressions (torch 2.13, CPU: 12
         calls in one graph made 14 scalar ``mix32`` rounds, not 36: the half's 2 once, each call's own 1), once per
-        block of rows, outside the loops over elements."""
+        block of rows, outside the loops over elements (docs/benchmarks.md, "The staged seed's step-only half")."""
         if self.pass_key is not None:
             return call_seed_tensor(self.pass_key[0], stream, call)
         return call_seed(self.seed, stream, call)
