@@ -86,6 +86,27 @@ def method_warnings(model: ContrastiveModel) -> list[str]:
     return warnings
 
 
+def completed_last_batch_warning(rows: int, training_args) -> str | None:
+    """Under several processes, what accelerate adds to each epoch's last step: its ``even_batches`` (the default)
+    completes a last round that the corpus does not fill with sentences from the epoch's start, so every process
+    steps alike; one process would train that step on the leftover rows alone. ``None`` when nothing is added (one
+    process, ``--dataloader_drop_last``, or rows that fill every round)."""
+    processes, batch = training_args.world_size, training_args.per_device_train_batch_size
+    if processes < 2 or training_args.dataloader_drop_last or rows < 1:
+        return None
+    rounds = -(-(-(-rows // batch)) // processes)  # ceil(ceil(rows / batch) / processes)
+    added = rounds * processes * batch - rows
+    if added == 0:
+        return None
+    global_batch = processes * batch
+    return (f"{processes} processes x {batch}: the {rows:,} training rows leave {global_batch - added} for each "
+            f"epoch's last step, which accelerate completes with {added} sentences from the epoch's start (its "
+            f"even_batches), so that step trains them twice and its negatives are not one process's batch of "
+            f"{global_batch}."
+            + (f" For exactly one process's objective use a multiple of {global_batch} rows (--max_train_samples "
+               f"{rows - rows % global_batch}) or --dataloader_drop_last true." if rows >= global_batch else ""))
+
+
 def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_args,
                      run_arguments: dict[str, Any], train_dataset: datasets.Dataset | None = None) -> dict[str, float]:
     """Train (or resume), reload the best checkpoint, evaluate it on STS dev, export it, print a summary. Returns
@@ -93,12 +114,14 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     default: the file."""
     check_contrast_batch(model, training_args)
     run_arguments = {**run_arguments, "settings": model.config.settings()}  # what the preset and flags resolved to
-    warnings = method_warnings(model)
-    for warning in warnings:
-        logger.warning(warning)
     corpus = CorpusStats()
     if train_dataset is None:
         train_dataset = load_train_dataset(model, data_args, corpus)
+    warnings = method_warnings(model)
+    if (completed := completed_last_batch_warning(len(train_dataset), training_args)) is not None:
+        warnings.append(completed)
+    for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
+        logger.warning(warning)
     trainer = CLTrainer(
         model=model,
         args=training_args,

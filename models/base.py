@@ -52,11 +52,29 @@ class ContrastiveOutput(ModelOutput):
     metrics: dict[str, torch.Tensor] | None = None
 
 
+def pooler_dense(encoder: nn.Module) -> nn.Linear | None:
+    """The Linear h->h of the backbone's pooler over [CLS] (then tanh), the slot that can hold SimCSE's MLP at export
+    time: BERT-style ``pooler.dense`` (BERT, RoBERTa, MPNet...) or ALBERT's ``pooler`` itself followed by its
+    ``pooler_activation`` (tanh); ``None`` where there is none (DistilBERT, ELECTRA). Decided from the module
+    structure, not the model name."""
+    pooler = getattr(encoder, "pooler", None)
+    dense = getattr(pooler, "dense", None)
+    if dense is None and isinstance(pooler, nn.Linear) and isinstance(getattr(encoder, "pooler_activation", None),
+                                                                      nn.Tanh):
+        dense = pooler
+    return dense if isinstance(dense, nn.Linear) and dense.in_features == dense.out_features else None
+
+
 def has_linear_tanh_pooler(encoder: nn.Module) -> bool:
-    """Whether the backbone has a BERT-style pooler (``pooler.dense``: Linear h->h, then tanh) that can hold
-    SimCSE's MLP at export time. Decided from the module structure, not the model name."""
-    dense = getattr(getattr(encoder, "pooler", None), "dense", None)
-    return isinstance(dense, nn.Linear) and dense.in_features == dense.out_features
+    """Whether the backbone has a pooler slot (:func:`pooler_dense`) that can hold SimCSE's MLP at export time."""
+    return pooler_dense(encoder) is not None
+
+
+def config_has_pooler_dense(encoder_config: Any) -> bool:
+    """Whether the backbone ``encoder_config`` builds has a pooler slot (:func:`pooler_dense`); built on the meta
+    device, so nothing is allocated."""
+    with torch.device("meta"):
+        return has_linear_tanh_pooler(AutoModel.from_config(encoder_config))
 
 
 def drop_unused_pooler(encoder: nn.Module) -> None:

@@ -33,7 +33,8 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
     if embedding is not None:
         pooler = embedding["pooling"]
     usage = prompt_usage(embedding) if embedding is not None and kind == "plain" else {
-        "plain": (f"Load with `AutoModel.from_pretrained(path)` and pool with **`{pooler}`**: "
+        "plain": mlp_outside_usage(config) if pooler == "cls" and plain_folder_lacks_mlp(model) else
+                 (f"Load with `AutoModel.from_pretrained(path)` and pool with **`{pooler}`**: "
                   + ("`outputs.pooler_output` ([CLS] + the trained MLP)." if pooler == "cls" else
                      "`outputs.last_hidden_state[:, 0]` ([CLS] without the MLP; do NOT use `pooler_output`)."
                      if pooler == "cls_before_pooler" else "see `models/poolers.py`.")
@@ -74,6 +75,25 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
         lines += ["", "<details>", "<summary>Every training argument (run_arguments.json)</summary>", "", "```json",
                   json.dumps(training, indent=2, default=str), "```", "", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def plain_folder_lacks_mlp(model: ContrastiveModel) -> bool:
+    """Whether the method keeps its trained MLP at test time but the backbone has no pooler layer for the plain
+    export to hold it in (``models/export.py``: DistilBERT, ELECTRA)."""
+    from .base import config_has_pooler_dense
+    from .heads import MLPProjector
+
+    return isinstance(model.projector, MLPProjector) and not config_has_pooler_dense(model.config.encoder_config)
+
+
+def mlp_outside_usage(config: Any) -> str:
+    """How to encode when the plain folder cannot hold the trained MLP (:func:`plain_folder_lacks_mlp`)."""
+    backbone = (getattr(config.encoder_config, "architectures", None) or [config.encoder_config.model_type])[0]
+    return ("This method's embedding is [CLS] + the trained MLP, but the backbone "
+            f"({backbone}) has no pooler layer to hold the MLP, so this folder alone gives [CLS] without it "
+            "(`last_hidden_state[:, 0]`, `--pooler cls_before_pooler`): **not** this method's embedding. Use the "
+            "sentence-transformers folder beside it, which applies the MLP.\nEvaluate: `python -m eval "
+            "--model_name_or_path ../sentence-transformers --mode test` (the path of that folder).")
 
 
 def prompt_usage(embedding: Mapping[str, Any]) -> str:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, PreTrainedTokenizerBase
 
-from .base import ContrastiveModel, has_linear_tanh_pooler
+from .base import ContrastiveModel, has_linear_tanh_pooler, pooler_dense
 from .card import model_card
 from .heads import MLPProjector
 from .poolers import test_time_pooler
@@ -40,8 +40,13 @@ def export_plain(model: ContrastiveModel, tokenizer: PreTrainedTokenizerBase, ou
     if unexpected or any(not key.startswith("pooler.") for key in missing):
         raise RuntimeError(f"export: backbone weights do not match a fresh {type(plain).__name__}: "
                            f"missing={missing} unexpected={unexpected}")
-    if has_linear_tanh_pooler(plain) and isinstance(model.projector, MLPProjector):
-        plain.pooler.dense.load_state_dict(model.projector[0].state_dict())
+    if isinstance(model.projector, MLPProjector):
+        if has_linear_tanh_pooler(plain):
+            pooler_dense(plain).load_state_dict(model.projector[0].state_dict())
+        elif test_time_pooler(model.config) == "cls":
+            logger.warning("export: %s has no pooler layer to hold the trained MLP, so %s gives [CLS] without it; "
+                           "the method's embedding ([CLS] + MLP) is the sentence-transformers folder's (its card "
+                           "says so)", type(plain).__name__, out_dir)
     for key, value in model.export_config().items():
         setattr(plain.config, key, value)
     plain.save_pretrained(out_dir, safe_serialization=True)

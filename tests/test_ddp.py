@@ -234,3 +234,68 @@ def assert_two_processes_export_one_process_weights(root, method: str, run: str)
     initial = load_file(root / "model" / "model.safetensors")
     moved = max(float((one[name] - initial[name]).abs().max()) for name in initial if name in one)
     assert moved > 1e-3, "training did not move the weights, so the comparison above proves nothing"
+
+
+# ------------------------------------------------------------------------- the epoch's last step, completed
+@pytest.mark.parametrize("rows, batch, processes", [(36, 4, 2), (32, 4, 2), (33, 4, 2), (5, 4, 2), (37, 3, 4),
+                                                    (100, 7, 3), (8, 8, 1)])
+def test_the_warning_counts_what_accelerate_adds_to_the_last_step(rows, batch, processes):
+    """The count the warning gives is what accelerate's batch sharding (``even_batches``, the Trainer's default)
+    yields beyond the corpus: its own ``BatchSamplerShard`` run for every process, not a formula restated."""
+    from types import SimpleNamespace
+
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from command_line.pipeline import completed_last_batch_warning
+
+    sampler = BatchSampler(SequentialSampler(range(rows)), batch, drop_last=False)
+    shards = [list(BatchSamplerShard(sampler, processes, rank)) if processes > 1 else list(sampler)
+              for rank in range(processes)]
+    yielded = sum(len(b) for shard in shards for b in shard)
+    last_step = sum(len(shard[-1]) for shard in shards)
+    args = SimpleNamespace(world_size=processes, per_device_train_batch_size=batch, dataloader_drop_last=False)
+    warning = completed_last_batch_warning(rows, args)
+    added = yielded - rows
+    if added == 0:
+        assert warning is None
+    else:
+        assert f"leave {last_step - added} for each epoch's last step" in warning
+        assert f"completes with {added} sentences from the epoch's start" in warning
+    assert completed_last_batch_warning(rows, SimpleNamespace(**{**vars(args), "dataloader_drop_last": True})) is None
+
+
+def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_process_objective(tmp_path):
+    """36 rows, 2 processes x 4: the run says, once in its log and once in its summary, that the epoch's last step
+    holds 4 sentences from the epoch's start. With ``--dataloader_drop_last true`` (what the warning offers) it says
+    nothing and exports 1 process x 8's weights (dropout 0)."""
+    from safetensors.torch import load_file
+
+    model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=36)
+
+    def argv(run: str, batch: int, extra: tuple[str, ...] = ()) -> list[str]:
+        return ["--method", "simcse", "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
+                "--num_train_epochs", "1", "--eval_strategy", "no", "--save_strategy", "no",
+                "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
+                "--use_cpu", "true", "--report_to", "none", "--bf16", "false", "--learning_rate", "1e-3",
+                "--per_device_train_batch_size", str(batch), "--output_dir", str(tmp_path / run), *extra]
+
+    drop_last = ("--dataloader_drop_last", "true")
+    output = run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(
+        [["run_unsup", argv("two", 4)], ["run_unsup", argv("two_drop_last", 4, drop_last)]])})
+    warning = "2 processes x 4: the 36 training rows leave 4 for each epoch's last step, which accelerate completes"
+    assert output.count(warning) == 2, output[-4000:]  # the log's line and the summary's
+    assert "--max_train_samples 32) or --dataloader_drop_last true" in output
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_unsup.main(argv("one_drop_last", 8, drop_last))
+    finally:
+        torch.set_num_threads(previous)
+    one = load_file(tmp_path / "one_drop_last" / "export" / "hf" / "model.safetensors")
+    two = load_file(tmp_path / "two_drop_last" / "export" / "hf" / "model.safetensors")
+    initial = load_file(tmp_path / "model" / "model.safetensors")
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], atol=2e-5, rtol=1e-4, msg=name)
+    assert max(float((one[n] - initial[n]).abs().max()) for n in initial if n in one) > 1e-4

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 
+from models.masks import PLAIN_BIDIRECTIONAL_MODEL_TYPES
 from tests.tiny import tiny_config, tiny_tokenizer
 from trainers.methods import build_collator, build_model
 
@@ -125,6 +126,86 @@ def test_prepared_attention_masks_give_the_same_hidden_states(arch, attn, padded
     got = backbone(input_ids=ids, attention_mask=prepared).last_hidden_state
     real = mask.bool()
     torch.testing.assert_close(got[real], expected[real], atol=1e-6, rtol=1e-5)
+
+
+def tiny_backbone_of(model_type: str, attn: str, **overrides) -> torch.nn.Module | None:
+    """A tiny random ``model_type`` backbone (2 layers, hidden 32, vocabulary 100) with attention ``attn``; ``None``
+    where the model type has no such attention implementation."""
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.for_model(model_type)
+    sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37,
+             "vocab_size": 100, "dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 37, "n_embd": 32, "n_layer": 2,
+             "n_head": 2, "embedding_size": 32, "true_hidden_size": 32, "intra_bottleneck_size": 32,
+             "d_model": 32, "ffn_dim": 37, "attention_heads": 2, "num_layers": 2, **overrides}
+    for name, value in sizes.items():
+        if hasattr(config, name):
+            setattr(config, name, value)
+    torch.manual_seed(0)
+    try:
+        return AutoModel.from_config(config, attn_implementation=attn).eval()
+    except ValueError as error:  # e.g. MPNet: no SDPA
+        if "does not support an attention implementation" in str(error):
+            return None
+        raise
+
+
+def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Three rows of 12 token ids, two of them padded (7 and 3 real tokens)."""
+    torch.manual_seed(1)
+    ids = torch.randint(5, 90, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 3:] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("model_type", sorted(PLAIN_BIDIRECTIONAL_MODEL_TYPES))
+def test_every_listed_model_type_takes_the_prepared_mask_as_its_own(model_type, torch_single_thread):
+    """Each model type that gets the prepared 4D mask gives, with it, the hidden states of its own 2D-mask call,
+    under each attention implementation it has: the list is checked against the modeling code it names."""
+    from models.masks import prepare_attention_mask
+
+    ids, mask = padded_batch()
+    checked = []
+    for attn in ("sdpa", "eager"):
+        backbone = tiny_backbone_of(model_type, attn)
+        if backbone is None:
+            continue
+        prepared = prepare_attention_mask(backbone, mask)
+        assert prepared.dim() == 4, (model_type, attn)
+        with torch.no_grad():
+            expected = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+            got = backbone(input_ids=ids, attention_mask=prepared).last_hidden_state
+        real = mask.bool()
+        torch.testing.assert_close(got[real], expected[real], atol=1e-6, rtol=1e-5)
+        checked.append(attn)
+    assert "eager" in checked
+
+
+@pytest.mark.parametrize("model_type, overrides", [
+    ("gpt2", {}),  # causal; its module imports create_bidirectional_mask for cross-attention
+    ("xglm", {}),  # likewise
+    ("modernbert", {"local_attention": 4, "global_attn_every_n_layers": 2, "pad_token_id": 0}),  # local layers
+])
+def test_backbones_that_attend_otherwise_keep_their_own_masks(model_type, overrides, torch_single_thread):
+    """A backbone whose self-attention is not plain bidirectional (causal, or a sliding window in some layers) gets
+    the 2D mask, so it builds its own masks; a bidirectional 4D mask would change its hidden states (checked here,
+    so that the case stays one that matters), silently, in training, the evaluation and ``python -m eval``."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    from models.masks import prepare_attention_mask
+
+    ids, mask = padded_batch()
+    backbone = tiny_backbone_of(model_type, "eager", **overrides)
+    assert prepare_attention_mask(backbone, mask) is mask
+    shape_only = torch.empty((*mask.shape, 0))
+    bidirectional = create_bidirectional_mask(config=backbone.config, inputs_embeds=shape_only, attention_mask=mask,
+                                              allow_is_bidirectional_skip=False)
+    with torch.no_grad():
+        own = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        other = backbone(input_ids=ids, attention_mask=bidirectional).last_hidden_state
+    assert (own - other)[mask.bool()].abs().max() > 1e-3
 
 
 def test_a_compiled_backbone_builds_the_mask_in_its_graph(torch_single_thread, many_compiled_models):

@@ -60,6 +60,35 @@ def test_train_select_best_export_and_round_trip(tmp_path, backbone, sts_fixture
     assert trained.config.method == method
 
 
+@pytest.mark.parametrize("arch", ["albert", "distilbert"])
+def test_an_export_keeps_the_trained_mlp_where_the_backbone_can_hold_it(arch, tmp_path, sts_fixture_dir, caplog):
+    """Supervised SimCSE embeds with [CLS] + the trained MLP. ALBERT's pooler (``pooler`` + ``pooler_activation``,
+    not BERT's ``pooler.dense``) holds the MLP in the plain export, as BERT's does: ``--pooler cls`` on it scores as
+    the checkpoint does. DistilBERT has no pooler: the run warns, and the plain folder's card sends the user to the
+    sentence-transformers folder, which scores as the checkpoint does, instead of to a pooler it lacks."""
+    from tests.tiny import save_tiny_backbone
+
+    backbone = save_tiny_backbone(tmp_path / arch, arch=arch)
+    out = tmp_path / "run"
+    with caplog.at_level("WARNING", logger="models.export"):
+        train(["--method", "sup_simcse", "--model_name_or_path", str(backbone), "--train_file",
+               str(sup_csv(tmp_path / "nli.csv")), "--max_steps", "2", "--learning_rate", "1e-2", "--eval_strategy",
+               "no", "--save_strategy", "steps", "--save_steps", "2", "--load_best_model_at_end", "false",
+               "--output_dir", str(out)])
+    reference = evaluate_sts(load_encoder(str(out / "checkpoint-2"), device="cpu"), sts_fixture_dir)
+    card = (out / "export" / "hf" / "README.md").read_text()
+    lacks_mlp = "has no pooler layer to hold the trained MLP"
+    if arch == "albert":
+        assert lacks_mlp not in caplog.text and "`outputs.pooler_output` ([CLS] + the trained MLP)" in card
+        exported = evaluate_sts(load_encoder(str(out / "export" / "hf"), "cls", device="cpu"), sts_fixture_dir)
+    else:
+        assert lacks_mlp in caplog.text and "**not** this method's embedding" in card
+        assert "--model_name_or_path ../sentence-transformers" in card
+        exported = evaluate_sts(load_encoder(str(out / "export" / "sentence-transformers"), device="cpu"),
+                                sts_fixture_dir)
+    assert exported == pytest.approx(reference, abs=1e-3)
+
+
 def test_dev_scores_in_training_equal_the_checkpoint_loaded_later(tmp_path, backbone, sts_fixture_dir):
     out = tmp_path / "run"
     metrics = train(["--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
