@@ -24,6 +24,7 @@ from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
 from trainers.cl_trainer import CLTrainer
+from trainers.resume_settings import finished_at, length_change_warning, resume_mismatch_error
 from trainers.errors import UsageError
 from trainers.methods import build_collator
 from trainers.backbone_card import read_backbone_license
@@ -130,15 +131,25 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         processing_class=tokenizer,
         senteval_dir=data_args.senteval_dir,
     )
+    trainer.run_arguments = run_arguments  # into every checkpoint, for a resume to compare with its own
     resume = training_args.resume_from_checkpoint
-    if resume and (error := incomplete_checkpoint_error(resume, training_args.world_size, model)):
-        raise error  # the files were checked before loading; the model's tensors (a method's own state) now
+    if resume and (error := resume_mismatch_error(resume, model, run_arguments)
+                   or incomplete_checkpoint_error(resume, training_args.world_size, model)):
+        raise error  # the files were checked before loading; the settings and the model's tensors now
+    if resume and (lengthened := length_change_warning(resume, run_arguments)) is not None:
+        warnings.append(lengthened)
+        if training_args.should_log:
+            logger.warning(lengthened)
     first_step = resumed_step(resume) if resume else 0
     metrics: dict[str, Any] = {}
     if training_args.eval_strategy != "no" and training_args.evaluate_at_start and not resume:
         metrics.update(trainer.evaluate(metric_key_prefix="before"))  # the pretrained model's STS-B dev
-    train_result = trainer.train(resume_from_checkpoint=resume)
-    metrics.update(train_result.metrics)
+    if resume and finished_at(resume, run_arguments) is not None:  # train() would step past max_steps
+        logger.warning("--resume_from_checkpoint %s holds the run's last step (%d): nothing is left to train, so "
+                       "it is evaluated and exported as the run would have been", resume, first_step)
+        trainer.load_finished_run(resume)
+    else:
+        metrics.update(trainer.train(resume_from_checkpoint=resume).metrics)
     compile_failure = trainer.compiled_backbone.failure if trainer.compiled_backbone is not None else None
     if compile_failure:
         warnings.append(f"the fast path's compiled step failed ({compile_failure}): the run trained with the eager "

@@ -139,9 +139,10 @@ def test_the_training_core_never_imports_the_command_line_front(path):
 
 
 # ----------------------------------------------------------------------------------------- following a flag
-#: Modules that read a setting only to REPORT it (the model card's table, the divergence message, the run summary),
-#: not on its path.
-REPORTING_MODULES = {"models/card.py", "trainers/divergence.py", "command_line/summary.py"}
+#: Modules that read a setting only to REPORT it (the model card's table, the divergence message, the run summary)
+#: or to COMPARE a resume's with its checkpoint's (naming the few a resume may change), not on its path.
+REPORTING_MODULES = {"models/card.py", "trainers/divergence.py", "command_line/summary.py",
+                     "trainers/resume_settings.py"}
 
 
 LOCAL_PACKAGES = ("models", "trainers", "command_line", "data", "eval")

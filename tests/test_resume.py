@@ -22,7 +22,7 @@ from trainers.checkpoints import MARKER
 #: What Trainer._save_checkpoint writes, in its order (save_model: config, weights, tokenizer, training
 #: arguments; then optimizer, scheduler, RNG state, trainer state), before this repo's marker.
 WRITE_ORDER = ["config.json", "model.safetensors", "tokenizer_config.json", "tokenizer.json", "training_args.bin",
-               "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"]
+               "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "run_arguments.json"]
 
 
 def run_args(backbone: Path, corpus: Path, out: Path, max_steps: int = 4) -> list[str]:
@@ -182,7 +182,8 @@ def test_the_resume_hint_names_only_complete_checkpoints(finished, tmp_path, cap
 def test_a_kill_at_any_point_of_a_save_leaves_no_folder_accepted_as_complete(finished, tmp_path, capsys):
     """Every prefix of the Trainer's write order (a kill between files), and every prefix with its next file cut in
     half (a kill inside a file), is refused; the folder with every file but no marker (a kill just before the
-    marker, or a checkpoint of an older run) is accepted, because everything a resume loads is there and whole."""
+    marker, or a checkpoint of an older run), with or without the run's arguments written just before the marker, is
+    accepted, because everything a resume loads is there and whole."""
     written = finished["run"] / "checkpoint-4"
     files = sorted(p.name for p in written.iterdir())
     assert sorted(WRITE_ORDER + [MARKER]) == files  # the test knows every file the save writes
@@ -194,7 +195,8 @@ def test_a_kill_at_any_point_of_a_save_leaves_no_folder_accepted_as_complete(fin
         return in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], folder.parent,
                                                    max_steps=6) + ["--resume_from_checkpoint", str(folder)], capsys)
 
-    for count in range(len(WRITE_ORDER)):
+    loaded = WRITE_ORDER[:-1]  # what a resume loads; the run's arguments, written last, are compared when present
+    for count in range(len(loaded)):
         for cut in (False, True):
             folder = tmp_path / f"kill-{count}-{int(cut)}" / "checkpoint-4"
             folder.mkdir(parents=True)
@@ -206,9 +208,101 @@ def test_a_kill_at_any_point_of_a_save_leaves_no_folder_accepted_as_complete(fin
             result = resume_from(folder)
             assert result.code == 1 and "an incomplete checkpoint (" in one_line_error(result.err), (count, cut)
 
-    legacy = tmp_path / "legacy" / "checkpoint-4"
-    shutil.copytree(written, legacy)
-    (legacy / MARKER).unlink()
-    accepted = resume_from(legacy)
-    assert accepted.code == 0, accepted.err
-    assert " for 2 steps (resumed at step 4)" in accepted.out and (legacy.parent / "checkpoint-6" / MARKER).is_file()
+    for name, dropped in (("legacy", [MARKER]), ("before_run_arguments", [MARKER, "run_arguments.json"])):
+        legacy = tmp_path / name / "checkpoint-4"
+        shutil.copytree(written, legacy)
+        for file in dropped:
+            (legacy / file).unlink()
+        accepted = resume_from(legacy)
+        assert accepted.code == 0, accepted.err
+        assert " for 2 steps (resumed at step 4)" in accepted.out
+        assert (legacy.parent / "checkpoint-6" / MARKER).is_file()
+
+
+# ------------------------------------------------------------------------------------------------ the same run
+@pytest.mark.parametrize("flags, named", [
+    (["--seed", "7"], ["seed: 42 there, 7 here"]),
+    (["--learning_rate", "1e-3", "--per_device_train_batch_size", "4"],
+     ["learning_rate: 3e-05 there, 0.001 here", "per_device_train_batch_size: 8 there, 4 here"]),
+    (["--temp", "0.5", "--max_seq_length", "16"], ["temperature: 0.05 there, 0.5 here", "max_seq_length: 32 there"]),
+    (["--dropout_masks", "row_seeded"], ["dropout_masks: 'stream' there, 'row_seeded' here"]),
+    (["--method", "esimcse"], ["method: 'simcse' there, 'esimcse' here"]),
+    (["--backbone", "roberta"], ["backbone model_type: 'bert' there, 'roberta' here"]),
+], ids=["seed", "learning_rate_and_batch", "temperature_and_length", "dropout_masks", "method", "backbone"])
+def test_a_resume_that_would_train_something_else_is_refused_naming_each_change(flags, named, finished, tmp_path,
+                                                                                 capsys):
+    """Another seed or batch size would skip the wrong batches, another learning rate would be ignored (the restored
+    schedule holds the old one) yet recorded, another method setting or backbone trains another model (a RoBERTa
+    resuming a BERT checkpoint got the optimizer's moments of other shapes: NaN, then heap corruption). Each is
+    refused in one line once the model is built, before any state loads or any step runs, naming what differs,
+    rather than called an incomplete checkpoint (the method) or left to a traceback."""
+    from tests.tiny import save_tiny_backbone
+
+    out = unfinished_run(finished, tmp_path / "out")
+    backbone = finished["backbone"]
+    if flags[0] == "--backbone":
+        backbone, flags = save_tiny_backbone(tmp_path / "roberta", arch="roberta"), []
+    result = in_process(run_unsup.main, run_args(backbone, finished["corpus"], out, max_steps=6) + flags + [
+        "--resume_from_checkpoint", str(out / "checkpoint-2")], capsys)
+    assert result.code == 2, result.err
+    errors = [line for line in result.err.splitlines() if "error:" in line]  # after the model's loading bar
+    assert len(errors) == 1 and errors[0].startswith("run_unsup.py: error: --resume_from_checkpoint "), result.err
+    line = errors[0]
+    assert "Traceback" not in result.err and "incomplete" not in line
+    assert "a resume continues the run that wrote it, and this command differs from that run" in line
+    for difference in named:
+        assert difference in line, line
+    assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
+
+
+def test_a_longer_resume_trains_on_and_says_what_its_schedule_does(finished, tmp_path, capsys):
+    out = unfinished_run(finished, tmp_path / "out")
+    result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out, max_steps=6) + [
+        "--resume_from_checkpoint", "latest"], capsys)
+    assert result.code == 0, result.err
+    assert " for 2 steps (resumed at step 4)" in result.out
+    assert "warning: --resume_from_checkpoint " in result.out and "changes the run's length (--max_steps 4 -> 6)" in (
+        result.out)
+
+
+def test_resuming_the_last_checkpoint_trains_no_step_past_max_steps(finished, tmp_path, capsys):
+    """A run killed in its final evaluation or export leaves checkpoint-4 of 4 steps (mid-epoch): the Trainer would
+    resume it by training step 5 (its loop tests max_steps after a step). The resume trains nothing and exports the
+    uninterrupted run's model."""
+    out = unfinished_run(finished, tmp_path / "out")
+    result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out) + [
+        "--resume_from_checkpoint", "latest"], capsys)
+    assert result.code == 0, result.err
+    assert not (out / "checkpoint-5").exists()
+    exported = load_file(out / "export" / "hf" / "model.safetensors")
+    uninterrupted = load_file(finished["run"] / "export" / "hf" / "model.safetensors")
+    assert exported.keys() == uninterrupted.keys()
+    for name, tensor in uninterrupted.items():
+        assert torch.equal(exported[name], tensor), name
+    state = json.loads((out / "trainer_state.json").read_text()) if (out / "trainer_state.json").exists() else None
+    assert state is None or state["global_step"] == 4
+
+
+def test_older_checkpoints_are_rotated_away_only_once_the_new_one_is_complete(backbone, tmp_path, capsys,
+                                                                             monkeypatch):
+    """``--save_total_limit 1``: the Trainer deleted checkpoint-N-1 before the other processes had written their part
+    of checkpoint-N (a kill there left nothing to resume); now the older one is still there when the new one's
+    marker is written, and gone after."""
+    import trainers.trainer_adapter as adapter
+
+    seen: list[list[str]] = []
+    write = adapter.write_completion_marker
+
+    def recording(folder, processes):
+        seen.append(sorted(p.name for p in Path(folder).parent.glob("checkpoint-*")))
+        return write(folder, processes)
+
+    monkeypatch.setattr(adapter, "write_completion_marker", recording)
+    out = tmp_path / "out"
+    argv = run_args(backbone, tiny_corpus(tmp_path / "corpus.txt", n=96), out, max_steps=3)
+    argv[argv.index("--save_total_limit") + 1] = "1"
+    argv[argv.index("--save_steps") + 1] = "1"
+    assert in_process(run_unsup.main, argv, capsys).code == 0
+    assert seen == [["checkpoint-1"], ["checkpoint-1", "checkpoint-2"], ["checkpoint-2", "checkpoint-3"]]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]
+    assert json.loads((out / "checkpoint-3" / "run_arguments.json").read_text())["CLTrainingArguments"]["seed"] == 42

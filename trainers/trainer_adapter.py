@@ -21,6 +21,14 @@ member when the installed library changes one of them (:data:`RELIED_ON`).
   over in :attr:`TrainerAdapter.step_grad_norm`: both hooks return it once instead of computing their own.
 - ``Trainer._prepare_inputs(inputs)``: the batch moved to the device as the stock step moves it
   (:meth:`TrainerAdapter.prepare_batch`), for a step that runs without the stock ``training_step``.
+- ``Trainer._save_checkpoint`` also rotates the checkpoints (``--save_total_limit``) right after the main process's
+  own files, before the other processes have written theirs: a kill then can leave no complete checkpoint at all.
+  The adapter saves with the limit off and rotates (``transformers.trainer_utils.rotate_checkpoints``) once the new
+  checkpoint's marker is written. Each checkpoint also holds the run's ``run_arguments.json``
+  (:attr:`TrainerAdapter.run_arguments`), which a resume compares with its own (:mod:`trainers.resume_settings`).
+- ``Trainer._load_from_checkpoint(resume_from_checkpoint, model)`` and ``Trainer._load_best_model()``: a resume of a
+  run's last checkpoint loads it, and the best one, without training (:meth:`TrainerAdapter.load_finished_run`):
+  ``train()`` would take one step past ``max_steps`` from there.
 - ``TensorBoardCallback.logging_dir`` and ``transformers.integrations.integration_utils.default_logdir``: the
   callback picks its folder at ``on_train_begin``, but a run's 'before training' evaluation logs earlier;
   :func:`pin_tensorboard_dir` gives it the folder the Trainer would, up front.
@@ -31,6 +39,7 @@ Everything else the training core uses is public: ``compute_loss`` and ``trainin
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -39,11 +48,13 @@ from accelerate.utils import DistributedType
 from transformers import Trainer
 from transformers.integrations import TensorBoardCallback
 from transformers.integrations.integration_utils import default_logdir
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from models.module_lists import listed_parameters
 
-from .checkpoints import write_completion_marker
+from .checkpoints import TRAINER_STATE, write_completion_marker
+from .resume_settings import RUN_ARGUMENTS
 
 WRITTEN_FOR = "5.23.0"
 #: (owner, member, its parameters) this module relies on; checked by tests/test_trainer_adapter.py.
@@ -54,6 +65,8 @@ RELIED_ON: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (Trainer, "_get_grad_norm", ("self", "model", "grad_norm")),
     (Trainer, "_has_mixed_mesh_grads", ("self", "model")),
     (Trainer, "_prepare_inputs", ("self", "inputs")),
+    (Trainer, "_load_from_checkpoint", ("self", "resume_from_checkpoint", "model")),
+    (Trainer, "_load_best_model", ("self",)),
 )
 #: Where ``accelerate``'s ``clip_grad_norm_`` is torch's ``clip_grad_norm_`` over ``list(model.parameters())`` after
 #: ``unscale_gradients()`` (one process, DDP): the runs :meth:`TrainerAdapter._clip_grad_norm` lists once.
@@ -67,6 +80,8 @@ class TrainerAdapter(Trainer):
     #: The current step's gradient norm before clipping when the step computed it and clipped with it itself (the
     #: step graph's), or ``None``: the clipping hooks return it once, then it is ``None`` again.
     step_grad_norm: torch.Tensor | None = None
+    #: The run's parsed arguments (``command_line.pipeline.describe_arguments``), written into every checkpoint.
+    run_arguments: dict[str, Any] | None = None
 
     def prepare_batch(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """``inputs`` on the device, as the stock ``training_step`` prepares them."""
@@ -108,11 +123,30 @@ class TrainerAdapter(Trainer):
 
     def _save_checkpoint(self, model, trial) -> None:
         self.before_checkpoint()
-        super()._save_checkpoint(model, trial)
+        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotated below, once complete
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
         self.accelerator.wait_for_everyone()  # every process's rng_state_<rank>.pth is written
         if self.args.should_save:
-            folder = os.path.join(self.args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            run_dir = self.args.output_dir
+            folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            if self.run_arguments is not None:
+                with open(os.path.join(folder, RUN_ARGUMENTS), "w", encoding="utf-8") as file:
+                    json.dump(self.run_arguments, file, indent=2, default=str)
             write_completion_marker(folder, processes=self.args.world_size)
+            rotate_checkpoints(output_dir=run_dir, save_total_limit=limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+
+    def load_finished_run(self, checkpoint: str) -> None:
+        """Take the run of ``checkpoint``, its last step, as trained: its weights and state, then (with
+        ``--load_best_model_at_end``) its best checkpoint's weights, as ``train()`` ends."""
+        self._load_from_checkpoint(checkpoint)
+        self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE))
+        best = self.state.best_model_checkpoint
+        if self.args.load_best_model_at_end and best and os.path.isdir(best):
+            self._load_best_model()
 
 
 def _sagemaker_mp() -> bool:

@@ -1,0 +1,142 @@
+"""A resume continues the run that wrote the checkpoint: the settings that define what it trains must be that run's.
+
+The Trainer restores the weights, the optimizer and schedule, the RNG states and the step, and takes everything
+else from the new command line without comparing: another ``--seed`` or batch size skips the wrong batches of the
+epoch (sentences trained twice or never), another ``--learning_rate`` is ignored (the restored schedule holds the
+old one) yet recorded in ``run_arguments.json`` and the card, another ``--max_steps`` bends the restored linear
+schedule back up, another method setting or backbone trains another model (or, with a backbone whose parameters
+come in another order, hands the optimizer's moments to tensors of other shapes: NaN, then heap corruption). So
+:func:`resume_mismatch_error` compares, once the model is built and before any state loads, the
+checkpoint's records with this run:
+
+- the method settings (``config.json``: every setting :meth:`models.config.ContrastiveConfig.settings` lists but
+  those that only change the evaluation or name a path) and the backbone (its ``model_type`` and sizes);
+- the training arguments that shape the optimisation and the data order (:data:`TRAINING_ARGUMENTS`), from the
+  ``run_arguments.json`` each checkpoint holds (``trainers/trainer_adapter.py``); a checkpoint written before it did
+  is compared on its ``trainer_state.json``'s batch size alone. A changed length (:data:`LENGTH_ARGUMENTS`) is
+  allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for.
+
+:func:`finished_at` says whether the checkpoint already holds the run's last step: the Trainer would train one step
+past ``--max_steps`` from it (its loop tests the limit after a step), so the pipeline evaluates and exports it
+instead.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import UsageError
+
+RUN_ARGUMENTS = "run_arguments.json"
+#: Method settings a resume may change: they act in the evaluation only, name a path whose weights the checkpoint
+#: holds, or are filled by the model's builder from those (DiffCSE's generator config, PromptBERT's token ids).
+FREE_SETTINGS = frozenset({"test_denoising", "dev_denoising", "eval_add_period", "generator_name",
+                           "insert_mlm_name_or_path", "generator_config", "prompt_token_ids"})
+#: The backbone's config entries compared (its kind and sizes), where both configs have them.
+BACKBONE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "vocab_size", "max_position_embeddings")
+#: Training and data arguments that define the optimisation and the data order of a run.
+TRAINING_ARGUMENTS = ("per_device_train_batch_size", "gradient_accumulation_steps", "seed", "data_seed",
+                      "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
+                      "weight_decay", "optim", "optim_args", "adam_beta1", "adam_beta2", "adam_epsilon",
+                      "max_grad_norm", "train_sampling_strategy", "dataloader_drop_last", "max_seq_length",
+                      "max_train_samples")
+#: The run's length: a resume may lengthen (or shorten) it, with a warning, since the restored schedule then goes on
+#: as the new length's schedule from the checkpoint's step.
+LENGTH_ARGUMENTS = ("num_train_epochs", "max_steps")
+
+
+def _json(value: Any) -> Any:
+    """``value`` as a JSON file gives it back (tuples as lists), so a record compares with a live value."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def flat_arguments(run_arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Every parsed argument of a ``run_arguments.json`` by name (its dataclass sections merged)."""
+    return {name: value for section, values in run_arguments.items() if isinstance(values, dict)
+            and section != "settings" for name, value in values.items()}
+
+
+def setting_differences(recorded: Mapping[str, Any], model: Any) -> list[tuple[str, Any, Any]]:
+    """(name, the checkpoint's value, this run's) of each method setting and backbone entry that differ."""
+    differences = []
+    for name, value in _json(model.config.settings()).items():
+        if name not in FREE_SETTINGS and name in recorded and recorded[name] != value:
+            differences.append((name, recorded[name], value))
+    ours, theirs = model.config.encoder_config.to_dict(), recorded.get("encoder_config") or {}
+    for key in BACKBONE_KEYS:
+        if key in ours and key in theirs and ours[key] != theirs[key]:
+            differences.append((f"backbone {key}", theirs[key], ours[key]))
+    return differences
+
+
+def argument_differences(folder: Path, run_arguments: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(name, the checkpoint's value, this run's) of each :data:`TRAINING_ARGUMENTS` and :data:`LENGTH_ARGUMENTS`
+    entry that differs; from the checkpoint's ``run_arguments.json``, else its ``trainer_state.json`` (batch size,
+    ``max_steps``)."""
+    ours = _json(flat_arguments(run_arguments))
+    recorded = _read(folder / RUN_ARGUMENTS)
+    if recorded is not None:
+        theirs = flat_arguments(recorded)
+        return [(name, theirs[name], ours[name]) for name in TRAINING_ARGUMENTS + LENGTH_ARGUMENTS
+                if name in theirs and name in ours and theirs[name] != ours[name]]
+    state = _read(folder / "trainer_state.json") or {}
+    differences = []
+    batch = ours.get("per_device_train_batch_size")
+    if state.get("train_batch_size") not in (None, batch) and batch is not None:
+        differences.append(("per_device_train_batch_size", state["train_batch_size"], batch))
+    if (ours.get("max_steps") or 0) > 0 and state.get("max_steps") not in (None, ours["max_steps"]):
+        differences.append(("max_steps", state["max_steps"], ours["max_steps"]))
+    return differences
+
+
+def resume_mismatch_error(checkpoint: str | Path, model: Any, run_arguments: Mapping[str, Any]) -> UsageError | None:
+    """The one-line refusal of a resume whose command differs from the checkpoint's run in what it trains (module
+    docstring), or ``None``."""
+    folder = Path(checkpoint)
+    config = _read(folder / "config.json") or {}
+    differences = setting_differences(config, model) + [
+        difference for difference in argument_differences(folder, run_arguments)
+        if difference[0] not in LENGTH_ARGUMENTS]
+    if not differences:
+        return None
+    listed = "; ".join(f"{name}: {theirs!r} there, {ours!r} here" for name, theirs, ours in differences)
+    return UsageError(
+        f"--resume_from_checkpoint {folder}: a resume continues the run that wrote it, and this command differs from "
+        f"that run in what it trains ({listed}). Resume with that run's values (drop the changed flags or set them "
+        f"back), or start a new run in another --output_dir.")
+
+
+def length_change_warning(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> str | None:
+    """What a resume that changes the run's length (:data:`LENGTH_ARGUMENTS`) does to its schedule, or ``None``."""
+    changed = [difference for difference in argument_differences(Path(checkpoint), run_arguments)
+               if difference[0] in LENGTH_ARGUMENTS]
+    if not changed:
+        return None
+    listed = ", ".join(f"--{name} {theirs} -> {ours}" for name, theirs, ours in changed)
+    return (f"--resume_from_checkpoint {checkpoint}: this resume changes the run's length ({listed}); the learning "
+            f"rate goes on from the checkpoint's step as the new length's schedule has it there, so it differs from "
+            f"both an uninterrupted run of the old length and one of the new")
+
+
+def finished_at(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> int | None:
+    """The step of ``checkpoint`` when this run ends there (its ``--max_steps``, or with the checkpoint's length
+    unchanged the ``max_steps`` of its ``trainer_state.json``), else ``None``."""
+    folder = Path(checkpoint)
+    state = _read(folder / "trainer_state.json") or {}
+    step, last = state.get("global_step"), (flat_arguments(run_arguments).get("max_steps") or -1)
+    if last <= 0 and not any(name in LENGTH_ARGUMENTS for name, _, _ in argument_differences(folder, run_arguments)):
+        last = state.get("max_steps")
+    return step if isinstance(step, int) and isinstance(last, int) and 0 < last <= step else None
+
+
+__all__ = ["LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "finished_at", "flat_arguments",
+           "length_change_warning", "resume_mismatch_error"]
