@@ -24,7 +24,7 @@ from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
 from trainers.cl_trainer import CLTrainer
-from trainers.resume_settings import finished_at, length_change_warning, resume_mismatch_error
+from trainers.resume_settings import finished_at, length_change_warning, lost_best_warning, resume_mismatch_error
 from trainers.errors import UsageError
 from trainers.methods import build_collator
 from trainers.backbone_card import read_backbone_license
@@ -95,15 +95,15 @@ def completed_last_batch_warning(rows: int, training_args) -> str | None:
     processes, batch = training_args.world_size, training_args.per_device_train_batch_size
     if processes < 2 or training_args.dataloader_drop_last or rows < 1:
         return None
-    rounds = -(-(-(-rows // batch)) // processes)  # ceil(ceil(rows / batch) / processes)
-    added = rounds * processes * batch - rows
+    batches = -(-rows // batch)  # each process's batches, dealt in turn; the last round completed
+    added = -(-batches // processes) * processes * batch - rows
     if added == 0:
         return None
     global_batch = processes * batch
     return (f"{processes} processes x {batch}: the {rows:,} training rows leave {global_batch - added} for each "
             f"epoch's last step, which accelerate completes with {added} sentences from the epoch's start (its "
-            f"even_batches), so that step trains them twice and its negatives are not one process's batch of "
-            f"{global_batch}."
+            f"even_batches), so that step trains them twice where one process with batch {global_batch} trains "
+            f"the {global_batch - added} alone."
             + (f" For exactly one process's objective use a multiple of {global_batch} rows (--max_train_samples "
                f"{rows - rows % global_batch}) or --dataloader_drop_last true." if rows >= global_batch else ""))
 
@@ -136,17 +136,19 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if resume and (error := resume_mismatch_error(resume, model, run_arguments)
                    or incomplete_checkpoint_error(resume, training_args.world_size, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
-    if resume and (lengthened := length_change_warning(resume, run_arguments)) is not None:
-        warnings.append(lengthened)
-        if training_args.should_log:
-            logger.warning(lengthened)
+    for resume_warning in (length_change_warning(resume, run_arguments), lost_best_warning(resume)) if resume else ():
+        if resume_warning is not None:
+            warnings.append(resume_warning)
+            if training_args.should_log:
+                logger.warning(resume_warning)
     first_step = resumed_step(resume) if resume else 0
     metrics: dict[str, Any] = {}
     if training_args.eval_strategy != "no" and training_args.evaluate_at_start and not resume:
         metrics.update(trainer.evaluate(metric_key_prefix="before"))  # the pretrained model's STS-B dev
     if resume and finished_at(resume, run_arguments) is not None:  # train() would step past max_steps
-        logger.warning("--resume_from_checkpoint %s holds the run's last step (%d): nothing is left to train, so "
-                       "it is evaluated and exported as the run would have been", resume, first_step)
+        if training_args.should_log:
+            logger.warning("--resume_from_checkpoint %s holds the run's last step (%d): nothing is left to train, "
+                           "so it is evaluated and exported as the run would have been", resume, first_step)
         trainer.load_finished_run(resume)
     else:
         metrics.update(trainer.train(resume_from_checkpoint=resume).metrics)

@@ -306,3 +306,22 @@ def test_older_checkpoints_are_rotated_away_only_once_the_new_one_is_complete(ba
     assert seen == [["checkpoint-1"], ["checkpoint-1", "checkpoint-2"], ["checkpoint-2", "checkpoint-3"]]
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]
     assert json.loads((out / "checkpoint-3" / "run_arguments.json").read_text())["CLTrainingArguments"]["seed"] == 42
+
+
+def test_a_resume_whose_best_checkpoint_is_gone_says_so(finished, tmp_path, capsys):
+    """The newest checkpoint moved to another folder: the best one its run recorded is not there. The Trainer drops
+    it and keeps its score, so the run can only end on a later checkpoint that beats it, else on its final model:
+    the run says so in its log and summary."""
+    out = unfinished_run(finished, tmp_path / "out")
+    state_file = out / "checkpoint-4" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state.update(best_model_checkpoint=str(tmp_path / "elsewhere" / "checkpoint-2"), best_global_step=2,
+                 best_metric=50.0)
+    state_file.write_text(json.dumps(state))
+    (out / "checkpoint-4" / MARKER).unlink()  # the state was edited (a marker would list its old size)
+    result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out, max_steps=6) + [
+        "--resume_from_checkpoint", str(out / "checkpoint-4")], capsys)
+    assert result.code == 0, result.err
+    expected = (f"its run's best checkpoint {tmp_path / 'elsewhere' / 'checkpoint-2'} (step 2, 50.0) is gone, so this "
+                "run keeps a later checkpoint only if it scores above 50.0")
+    assert f"warning: --resume_from_checkpoint {out / 'checkpoint-4'}: {expected}" in result.out

@@ -16,6 +16,7 @@ checkpoint's records with this run:
   is compared on its ``trainer_state.json``'s batch size alone. A changed length (:data:`LENGTH_ARGUMENTS`) is
   allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for.
 
+:func:`lost_best_warning` says when the run's best checkpoint is gone (the run can then only end on a later one).
 :func:`finished_at` says whether the checkpoint already holds the run's last step: the Trainer would train one step
 past ``--max_steps`` from it (its loop tests the limit after a step), so the pipeline evaluates and exports it
 instead.
@@ -127,6 +128,19 @@ def length_change_warning(checkpoint: str | Path, run_arguments: Mapping[str, An
             f"both an uninterrupted run of the old length and one of the new")
 
 
+def lost_best_warning(checkpoint: str | Path) -> str | None:
+    """When the best checkpoint the resumed run recorded is gone (the newest checkpoint moved or copied elsewhere,
+    or the folder cleaned): the Trainer drops it with a log line and keeps its score, so the run ends on the final
+    model, or on a later checkpoint only if it beats the lost one. ``None`` when it is there or none was recorded."""
+    state = _read(Path(checkpoint) / "trainer_state.json") or {}
+    best = state.get("best_model_checkpoint")
+    if not best or Path(best).is_dir():
+        return None
+    return (f"--resume_from_checkpoint {checkpoint}: its run's best checkpoint {best} (step "
+            f"{state.get('best_global_step')}, {state.get('best_metric')}) is gone, so this run keeps a later "
+            f"checkpoint only if it scores above {state.get('best_metric')} and otherwise exports its final model")
+
+
 def finished_at(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> int | None:
     """The step of ``checkpoint`` when this run ends there (its ``--max_steps``, or with the checkpoint's length
     unchanged the ``max_steps`` of its ``trainer_state.json``), else ``None``."""
@@ -139,4 +153,4 @@ def finished_at(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> int
 
 
 __all__ = ["LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "finished_at", "flat_arguments",
-           "length_change_warning", "resume_mismatch_error"]
+           "length_change_warning", "lost_best_warning", "resume_mismatch_error"]
