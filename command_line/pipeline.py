@@ -24,7 +24,8 @@ from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
 from trainers.cl_trainer import CLTrainer
-from trainers.resume_settings import finished_at, length_change_warning, lost_best_warning, resume_mismatch_error
+from trainers.resume_settings import (corpus_change_warning, finished_at, length_change_warning, lost_best_warning,
+                                      resume_mismatch_error)
 from trainers.errors import UsageError
 from trainers.methods import build_collator
 from trainers.backbone_card import read_backbone_license
@@ -136,7 +137,9 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if resume and (error := resume_mismatch_error(resume, model, run_arguments)
                    or incomplete_checkpoint_error(resume, training_args.world_size, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
-    for resume_warning in (length_change_warning(resume, run_arguments), lost_best_warning(resume)) if resume else ():
+    resume_warnings = (length_change_warning(resume, run_arguments), corpus_change_warning(resume, run_arguments),
+                       lost_best_warning(resume)) if resume else ()
+    for resume_warning in resume_warnings:
         if resume_warning is not None:
             warnings.append(resume_warning)
             if training_args.should_log:

@@ -91,6 +91,8 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"training: {duration(runtime)}" + (f" for {steps} steps{resumed}" if steps is not None else "")
                      + (f" ({duration(summary.evaluation_seconds)} of it evaluating)" if summary.evaluation_seconds
                         else "") + throughput(m, summary.evaluation_seconds))
+    elif summary.resumed_at:
+        lines.append(f"training: no step (resumed at the run's last step, {summary.resumed_at})")
     if summary.step:
         lines.append(f"step: {summary.step}")
     if summary.precision:

@@ -255,14 +255,18 @@ def test_a_resume_that_would_train_something_else_is_refused_naming_each_change(
     assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
 
 
-def test_a_longer_resume_trains_on_and_says_what_its_schedule_does(finished, tmp_path, capsys):
+def test_a_longer_resume_on_another_corpus_file_trains_on_and_says_what_it_does(finished, tmp_path, capsys):
+    """A longer --max_steps is what a resume is often for: it trains on, saying what the schedule does. A corpus
+    file of another path may be the same corpus moved: it trains on, saying what another corpus would do."""
     out = unfinished_run(finished, tmp_path / "out")
-    result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out, max_steps=6) + [
+    moved = Path(shutil.copy(finished["corpus"], tmp_path / "moved.txt"))
+    result = in_process(run_unsup.main, run_args(finished["backbone"], moved, out, max_steps=6) + [
         "--resume_from_checkpoint", "latest"], capsys)
     assert result.code == 0, result.err
     assert " for 2 steps (resumed at step 4)" in result.out
     assert "warning: --resume_from_checkpoint " in result.out and "changes the run's length (--max_steps 4 -> 6)" in (
         result.out)
+    assert f"--train_file {moved} is not its run's ({finished['corpus']}); if it is another corpus" in result.out
 
 
 def test_resuming_the_last_checkpoint_trains_no_step_past_max_steps(finished, tmp_path, capsys):
@@ -273,6 +277,7 @@ def test_resuming_the_last_checkpoint_trains_no_step_past_max_steps(finished, tm
     result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out) + [
         "--resume_from_checkpoint", "latest"], capsys)
     assert result.code == 0, result.err
+    assert "training: no step (resumed at the run's last step, 4)" in result.out
     assert not (out / "checkpoint-5").exists()
     exported = load_file(out / "export" / "hf" / "model.safetensors")
     uninterrupted = load_file(finished["run"] / "export" / "hf" / "model.safetensors")

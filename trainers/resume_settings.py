@@ -16,7 +16,8 @@ checkpoint's records with this run:
   is compared on its ``trainer_state.json``'s batch size alone. A changed length (:data:`LENGTH_ARGUMENTS`) is
   allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for.
 
-:func:`lost_best_warning` says when the run's best checkpoint is gone (the run can then only end on a later one).
+:func:`corpus_change_warning` says when ``--train_file`` names another file than the run's (it may be the same corpus,
+moved). :func:`lost_best_warning` says when the run's best checkpoint is gone (the run can then only end on a later one).
 :func:`finished_at` says whether the checkpoint already holds the run's last step: the Trainer would train one step
 past ``--max_steps`` from it (its loop tests the limit after a step), so the pipeline evaluates and exports it
 instead.
@@ -24,6 +25,7 @@ instead.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -128,6 +130,19 @@ def length_change_warning(checkpoint: str | Path, run_arguments: Mapping[str, An
             f"both an uninterrupted run of the old length and one of the new")
 
 
+def corpus_change_warning(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> str | None:
+    """When ``--train_file`` names another file than the checkpoint's run did (its ``run_arguments.json``; compared
+    as real paths from here, so a moved corpus warns too): if it is another corpus, the resumed epoch skips its first
+    batches as if it were the old one. ``None`` when it is the same, or unrecorded."""
+    recorded = _read(Path(checkpoint) / RUN_ARGUMENTS)
+    theirs = flat_arguments(recorded).get("train_file") if recorded else None
+    ours = flat_arguments(run_arguments).get("train_file")
+    if not theirs or not ours or os.path.realpath(theirs) == os.path.realpath(ours):
+        return None
+    return (f"--resume_from_checkpoint {checkpoint}: --train_file {ours} is not its run's ({theirs}); if it is "
+            f"another corpus, the resumed epoch skips its first batches as if it were that one")
+
+
 def lost_best_warning(checkpoint: str | Path) -> str | None:
     """When the best checkpoint the resumed run recorded is gone (the newest checkpoint moved or copied elsewhere,
     or the folder cleaned): the Trainer drops it with a log line and keeps its score, so the run ends on the final
@@ -153,4 +168,4 @@ def finished_at(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> int
 
 
 __all__ = ["LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "finished_at", "flat_arguments",
-           "length_change_warning", "lost_best_warning", "resume_mismatch_error"]
+           "corpus_change_warning", "length_change_warning", "lost_best_warning", "resume_mismatch_error"]
