@@ -17,7 +17,8 @@ checkpoint's records with this run:
   allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for.
 
 :func:`corpus_change_warning` says when ``--train_file`` names another file than the run's (it may be the same corpus,
-moved). :func:`lost_best_warning` says when the run's best checkpoint is gone (the run can then only end on a later one).
+moved). :func:`lost_best_warning` says when the run's best checkpoint is gone (the run can then only end on a later
+one).
 :func:`finished_at` says whether the checkpoint already holds the run's last step: the Trainer would train one step
 past ``--max_steps`` from it (its loop tests the limit after a step), so the pipeline evaluates and exports it
 instead.
