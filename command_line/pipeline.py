@@ -5,7 +5,6 @@ top to bottom through :func:`train_and_export`.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -25,7 +24,7 @@ from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
 from trainers.cl_trainer import CLTrainer
 from trainers.resume_settings import (corpus_change_warning, finished_at, length_change_warning, lost_best_warning,
-                                      resume_mismatch_error)
+                                      resume_mismatch_error, write_run_arguments)
 from trainers.errors import UsageError
 from trainers.methods import build_collator
 from trainers.backbone_card import read_backbone_license
@@ -119,9 +118,14 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     corpus = CorpusStats()
     if train_dataset is None:
         train_dataset = load_train_dataset(model, data_args, corpus)
-    warnings = method_warnings(model)
-    if (completed := completed_last_batch_warning(len(train_dataset), training_args)) is not None:
-        warnings.append(completed)
+    resume = training_args.resume_from_checkpoint
+    if resume and (error := resume_mismatch_error(resume, model, run_arguments)
+                   or incomplete_checkpoint_error(resume, training_args.world_size, model)):
+        raise error  # the files were checked before loading; the settings and the model's tensors now
+    resume_warnings = (length_change_warning(resume, run_arguments), corpus_change_warning(resume, run_arguments),
+                       lost_best_warning(resume)) if resume else ()
+    warnings = method_warnings(model) + [warning for warning in (
+        completed_last_batch_warning(len(train_dataset), training_args), *resume_warnings) if warning is not None]
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)
     trainer = CLTrainer(
@@ -133,17 +137,6 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         senteval_dir=data_args.senteval_dir,
     )
     trainer.run_arguments = run_arguments  # into every checkpoint, for a resume to compare with its own
-    resume = training_args.resume_from_checkpoint
-    if resume and (error := resume_mismatch_error(resume, model, run_arguments)
-                   or incomplete_checkpoint_error(resume, training_args.world_size, model)):
-        raise error  # the files were checked before loading; the settings and the model's tensors now
-    resume_warnings = (length_change_warning(resume, run_arguments), corpus_change_warning(resume, run_arguments),
-                       lost_best_warning(resume)) if resume else ()
-    for resume_warning in resume_warnings:
-        if resume_warning is not None:
-            warnings.append(resume_warning)
-            if training_args.should_log:
-                logger.warning(resume_warning)
     first_step = resumed_step(resume) if resume else 0
     metrics: dict[str, Any] = {}
     if training_args.eval_strategy != "no" and training_args.evaluate_at_start and not resume:
@@ -182,8 +175,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
                                 log_history=trainer.state.log_history,
                                 backbone_license=read_backbone_license(str(run_argument(run_arguments,
                                                                                         "model_name_or_path"))))
-        (Path(training_args.output_dir) / "run_arguments.json").write_text(
-            json.dumps(run_arguments, indent=2, default=str))
+        write_run_arguments(training_args.output_dir, run_arguments)
         print(format_summary(RunSummary(
             method=model.config.method, metrics=metrics, output_dir=training_args.output_dir, export=exported,
             corpus=corpus, train_rows=len(train_dataset), steps=trainer.state.global_step - first_step,

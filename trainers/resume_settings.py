@@ -51,6 +51,13 @@ TRAINING_ARGUMENTS = ("per_device_train_batch_size", "gradient_accumulation_step
 LENGTH_ARGUMENTS = ("num_train_epochs", "max_steps")
 
 
+def write_run_arguments(folder: str | Path, run_arguments: Mapping[str, Any]) -> Path:
+    """``folder/run_arguments.json``: a run's parsed arguments (a run's folder at its end, each checkpoint's)."""
+    path = Path(folder) / RUN_ARGUMENTS
+    path.write_text(json.dumps(run_arguments, indent=2, default=str), encoding="utf-8")
+    return path
+
+
 def _json(value: Any) -> Any:
     """``value`` as a JSON file gives it back (tuples as lists), so a record compares with a live value."""
     return json.loads(json.dumps(value, default=str))
@@ -169,4 +176,5 @@ def finished_at(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> int
 
 
 __all__ = ["LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "finished_at", "flat_arguments",
-           "corpus_change_warning", "length_change_warning", "lost_best_warning", "resume_mismatch_error"]
+           "corpus_change_warning", "length_change_warning", "lost_best_warning", "resume_mismatch_error",
+           "write_run_arguments"]

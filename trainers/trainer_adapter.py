@@ -39,7 +39,6 @@ Everything else the training core uses is public: ``compute_loss`` and ``trainin
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -54,7 +53,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from models.module_lists import listed_parameters
 
 from .checkpoints import TRAINER_STATE, write_completion_marker
-from .resume_settings import RUN_ARGUMENTS
+from .resume_settings import write_run_arguments
 
 WRITTEN_FOR = "5.23.0"
 #: (owner, member, its parameters) this module relies on; checked by tests/test_trainer_adapter.py.
@@ -133,8 +132,7 @@ class TrainerAdapter(Trainer):
             run_dir = self.args.output_dir
             folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             if self.run_arguments is not None:
-                with open(os.path.join(folder, RUN_ARGUMENTS), "w", encoding="utf-8") as file:
-                    json.dump(self.run_arguments, file, indent=2, default=str)
+                write_run_arguments(folder, self.run_arguments)
             write_completion_marker(folder, processes=self.args.world_size)
             rotate_checkpoints(output_dir=run_dir, save_total_limit=limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
