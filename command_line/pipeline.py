@@ -23,8 +23,8 @@ from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
 from trainers.cl_trainer import CLTrainer
-from trainers.resume_settings import (corpus_change_warning, finished_at, length_change_warning, lost_best_warning,
-                                      resume_mismatch_error, write_run_arguments)
+from trainers.resume_settings import (CheckpointRecords, finished_at, resume_mismatch_error, resume_warnings,
+                                      write_run_arguments)
 from trainers.errors import UsageError
 from trainers.methods import build_collator
 from trainers.backbone_card import read_backbone_license
@@ -119,13 +119,13 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if train_dataset is None:
         train_dataset = load_train_dataset(model, data_args, corpus)
     resume = training_args.resume_from_checkpoint
-    if resume and (error := resume_mismatch_error(resume, model, run_arguments)
-                   or incomplete_checkpoint_error(resume, training_args.world_size, model)):
+    records = CheckpointRecords.read(resume) if resume else None
+    if records is not None and (error := resume_mismatch_error(records, model, run_arguments)
+                                or incomplete_checkpoint_error(resume, training_args.world_size, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
-    resume_warnings = (length_change_warning(resume, run_arguments), corpus_change_warning(resume, run_arguments),
-                       lost_best_warning(resume)) if resume else ()
-    warnings = method_warnings(model) + [warning for warning in (
-        completed_last_batch_warning(len(train_dataset), training_args), *resume_warnings) if warning is not None]
+    completed = completed_last_batch_warning(len(train_dataset), training_args)
+    warnings = (method_warnings(model) + ([completed] if completed else [])
+                + (resume_warnings(records, run_arguments) if records is not None else []))
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)
     trainer = CLTrainer(
@@ -141,7 +141,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     metrics: dict[str, Any] = {}
     if training_args.eval_strategy != "no" and training_args.evaluate_at_start and not resume:
         metrics.update(trainer.evaluate(metric_key_prefix="before"))  # the pretrained model's STS-B dev
-    if resume and finished_at(resume, run_arguments) is not None:  # train() would step past max_steps
+    if records is not None and finished_at(records, run_arguments) is not None:  # train() steps past max_steps
         if training_args.should_log:
             logger.warning("--resume_from_checkpoint %s holds the run's last step (%d): nothing is left to train, "
                            "so it is evaluated and exported as the run would have been", resume, first_step)

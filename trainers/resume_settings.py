@@ -16,17 +16,18 @@ checkpoint's records with this run:
   is compared on its ``trainer_state.json``'s batch size alone. A changed length (:data:`LENGTH_ARGUMENTS`) is
   allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for.
 
-:func:`corpus_change_warning` says when ``--train_file`` names another file than the run's (it may be the same corpus,
-moved). :func:`lost_best_warning` says when the run's best checkpoint is gone (the run can then only end on a later
-one).
-:func:`finished_at` says whether the checkpoint already holds the run's last step: the Trainer would train one step
-past ``--max_steps`` from it (its loop tests the limit after a step), so the pipeline evaluates and exports it
-instead.
+:func:`resume_warnings` gathers the warnings: :func:`length_change_warning` above, :func:`corpus_change_warning` when
+``--train_file`` names another file than the run's (it may be the same corpus, moved), :func:`lost_best_warning` when
+the run's best checkpoint is gone (the run can then only end on a later one). :func:`finished_at` says whether the
+checkpoint already holds the run's last step: the Trainer would train one step past ``--max_steps`` from it (its
+loop tests the limit after a step), so the pipeline evaluates and exports it instead. All of them read the
+checkpoint's records once, in :class:`CheckpointRecords`.
 """
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -76,9 +77,28 @@ def flat_arguments(run_arguments: Mapping[str, Any]) -> dict[str, Any]:
             and section != "settings" for name, value in values.items()}
 
 
-def setting_differences(recorded: Mapping[str, Any], model: Any) -> list[tuple[str, Any, Any]]:
+@dataclass(frozen=True)
+class CheckpointRecords:
+    """What a checkpoint says of the run that wrote it, read once: ``config`` (its ``config.json``), ``state``
+    (``trainer_state.json``) and ``arguments`` (``run_arguments.json``, flattened; ``None`` in a checkpoint written
+    before it held one)."""
+
+    folder: Path
+    config: dict[str, Any]
+    state: dict[str, Any]
+    arguments: dict[str, Any] | None
+
+    @classmethod
+    def read(cls, checkpoint: str | Path) -> CheckpointRecords:
+        folder = Path(checkpoint)
+        recorded = _read(folder / RUN_ARGUMENTS)
+        return cls(folder, _read(folder / "config.json") or {}, _read(folder / "trainer_state.json") or {},
+                   flat_arguments(recorded) if recorded is not None else None)
+
+
+def setting_differences(records: CheckpointRecords, model: Any) -> list[tuple[str, Any, Any]]:
     """(name, the checkpoint's value, this run's) of each method setting and backbone entry that differ."""
-    differences = []
+    recorded, differences = records.config, []
     for name, value in _json(model.config.settings()).items():
         if name not in FREE_SETTINGS and name in recorded and recorded[name] != value:
             differences.append((name, recorded[name], value))
@@ -89,18 +109,16 @@ def setting_differences(recorded: Mapping[str, Any], model: Any) -> list[tuple[s
     return differences
 
 
-def argument_differences(folder: Path, run_arguments: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+def argument_differences(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """(name, the checkpoint's value, this run's) of each :data:`TRAINING_ARGUMENTS` and :data:`LENGTH_ARGUMENTS`
     entry that differs; from the checkpoint's ``run_arguments.json``, else its ``trainer_state.json`` (batch size,
     ``max_steps``)."""
     ours = _json(flat_arguments(run_arguments))
-    recorded = _read(folder / RUN_ARGUMENTS)
-    if recorded is not None:
-        theirs = flat_arguments(recorded)
+    if records.arguments is not None:
+        theirs = records.arguments
         return [(name, theirs[name], ours[name]) for name in TRAINING_ARGUMENTS + LENGTH_ARGUMENTS
                 if name in theirs and name in ours and theirs[name] != ours[name]]
-    state = _read(folder / "trainer_state.json") or {}
-    differences = []
+    state, differences = records.state, []
     batch = ours.get("per_device_train_batch_size")
     if state.get("train_batch_size") not in (None, batch) and batch is not None:
         differences.append(("per_device_train_batch_size", state["train_batch_size"], batch))
@@ -109,72 +127,75 @@ def argument_differences(folder: Path, run_arguments: Mapping[str, Any]) -> list
     return differences
 
 
-def resume_mismatch_error(checkpoint: str | Path, model: Any, run_arguments: Mapping[str, Any]) -> UsageError | None:
+def resume_mismatch_error(records: CheckpointRecords, model: Any,
+                          run_arguments: Mapping[str, Any]) -> UsageError | None:
     """The one-line refusal of a resume whose command differs from the checkpoint's run in what it trains (module
     docstring), or ``None``."""
-    folder = Path(checkpoint)
-    config = _read(folder / "config.json") or {}
-    differences = setting_differences(config, model) + [
-        difference for difference in argument_differences(folder, run_arguments)
+    differences = setting_differences(records, model) + [
+        difference for difference in argument_differences(records, run_arguments)
         if difference[0] not in LENGTH_ARGUMENTS]
     if not differences:
         return None
     listed = "; ".join(f"{name}: {theirs!r} there, {ours!r} here" for name, theirs, ours in differences)
     return UsageError(
-        f"--resume_from_checkpoint {folder}: a resume continues the run that wrote it, and this command differs from "
-        f"that run in what it trains ({listed}). Resume with that run's values (drop the changed flags or set them "
-        f"back), or start a new run in another --output_dir.")
+        f"--resume_from_checkpoint {records.folder}: a resume continues the run that wrote it, and this command "
+        f"differs from that run in what it trains ({listed}). Resume with that run's values (drop the changed flags "
+        f"or set them back), or start a new run in another --output_dir.")
 
 
-def length_change_warning(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> str | None:
+def length_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
     """What a resume that changes the run's length (:data:`LENGTH_ARGUMENTS`) does to its schedule, or ``None``."""
-    changed = [difference for difference in argument_differences(Path(checkpoint), run_arguments)
+    changed = [difference for difference in argument_differences(records, run_arguments)
                if difference[0] in LENGTH_ARGUMENTS]
     if not changed:
         return None
     listed = ", ".join(f"--{name} {theirs} -> {ours}" for name, theirs, ours in changed)
-    return (f"--resume_from_checkpoint {checkpoint}: this resume changes the run's length ({listed}); the learning "
-            f"rate goes on from the checkpoint's step as the new length's schedule has it there, so it differs from "
-            f"both an uninterrupted run of the old length and one of the new")
+    return (f"--resume_from_checkpoint {records.folder}: this resume changes the run's length ({listed}); the "
+            f"learning rate goes on from the checkpoint's step as the new length's schedule has it there, so it "
+            f"differs from both an uninterrupted run of the old length and one of the new")
 
 
-def corpus_change_warning(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> str | None:
+def corpus_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
     """When ``--train_file`` names another file than the checkpoint's run did (its ``run_arguments.json``; compared
     as real paths from here, so a moved corpus warns too): if it is another corpus, the resumed epoch skips its first
     batches as if it were the old one. ``None`` when it is the same, or unrecorded."""
-    recorded = _read(Path(checkpoint) / RUN_ARGUMENTS)
-    theirs = flat_arguments(recorded).get("train_file") if recorded else None
+    theirs = (records.arguments or {}).get("train_file")
     ours = flat_arguments(run_arguments).get("train_file")
     if not theirs or not ours or os.path.realpath(theirs) == os.path.realpath(ours):
         return None
-    return (f"--resume_from_checkpoint {checkpoint}: --train_file {ours} is not its run's ({theirs}); if it is "
+    return (f"--resume_from_checkpoint {records.folder}: --train_file {ours} is not its run's ({theirs}); if it is "
             f"another corpus, the resumed epoch skips its first batches as if it were that one")
 
 
-def lost_best_warning(checkpoint: str | Path) -> str | None:
+def lost_best_warning(records: CheckpointRecords) -> str | None:
     """When the best checkpoint the resumed run recorded is gone (the newest checkpoint moved or copied elsewhere,
     or the folder cleaned): the Trainer drops it with a log line and keeps its score, so the run ends on the final
     model, or on a later checkpoint only if it beats the lost one. ``None`` when it is there or none was recorded."""
-    state = _read(Path(checkpoint) / "trainer_state.json") or {}
+    state = records.state
     best = state.get("best_model_checkpoint")
     if not best or Path(best).is_dir():
         return None
-    return (f"--resume_from_checkpoint {checkpoint}: its run's best checkpoint {best} (step "
+    return (f"--resume_from_checkpoint {records.folder}: its run's best checkpoint {best} (step "
             f"{state.get('best_global_step')}, {state.get('best_metric')}) is gone, so this run keeps a later "
             f"checkpoint only if it scores above {state.get('best_metric')} and otherwise exports its final model")
 
 
-def finished_at(checkpoint: str | Path, run_arguments: Mapping[str, Any]) -> int | None:
-    """The step of ``checkpoint`` when this run ends there (its ``--max_steps``, or with the checkpoint's length
+def resume_warnings(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> list[str]:
+    """Every warning a resume from ``records``'s checkpoint gets (its length, its corpus file, its lost best)."""
+    return [warning for warning in (length_change_warning(records, run_arguments),
+                                    corpus_change_warning(records, run_arguments), lost_best_warning(records))
+            if warning is not None]
+
+
+def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> int | None:
+    """The step of the checkpoint when this run ends there (its ``--max_steps``, or with the checkpoint's length
     unchanged the ``max_steps`` of its ``trainer_state.json``), else ``None``."""
-    folder = Path(checkpoint)
-    state = _read(folder / "trainer_state.json") or {}
+    state = records.state
     step, last = state.get("global_step"), (flat_arguments(run_arguments).get("max_steps") or -1)
-    if last <= 0 and not any(name in LENGTH_ARGUMENTS for name, _, _ in argument_differences(folder, run_arguments)):
+    if last <= 0 and not any(name in LENGTH_ARGUMENTS for name, _, _ in argument_differences(records, run_arguments)):
         last = state.get("max_steps")
     return step if isinstance(step, int) and isinstance(last, int) and 0 < last <= step else None
 
 
-__all__ = ["LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "finished_at", "flat_arguments",
-           "corpus_change_warning", "length_change_warning", "lost_best_warning", "resume_mismatch_error",
-           "write_run_arguments"]
+__all__ = ["LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "CheckpointRecords", "finished_at",
+           "flat_arguments", "resume_mismatch_error", "resume_warnings", "write_run_arguments"]
