@@ -33,7 +33,7 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
     if embedding is not None:
         pooler = embedding["pooling"]
     usage = prompt_usage(embedding) if embedding is not None and kind == "plain" else {
-        "plain": mlp_outside_usage(config) if pooler == "cls" and plain_folder_lacks_mlp(model) else
+        "plain": mlp_outside_usage(config) if kind == "plain" and pooler == "cls" and plain_folder_lacks_mlp(model) else
                  (f"Load with `AutoModel.from_pretrained(path)` and pool with **`{pooler}`**: "
                   + ("`outputs.pooler_output` ([CLS] + the trained MLP)." if pooler == "cls" else
                      "`outputs.last_hidden_state[:, 0]` ([CLS] without the MLP; do NOT use `pooler_output`)."
