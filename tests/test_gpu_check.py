@@ -33,7 +33,7 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                                    "real_loop_step_graph_promptbert",
                                    "real_loop_step_graph_diffcse", "real_loop_step_graph_simcse_pp",
                                    "real_loop_step_graph_s_simcse", "real_loop_step_graph_row_seeded",
-                                   "real_loop_step_graph_b512",
+                                   "real_loop_step_graph_b512", "real_loop_step_graph_b512_row_seeded",
                                    "real_loop_step_graph_b512_cached", "step_profile", "step_profile_graph", "mnrl_b64", "optimizer_step", "eval_speed",
                                    "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
@@ -53,9 +53,11 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     assert re.search(r"--profile_steps 80:120 .*step_profile_graph.json -- --step_graph true\n", done.stdout)
     assert re.search(r"--steps 200 --batch_size 512 .*real_loop_step_graph_b512_cached.json -- --cache_chunk_size 128 "
                      r"--step_graph true\n", done.stdout)
-    # each real-loop run its own folder and log in the shared work directory (19 loops and the step graph's profile)
+    assert re.search(r"--steps 200 --batch_size 512 .*real_loop_step_graph_b512_row_seeded.json -- --dropout_masks "
+                     r"row_seeded --step_graph true\n", done.stdout)  # the cached step's masks, uncached
+    # each real-loop run its own folder and log in the shared work directory (22 loops and the step graph's profile)
     run_names = re.findall(r"--workdir \S+/real_loop --run_name (\S+) ", done.stdout)
-    assert len(set(run_names)) == len(run_names) == 22 and "real_loop_fast_b512_cached" in run_names
+    assert len(set(run_names)) == len(run_names) == 23 and "real_loop_fast_b512_cached" in run_names
     assert "-m pytest -q -m cuda tests/test_cuda.py -n 8 -rs" in done.stdout  # pytest-xdist is installed here
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
@@ -261,6 +263,24 @@ def test_the_real_loop_table_says_how_many_steps_the_step_graph_replayed():
               "steps": [], "real_loop_step_graph": loop}
     assert "| simcse | fast path (--torch_compile true) --step_graph true (993 steps replayed) | 64 | 1000 |" in \
         markdown(report)
+
+
+def test_the_report_gives_the_cached_steps_time_over_each_uncached_steps_at_batch_512():
+    def loop(rate: float | None, *flags: str) -> dict:
+        return {"method": "simcse", "fast_path": True, "steps": 200, "batch_size": 512,
+                "flags": [*flags, "--step_graph", "true"], "steady_sentences_per_second": rate}
+
+    report = {"date": "2026-11-28", "commit": "abc", "steps": [],
+              "environment": {"device": "NVIDIA H100", "torch": "2.11", "cuda": "13.0", "transformers": "5.24"},
+              "real_loop_step_graph_b512": loop(9000.0), "real_loop_step_graph_b512_cached": loop(6000.0)}
+    line = ("The cached step at batch 512 (chunks of 128), time per step: 1.50x the default uncached step (stream "
+            "masks) (9,000.0 / 6,000.0 sentences/s).")
+    assert line in markdown(report).splitlines()
+    report["real_loop_step_graph_b512_row_seeded"] = loop(9900.0, "--dropout_masks", "row_seeded")
+    assert ("time per step: 1.65x the uncached step with the same (row-seeded) masks (9,900.0 / 6,000.0 sentences/s); "
+            "1.50x the default") in markdown(report)
+    report["real_loop_step_graph_b512_cached"] = loop(None)  # stopped before its steady state: no ratio
+    assert "The cached step at batch 512" not in markdown(report)
 
 
 def test_a_short_lease_can_run_only_some_cuda_tests(tmp_path):
