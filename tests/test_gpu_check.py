@@ -34,7 +34,8 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                                    "real_loop_step_graph_diffcse", "real_loop_step_graph_simcse_pp",
                                    "real_loop_step_graph_s_simcse", "real_loop_step_graph_row_seeded",
                                    "real_loop_step_graph_b512", "real_loop_step_graph_b512_row_seeded",
-                                   "real_loop_step_graph_b512_cached", "step_profile", "step_profile_graph", "mnrl_b64", "optimizer_step", "eval_speed",
+                                   "real_loop_step_graph_b512_cached", "real_loop_step_graph_b512_cached_256",
+                                   "step_profile", "step_profile_graph", "mnrl_b64", "optimizer_step", "eval_speed",
                                    "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
@@ -55,9 +56,11 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                      r"--step_graph true\n", done.stdout)
     assert re.search(r"--steps 200 --batch_size 512 .*real_loop_step_graph_b512_row_seeded.json -- --dropout_masks "
                      r"row_seeded --step_graph true\n", done.stdout)  # the cached step's masks, uncached
-    # each real-loop run its own folder and log in the shared work directory (22 loops and the step graph's profile)
+    assert re.search(r"--steps 200 --batch_size 512 .*real_loop_step_graph_b512_cached_256.json -- --cache_chunk_size "
+                     r"256 --step_graph true\n", done.stdout)
+    # each real-loop run its own folder and log in the shared work directory (23 loops and the step graph's profile)
     run_names = re.findall(r"--workdir \S+/real_loop --run_name (\S+) ", done.stdout)
-    assert len(set(run_names)) == len(run_names) == 23 and "real_loop_fast_b512_cached" in run_names
+    assert len(set(run_names)) == len(run_names) == 24 and "real_loop_fast_b512_cached" in run_names
     assert "-m pytest -q -m cuda tests/test_cuda.py -n 8 -rs" in done.stdout  # pytest-xdist is installed here
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
@@ -279,8 +282,11 @@ def test_the_report_gives_the_cached_steps_time_over_each_uncached_steps_at_batc
     report["real_loop_step_graph_b512_row_seeded"] = loop(9900.0, "--dropout_masks", "row_seeded")
     assert ("time per step: 1.65x the uncached step with the same (row-seeded) masks (9,900.0 / 6,000.0 sentences/s); "
             "1.50x the default") in markdown(report)
+    report["real_loop_step_graph_b512_cached_256"] = loop(7500.0, "--cache_chunk_size", "256")
+    assert ("The cached step at batch 512 (chunks of 256), time per step: 1.32x the uncached step with the same "
+            "(row-seeded) masks (9,900.0 / 7,500.0 sentences/s); 1.20x the default") in markdown(report)
     report["real_loop_step_graph_b512_cached"] = loop(None)  # stopped before its steady state: no ratio
-    assert "The cached step at batch 512" not in markdown(report)
+    assert "(chunks of 128)" not in markdown(report) and "(chunks of 256)" in markdown(report)
 
 
 def test_a_short_lease_can_run_only_some_cuda_tests(tmp_path):
