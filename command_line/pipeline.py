@@ -139,8 +139,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     trainer.run_arguments = run_arguments  # into every checkpoint, for a resume to compare with its own
     first_step = resumed_step(resume) if resume else 0
     metrics: dict[str, Any] = {}
-    if training_args.eval_strategy != "no" and training_args.evaluate_at_start and not resume:
-        metrics.update(trainer.evaluate(metric_key_prefix="before"))  # the pretrained model's STS-B dev
+    if training_args.eval_strategy != "no" and training_args.evaluate_at_start:  # the pretrained model's STS-B dev
+        metrics.update(records.before_scores() if records is not None else trainer.evaluate(metric_key_prefix="before"))
     if records is not None and finished_at(records, run_arguments) is not None:  # train() steps past max_steps
         if training_args.should_log:
             logger.warning("--resume_from_checkpoint %s holds the run's last step (%d): nothing is left to train, "

@@ -330,3 +330,25 @@ def test_a_resume_whose_best_checkpoint_is_gone_says_so(finished, tmp_path, caps
     expected = (f"its run's best checkpoint {tmp_path / 'elsewhere' / 'checkpoint-2'} (step 2, 50.0) is gone, so this "
                 "run keeps a later checkpoint only if it scores above 50.0")
     assert f"warning: --resume_from_checkpoint {out / 'checkpoint-4'}: {expected}" in result.out
+
+
+def test_a_resumed_run_reports_its_runs_scores_from_before_training(backbone, sts_fixture_dir, tmp_path, capsys):
+    """The STS-B dev score of the model before any step is evaluated once, at the start of the run: a resume
+    reports the one its checkpoint's run kept (in all_results.json and the summary's "before -> after"), as the
+    uninterrupted run does, instead of none."""
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
+    argv = run_args(backbone, corpus, tmp_path / "run")
+    argv[argv.index("--eval_strategy") + 1] = "steps"
+    argv += ["--eval_steps", "2", "--senteval_dir", str(sts_fixture_dir)]
+    uninterrupted = in_process(run_unsup.main, argv, capsys)
+    assert uninterrupted.code == 0, uninterrupted.err
+    before = json.loads((tmp_path / "run" / "all_results.json").read_text())["before_stsb_spearman"]
+    resumed_out = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "run" / "checkpoint-2", resumed_out / "checkpoint-2")
+    argv[argv.index("--output_dir") + 1] = str(resumed_out)
+    resumed = in_process(run_unsup.main, argv + ["--resume_from_checkpoint", "latest"], capsys)
+    assert resumed.code == 0, resumed.err
+    assert " for 2 steps (resumed at step 2)" in resumed.out
+    results = json.loads((resumed_out / "all_results.json").read_text())
+    assert results["before_stsb_spearman"] == before and "before_sickr_spearman" in results
+    assert f"STS-B dev Spearman x100: before {before:.2f} -> after " in resumed.out

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from eval.curves import BEFORE_PREFIX
+
 from .errors import UsageError
 
 RUN_ARGUMENTS = "run_arguments.json"
@@ -94,6 +96,13 @@ class CheckpointRecords:
         recorded = _read(folder / RUN_ARGUMENTS)
         return cls(folder, _read(folder / "config.json") or {}, _read(folder / "trainer_state.json") or {},
                    flat_arguments(recorded) if recorded is not None else None)
+
+    def before_scores(self) -> dict[str, Any]:
+        """The run's scores of the model before its first step (``before_*``, evaluated at the start of the run that
+        wrote the checkpoint, kept at the head of its log history by ``trainers.curves``), for a resumed run to report
+        as the uninterrupted run would; empty where the run did not evaluate at its start."""
+        return {key: value for entry in self.state.get("log_history", [])
+                for key, value in entry.items() if key.startswith(BEFORE_PREFIX)}
 
 
 def setting_differences(records: CheckpointRecords, model: Any) -> list[tuple[str, Any, Any]]:
