@@ -352,3 +352,32 @@ def test_a_resumed_run_reports_its_runs_scores_from_before_training(backbone, st
     results = json.loads((resumed_out / "all_results.json").read_text())
     assert results["before_stsb_spearman"] == before and "before_sickr_spearman" in results
     assert f"STS-B dev Spearman x100: before {before:.2f} -> after " in resumed.out
+
+
+@pytest.mark.parametrize("method", ["simcse_pp", "s_simcse", "promptbert", "diffcse", "esimcse"])
+def test_every_method_resumed_halfway_ends_on_the_uninterrupted_runs_weights(method, backbone, tmp_path, capsys):
+    """Six steps in one run, and three resumed from that run's checkpoint-3: the same final weights (every tensor of
+    the model, ESimCSE's queue and momentum encoder, DiffCSE's generator included), so nothing a method draws or
+    keeps starts over on a resume (SimCSE plain and cached: tests/test_training.py)."""
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
+    if method == "diffcse":
+        main, prog = run_diffcse.main, "run_diffcse.py"
+        extra = ["--generator_name", str(save_tiny_generator(tmp_path / "generator"))]
+    else:
+        main, prog, extra = run_unsup.main, "run_unsup.py", ["--method", method]
+    if method == "esimcse":
+        extra += ["--queue_size", "16"]  # full after 2 steps of 8: the resumed steps read a full queue
+    argv = run_args(backbone, corpus, tmp_path / "full", max_steps=6)
+    argv[argv.index("--save_steps") + 1] = "3"
+    assert in_process(main, argv + extra, capsys, prog=prog).code == 0
+    argv[argv.index("--output_dir") + 1] = str(tmp_path / "resumed")
+    resumed = in_process(main, argv + extra + ["--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-3")],
+                         capsys, prog=prog)
+    assert resumed.code == 0, resumed.err
+    full = load_file(tmp_path / "full" / "checkpoint-6" / "model.safetensors")
+    again = load_file(tmp_path / "resumed" / "checkpoint-6" / "model.safetensors")
+    halfway = load_file(tmp_path / "full" / "checkpoint-3" / "model.safetensors")
+    assert full.keys() == again.keys()
+    for name in full:
+        torch.testing.assert_close(again[name], full[name], rtol=0, atol=1e-6, msg=name)
+    assert any(not torch.equal(halfway[name], full[name]) for name in full)  # the weights did move
