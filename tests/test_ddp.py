@@ -301,18 +301,22 @@ def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_
     assert max(float((one[n] - initial[n]).abs().max()) for n in initial if n in one) > 1e-4
 
 
-@pytest.mark.parametrize("method", ["simcse", "esimcse"])
+@pytest.mark.parametrize("method", ["simcse", "esimcse", "diffcse"])
 def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(tmp_path, method):
     """Two processes with dropout on (stream masks, each process's RNG state in its own ``rng_state_<rank>.pth``;
-    ESimCSE's gathered queue and momentum encoder): four steps in one run, and steps 3-4 resumed by two processes
-    from its checkpoint-2, through run_unsup.py in one torchrun launch, end on the same weights."""
+    ESimCSE's gathered queue and momentum encoder; DiffCSE's generator sampling each process's edits): four steps in
+    one run, and steps 3-4 resumed by two processes from its checkpoint-2, through the entry point in one torchrun
+    launch, end on the same weights."""
     from safetensors.torch import load_file
 
     model_dir = save_tiny_backbone(tmp_path / "model", seed=0)  # dropout 0.1
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=48)
 
+    script, method_flags = ("run_diffcse", ["--generator_name", str(save_tiny_generator(tmp_path / "generator"))]) \
+        if method == "diffcse" else ("run_unsup", ["--method", method])
+
     def argv(run: str, *extra: str) -> list[str]:
-        return ["--method", method, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
+        return [*method_flags, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
                 "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
                 "--save_total_limit", "2", "--load_best_model_at_end", "false", "--disable_tqdm", "true",
                 "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false",
@@ -320,8 +324,8 @@ def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(tmp
                 "--output_dir", str(tmp_path / run), *(("--queue_size", "8") if method == "esimcse" else ()), *extra]
 
     run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps([
-        ["run_unsup", argv("full")],
-        ["run_unsup", argv("resumed", "--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-2"))]])})
+        [script, argv("full")],
+        [script, argv("resumed", "--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-2"))]])})
     full = load_file(tmp_path / "full" / "checkpoint-4" / "model.safetensors")
     resumed = load_file(tmp_path / "resumed" / "checkpoint-4" / "model.safetensors")
     halfway = load_file(tmp_path / "full" / "checkpoint-2" / "model.safetensors")
