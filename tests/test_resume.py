@@ -17,6 +17,7 @@ import run_diffcse
 import run_unsup
 from tests.cli import in_process
 from tests.tiny import FAST_TRAINING_ARGS, save_tiny_generator, tiny_corpus
+from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
 from trainers.checkpoints import MARKER
 
 #: What Trainer._save_checkpoint writes, in its order (save_model: config, weights, tokenizer, training
@@ -45,6 +46,14 @@ def unfinished_run(finished: dict[str, Path], out: Path) -> Path:
     for name in ("checkpoint-2", "checkpoint-4"):
         shutil.copytree(finished["run"] / name, out / name)
     return out
+
+
+def entry_point(method: str, tmp_path: Path) -> tuple:
+    """(main, prog, the method's flags) of the script that trains ``method`` (DiffCSE's with a tiny generator)."""
+    if method == "diffcse":
+        return run_diffcse.main, "run_diffcse.py", ["--generator_name",
+                                                     str(save_tiny_generator(tmp_path / "generator"))]
+    return run_unsup.main, "run_unsup.py", ["--method", method]
 
 
 def one_line_error(err: str) -> str:
@@ -116,11 +125,7 @@ def test_every_method_resumes_a_complete_checkpoint_and_refuses_one_lacking_its_
     once); one lacking a part (ESimCSE's queue and momentum encoder, DiffCSE's generator, ...) is refused once
     the model is built, before any step."""
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
-    if method == "diffcse":
-        main, prog = run_diffcse.main, "run_diffcse.py"
-        extra = ["--generator_name", str(save_tiny_generator(tmp_path / "generator"))]
-    else:
-        main, prog, extra = run_unsup.main, "run_unsup.py", ["--method", method]
+    main, prog, extra = entry_point(method, tmp_path)
     out = tmp_path / "out"
     assert in_process(main, run_args(backbone, corpus, out, max_steps=2) + extra, capsys, prog=prog).code == 0
     checkpoint = out / "checkpoint-2"
@@ -354,19 +359,13 @@ def test_a_resumed_run_reports_its_runs_scores_from_before_training(backbone, st
     assert f"STS-B dev Spearman x100: before {before:.2f} -> after " in resumed.out
 
 
-@pytest.mark.parametrize("method", ["simcse_pp", "s_simcse", "promptbert", "diffcse", "esimcse"])
+@pytest.mark.parametrize("method", ["simcse_pp", "s_simcse", "promptbert", "diffcse"])
 def test_every_method_resumed_halfway_ends_on_the_uninterrupted_runs_weights(method, backbone, tmp_path, capsys):
     """Six steps in one run, and three resumed from that run's checkpoint-3: the same final weights (every tensor of
-    the model, ESimCSE's queue and momentum encoder, DiffCSE's generator included), so nothing a method draws or
-    keeps starts over on a resume (SimCSE plain and cached: tests/test_training.py)."""
+    the model, DiffCSE's generator included), so nothing a method draws or keeps starts over on a resume (SimCSE
+    plain and cached: tests/test_training.py; ESimCSE with a full queue: tests/test_esimcse.py)."""
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
-    if method == "diffcse":
-        main, prog = run_diffcse.main, "run_diffcse.py"
-        extra = ["--generator_name", str(save_tiny_generator(tmp_path / "generator"))]
-    else:
-        main, prog, extra = run_unsup.main, "run_unsup.py", ["--method", method]
-    if method == "esimcse":
-        extra += ["--queue_size", "16"]  # full after 2 steps of 8: the resumed steps read a full queue
+    main, prog, extra = entry_point(method, tmp_path)
     argv = run_args(backbone, corpus, tmp_path / "full", max_steps=6)
     argv[argv.index("--save_steps") + 1] = "3"
     assert in_process(main, argv + extra, capsys, prog=prog).code == 0
@@ -374,10 +373,4 @@ def test_every_method_resumed_halfway_ends_on_the_uninterrupted_runs_weights(met
     resumed = in_process(main, argv + extra + ["--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-3")],
                          capsys, prog=prog)
     assert resumed.code == 0, resumed.err
-    full = load_file(tmp_path / "full" / "checkpoint-6" / "model.safetensors")
-    again = load_file(tmp_path / "resumed" / "checkpoint-6" / "model.safetensors")
-    halfway = load_file(tmp_path / "full" / "checkpoint-3" / "model.safetensors")
-    assert full.keys() == again.keys()
-    for name in full:
-        torch.testing.assert_close(again[name], full[name], rtol=0, atol=1e-6, msg=name)
-    assert any(not torch.equal(halfway[name], full[name]) for name in full)  # the weights did move
+    assert_resumed_run_ends_on_the_uninterrupted_runs_weights(tmp_path / "full", tmp_path / "resumed", 3, 6)

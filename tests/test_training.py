@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
 import run_unsup
 from eval.loading import load_encoder
 from eval.sts import evaluate_sts
 from trainers.methods import load_contrastive_model
 from tests.tiny import FAST_TRAINING_ARGS, WORDS, tiny_corpus
+from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
 from trainers.errors import UsageError, UserError
 
 
@@ -110,13 +109,7 @@ def test_resume_gives_the_same_final_weights(tmp_path, backbone, extra):
     train(common + ["--output_dir", str(tmp_path / "full")])
     train(common + ["--output_dir", str(tmp_path / "resumed"),
                     "--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-3")])
-    full = load_file(tmp_path / "full" / "checkpoint-6" / "model.safetensors")
-    resumed = load_file(tmp_path / "resumed" / "checkpoint-6" / "model.safetensors")
-    assert full.keys() == resumed.keys()
-    for name in full:
-        torch.testing.assert_close(resumed[name], full[name], rtol=0, atol=1e-6, msg=name)
-    halfway = load_file(tmp_path / "full" / "checkpoint-3" / "model.safetensors")
-    assert any(not torch.equal(halfway[n], full[n]) for n in full)  # the test can fail: weights did move
+    assert_resumed_run_ends_on_the_uninterrupted_runs_weights(tmp_path / "full", tmp_path / "resumed", 3, 6)
 
 
 def test_refuses_to_train_with_evaluation_but_no_senteval_data(tmp_path, backbone):
