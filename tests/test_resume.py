@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 import run_diffcse
 import run_unsup
 from tests.cli import in_process
-from tests.tiny import FAST_TRAINING_ARGS, save_tiny_generator, tiny_corpus
+from tests.tiny import FAST_TRAINING_ARGS, save_tiny_generator, tiny_corpus, tiny_nli_csv
 from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
 from trainers.checkpoints import MARKER
 
@@ -359,12 +359,14 @@ def test_a_resumed_run_reports_its_runs_scores_from_before_training(backbone, st
     assert f"STS-B dev Spearman x100: before {before:.2f} -> after " in resumed.out
 
 
-@pytest.mark.parametrize("method", ["simcse_pp", "s_simcse", "promptbert", "diffcse"])
+@pytest.mark.parametrize("method", ["sup_simcse", "simcse_pp", "s_simcse", "promptbert", "diffcse"])
 def test_every_method_resumed_halfway_ends_on_the_uninterrupted_runs_weights(method, backbone, tmp_path, capsys):
     """Six steps in one run, and three resumed from that run's checkpoint-3: the same final weights (every tensor of
     the model, DiffCSE's generator included), so nothing a method draws or keeps starts over on a resume (SimCSE
-    plain and cached: tests/test_training.py; ESimCSE with a full queue: tests/test_esimcse.py)."""
-    corpus = tiny_corpus(tmp_path / "corpus.txt", n=96)
+    plain and cached: tests/test_training.py; ESimCSE with a full queue: tests/test_esimcse.py; with these, every
+    method)."""
+    corpus = (tiny_nli_csv(tmp_path / "nli.csv", n=96) if method == "sup_simcse"
+              else tiny_corpus(tmp_path / "corpus.txt", n=96))
     main, prog, extra = entry_point(method, tmp_path)
     argv = run_args(backbone, corpus, tmp_path / "full", max_steps=6)
     argv[argv.index("--save_steps") + 1] = "3"

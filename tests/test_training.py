@@ -11,20 +11,11 @@ import run_unsup
 from eval.loading import load_encoder
 from eval.sts import evaluate_sts
 from trainers.methods import load_contrastive_model
-from tests.tiny import FAST_TRAINING_ARGS, WORDS, tiny_corpus
+from tests.tiny import FAST_TRAINING_ARGS, tiny_corpus, tiny_nli_csv
 from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
 from trainers.errors import UsageError, UserError
 
 
-
-
-def sup_csv(path: Path, n: int = 32) -> Path:
-    import random
-
-    rng = random.Random(0)
-    sentence = lambda: " ".join(rng.choices(WORDS, k=rng.randint(4, 9)))  # noqa: E731
-    path.write_text("sent0,sent1,hard_neg\n" + "".join(f"{sentence()},{sentence()},{sentence()}\n" for _ in range(n)))
-    return path
 
 
 def train(args: list[str]) -> dict:
@@ -33,7 +24,7 @@ def train(args: list[str]) -> dict:
 
 @pytest.mark.parametrize("method", ["simcse", "sup_simcse"])
 def test_train_select_best_export_and_round_trip(tmp_path, backbone, sts_fixture_dir, method):
-    corpus = tiny_corpus(tmp_path / "corpus.txt") if method == "simcse" else sup_csv(tmp_path / "nli.csv")
+    corpus = tiny_corpus(tmp_path / "corpus.txt") if method == "simcse" else tiny_nli_csv(tmp_path / "nli.csv")
     out = tmp_path / "run"
     metrics = train(["--method", method, "--model_name_or_path", str(backbone), "--train_file", str(corpus),
                      "--senteval_dir", str(sts_fixture_dir), "--max_steps", "4", "--eval_steps", "2",
@@ -71,7 +62,7 @@ def test_an_export_keeps_the_trained_mlp_where_the_backbone_can_hold_it(arch, tm
     out = tmp_path / "run"
     with caplog.at_level("WARNING", logger="models.export"):
         train(["--method", "sup_simcse", "--model_name_or_path", str(backbone), "--train_file",
-               str(sup_csv(tmp_path / "nli.csv")), "--max_steps", "2", "--learning_rate", "1e-2", "--eval_strategy",
+               str(tiny_nli_csv(tmp_path / "nli.csv")), "--max_steps", "2", "--learning_rate", "1e-2", "--eval_strategy",
                "no", "--save_strategy", "steps", "--save_steps", "2", "--load_best_model_at_end", "false",
                "--output_dir", str(out)])
     reference = evaluate_sts(load_encoder(str(out / "checkpoint-2"), device="cpu"), sts_fixture_dir)

@@ -72,6 +72,21 @@ def tiny_corpus(path: str | Path, n: int = 64, seed: int = 0) -> Path:
     return path
 
 
+def tiny_nli_csv(path: str | Path, n: int = 32, seed: int = 0) -> Path:
+    """A supervised SimCSE training file (``sent0,sent1,hard_neg``) of ``n`` rows of random sentences over the tiny
+    vocabulary."""
+    import random
+
+    rng = random.Random(seed)
+    path = Path(path)
+
+    def sentence() -> str:
+        return " ".join(rng.choices(WORDS, k=rng.randint(4, 9)))
+
+    path.write_text("sent0,sent1,hard_neg\n" + "".join(f"{sentence()},{sentence()},{sentence()}\n" for _ in range(n)))
+    return path
+
+
 FAST_TRAINING_ARGS = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
                       "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
 """Command-line flags that make a run_unsup.py / run_diffcse.py training test small, CPU-only and fp32 (pinned: the
