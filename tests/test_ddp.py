@@ -15,7 +15,7 @@ import torch
 import run_diffcse
 import run_unsup
 from tests.launch import run_torchrun
-from tests.tiny import WORDS, save_tiny_backbone, save_tiny_generator, tiny_corpus
+from tests.tiny import WORDS, method_script, save_tiny_backbone, save_tiny_generator, tiny_corpus
 from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
 from trainers.methods import build_model
 
@@ -311,8 +311,7 @@ def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(tmp
     model_dir = save_tiny_backbone(tmp_path / "model", seed=0)  # dropout 0.1
     corpus = tiny_corpus(tmp_path / "corpus.txt", n=48)
 
-    script, method_flags = ("run_diffcse", ["--generator_name", str(save_tiny_generator(tmp_path / "generator"))]) \
-        if method == "diffcse" else ("run_unsup", ["--method", method])
+    script, method_flags = method_script(method, tmp_path)
 
     def argv(run: str, *extra: str) -> list[str]:
         return [*method_flags, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 import run_diffcse
 import run_unsup
 from tests.cli import in_process
-from tests.tiny import FAST_TRAINING_ARGS, save_tiny_generator, tiny_corpus, tiny_nli_csv
+from tests.tiny import FAST_TRAINING_ARGS, method_script, tiny_corpus, tiny_nli_csv
 from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
 from trainers.checkpoints import MARKER
 
@@ -49,11 +49,9 @@ def unfinished_run(finished: dict[str, Path], out: Path) -> Path:
 
 
 def entry_point(method: str, tmp_path: Path) -> tuple:
-    """(main, prog, the method's flags) of the script that trains ``method`` (DiffCSE's with a tiny generator)."""
-    if method == "diffcse":
-        return run_diffcse.main, "run_diffcse.py", ["--generator_name",
-                                                     str(save_tiny_generator(tmp_path / "generator"))]
-    return run_unsup.main, "run_unsup.py", ["--method", method]
+    """(main, prog, the method's flags) of the script that trains ``method`` (:func:`tests.tiny.method_script`)."""
+    script, flags = method_script(method, tmp_path)
+    return {"run_unsup": run_unsup.main, "run_diffcse": run_diffcse.main}[script], f"{script}.py", flags
 
 
 def one_line_error(err: str) -> str:

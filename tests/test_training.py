@@ -62,9 +62,9 @@ def test_an_export_keeps_the_trained_mlp_where_the_backbone_can_hold_it(arch, tm
     out = tmp_path / "run"
     with caplog.at_level("WARNING", logger="models.export"):
         train(["--method", "sup_simcse", "--model_name_or_path", str(backbone), "--train_file",
-               str(tiny_nli_csv(tmp_path / "nli.csv")), "--max_steps", "2", "--learning_rate", "1e-2", "--eval_strategy",
-               "no", "--save_strategy", "steps", "--save_steps", "2", "--load_best_model_at_end", "false",
-               "--output_dir", str(out)])
+               str(tiny_nli_csv(tmp_path / "nli.csv")), "--max_steps", "2", "--learning_rate", "1e-2",
+               "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2", "--load_best_model_at_end",
+               "false", "--output_dir", str(out)])
     reference = evaluate_sts(load_encoder(str(out / "checkpoint-2"), device="cpu"), sts_fixture_dir)
     card = (out / "export" / "hf" / "README.md").read_text()
     lacks_mlp = "has no pooler layer to hold the trained MLP"

@@ -87,6 +87,14 @@ def tiny_nli_csv(path: str | Path, n: int = 32, seed: int = 0) -> Path:
     return path
 
 
+def method_script(method: str, folder: str | Path) -> tuple[str, list[str]]:
+    """The entry point that trains ``method`` (``run_unsup`` or ``run_diffcse``) and the method's flags for it:
+    DiffCSE's with a tiny generator saved under ``folder``."""
+    if method == "diffcse":
+        return "run_diffcse", ["--generator_name", str(save_tiny_generator(Path(folder) / "generator"))]
+    return "run_unsup", ["--method", method]
+
+
 FAST_TRAINING_ARGS = ["--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "true",
                       "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
 """Command-line flags that make a run_unsup.py / run_diffcse.py training test small, CPU-only and fp32 (pinned: the
