@@ -302,27 +302,39 @@ def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_
     assert max(float((one[n] - initial[n]).abs().max()) for n in initial if n in one) > 1e-4
 
 
-@pytest.mark.parametrize("method", ["simcse", "esimcse", "diffcse"])
-def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(tmp_path, method):
+#: Methods whose two-process runs are resumed halfway (:func:`resumed_runs`).
+RESUMED_METHODS = ("simcse", "esimcse", "diffcse")
+
+
+@pytest.fixture(scope="module")
+def resumed_runs(tmp_path_factory) -> Path:
+    """Each :data:`RESUMED_METHODS` method trained by two processes with dropout on: four steps in one run
+    (``<method>/full``), and steps 3-4 resumed by two processes from its checkpoint-2 (``<method>/resumed``), all
+    six runs through the entry points in one torchrun launch. Returns the root folder."""
+    root = tmp_path_factory.mktemp("ddp_resumed")
+    model_dir = save_tiny_backbone(root / "model", seed=0)  # dropout 0.1
+    corpus = tiny_corpus(root / "corpus.txt", n=48)
+    runs = []
+    for method in RESUMED_METHODS:
+        script, method_flags = method_script(method, root / method)
+        common = [*method_flags, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
+                  "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
+                  "--save_total_limit", "2", "--load_best_model_at_end", "false", "--disable_tqdm", "true",
+                  "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false",
+                  "--per_device_train_batch_size", "4", *(("--queue_size", "8") if method == "esimcse" else ())]
+        full = root / method / "full"
+        runs += [[script, [*common, "--output_dir", str(full)]],
+                 [script, [*common, "--output_dir", str(root / method / "resumed"), "--resume_from_checkpoint",
+                           str(full / "checkpoint-2")]]]
+    run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(runs)})
+    return root
+
+
+@pytest.mark.parametrize("method", RESUMED_METHODS)
+def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(resumed_runs, method):
     """Two processes with dropout on (stream masks, each process's RNG state in its own ``rng_state_<rank>.pth``;
-    ESimCSE's gathered queue and momentum encoder; DiffCSE's generator sampling each process's edits): four steps in
-    one run, and steps 3-4 resumed by two processes from its checkpoint-2, through the entry point in one torchrun
-    launch, end on the same weights."""
-    model_dir = save_tiny_backbone(tmp_path / "model", seed=0)  # dropout 0.1
-    corpus = tiny_corpus(tmp_path / "corpus.txt", n=48)
-
-    script, method_flags = method_script(method, tmp_path)
-
-    def argv(run: str, *extra: str) -> list[str]:
-        return [*method_flags, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
-                "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
-                "--save_total_limit", "2", "--load_best_model_at_end", "false", "--disable_tqdm", "true",
-                "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false",
-                "--per_device_train_batch_size", "4",
-                "--output_dir", str(tmp_path / run), *(("--queue_size", "8") if method == "esimcse" else ()), *extra]
-
-    run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps([
-        [script, argv("full")],
-        [script, argv("resumed", "--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-2"))]])})
-    assert_resumed_run_ends_on_the_uninterrupted_runs_weights(tmp_path / "full", tmp_path / "resumed", 2, 4)
-    assert_complete_for(tmp_path / "full" / "checkpoint-2", processes=2)
+    ESimCSE's gathered queue and momentum encoder; DiffCSE's generator sampling each process's edits): steps 3-4
+    resumed by two processes from checkpoint-2 end on the uninterrupted run's weights (:func:`resumed_runs`)."""
+    runs = resumed_runs / method
+    assert_resumed_run_ends_on_the_uninterrupted_runs_weights(runs / "full", runs / "resumed", 2, 4)
+    assert_complete_for(runs / "full" / "checkpoint-2", processes=2)
