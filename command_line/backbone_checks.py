@@ -3,20 +3,27 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
 
 - :func:`check_tokenizer`: the tokenizer knows words (a folder without tokenizer files gets one of its special
   tokens only from transformers, and every word becomes [UNK]).
+- :func:`check_backbone`: an encoder, not an encoder-decoder model (T5, BART:
+  :func:`eval.backbone.encoder_decoder_problem`).
 - :func:`check_position_limit`: the longest view (``--max_seq_length`` plus what the method adds: PromptBERT's
   template) fits the backbone's position table (``max_position_embeddings``, less RoBERTa's padding offset).
 - :func:`check_pooler`: a pooler that reads position 0 is refused on a causal (decoder-only) backbone, whose
-  position 0 sees only the first token; ``--pooler_type avg`` is the one to pass (decided: refused, not switched,
-  so that a run trains the pooler its command line says; docs/errors.md).
+  position 0 sees only the first token, and with a tokenizer that puts no [CLS] token there (XLNet's goes last,
+  T5's has none), where it holds the first word; ``--pooler_type avg`` is the one to pass (decided: refused, not
+  switched, so that a run trains the pooler its command line says; docs/errors.md).
 
-The first two run after the tokenizer and config are read and before the weights load; the last needs the loaded
-backbone (one forward of two 5-token rows) and runs before the corpus loads.
+- :func:`check_precision`: a backbone whose forward cannot run under bf16 autocast (transformers' DeBERTa v1) is
+  refused under ``--bf16``, with ``--bf16 false`` as the fix.
+
+The first three run after the tokenizer and config are read and before the weights load; the last two need the
+loaded backbone (a forward of two 5-token rows each) and run before the corpus loads.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from eval.backbone import position_zero_sees_only_itself, tokenizer_problem
+from eval.backbone import (bf16_forward_problem, cls_position_problem, encoder_decoder_problem,
+                           position_zero_sees_only_itself, tokenizer_problem)
 from models.base import ContrastiveModel
 from trainers.errors import UsageError, UserError
 
@@ -36,9 +43,10 @@ def check_tokenizer(flag: str, name: str, tokenizer: Any) -> None:
 
 
 def position_limit(config: Any) -> tuple[int, str] | None:
-    """How many positions the backbone reads and why (``None``: its config names no limit)."""
+    """How many positions the backbone reads and why (``None``: its config names no limit, or a table of -1 or 0:
+    XLNet's relative positions, for which transformers' config says -1)."""
     table = getattr(config, "max_position_embeddings", None)
-    if not isinstance(table, int):
+    if not isinstance(table, int) or table <= 0:
         return None
     if config.model_type in PADDING_OFFSET_MODEL_TYPES and config.pad_token_id is not None:
         offset = int(config.pad_token_id) + 1
@@ -88,20 +96,42 @@ def check_backbone(model_args: Any, max_seq_length: int, method: str, settings: 
     for flag, model in models.items():
         if model:
             config = AutoConfig.from_pretrained(model, cache_dir=model_args.cache_dir)
+            problem = encoder_decoder_problem(config) if flag == "--model_name_or_path" else None
+            if problem:
+                raise UsageError(f"{flag} {model} is {problem}.")
             check_position_limit(flag, model, config, max_seq_length, added if flag == "--model_name_or_path" else 0)
 
 
-def check_pooler(model: ContrastiveModel, flag: str, name: str) -> None:
-    """Refuse a position-0 pooler (``--pooler_type cls``/``cls_before_pooler``) on a backbone whose position 0 sees
-    only the first token; methods that pool elsewhere (PromptBERT's [MASK] state) are not concerned."""
+def check_pooler(model: ContrastiveModel, tokenizer: Any, flag: str, name: str) -> None:
+    """Refuse a position-0 pooler (``--pooler_type cls``/``cls_before_pooler``) where position 0 does not hold the
+    sentence's summary: a backbone whose position 0 sees only the first token (causal), or a tokenizer that puts no
+    [CLS] token there (:func:`eval.backbone.cls_position_problem`). Methods that pool elsewhere (PromptBERT's [MASK]
+    state) are not concerned."""
     pooler = model.position_zero_pooler()
-    if pooler is None or not position_zero_sees_only_itself(model.encoder):
+    if pooler is None:
         return
-    raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}) is a causal (decoder-only) backbone: its "
-                     f"position 0 sees only the first token, so --pooler_type {pooler} would give every sentence "
-                     f"that starts with the same token the same vector. Pass --pooler_type avg (the mean over the "
-                     f"sentence's tokens).")
+    if position_zero_sees_only_itself(model.encoder):
+        raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}) is a causal (decoder-only) backbone: its "
+                         f"position 0 sees only the first token, so --pooler_type {pooler} would give every sentence "
+                         f"that starts with the same token the same vector. Pass --pooler_type avg (the mean over "
+                         f"the sentence's tokens).")
+    problem = cls_position_problem(tokenizer)
+    if problem:
+        raise UsageError(f"{flag} {name}: {problem}; --pooler_type {pooler} reads position 0, so it would train "
+                         f"the first word's state as the sentence's embedding. Pass --pooler_type avg (the mean over "
+                         f"the sentence's tokens).")
 
 
-__all__ = ["PADDING_OFFSET_MODEL_TYPES", "check_backbone", "check_pooler", "check_position_limit", "check_tokenizer",
+def check_precision(model: ContrastiveModel, bf16: bool, flag: str, name: str) -> None:
+    """Refuse bf16 autocast (``--bf16``, the default on a GPU or a CPU with native bf16) for a backbone whose forward
+    cannot run under it (:func:`eval.backbone.bf16_forward_problem`: transformers' DeBERTa v1), before the corpus
+    loads, rather than at the first step with a traceback."""
+    problem = bf16_forward_problem(model.encoder) if bf16 else None
+    if problem:
+        raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}) cannot run under bf16 autocast (--bf16 "
+                         f"true, given or this machine's default): its forward stops with \"{problem}\". Pass --bf16 "
+                         f"false (fp32).")
+
+
+__all__ = ["PADDING_OFFSET_MODEL_TYPES", "check_backbone", "check_pooler", "check_precision", "check_position_limit", "check_tokenizer",
            "position_limit", "template_tokens"]

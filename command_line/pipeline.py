@@ -23,8 +23,8 @@ from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
 from trainers.cl_trainer import CLTrainer
-from trainers.resume_settings import (CheckpointRecords, finished_at, resume_mismatch_error, resume_warnings,
-                                      write_run_arguments)
+from trainers.resume_settings import (CORPUS_SECTION, CheckpointRecords, corpus_record, finished_at,
+                                      resume_mismatch_error, resume_warnings, write_run_arguments)
 from trainers.errors import UsageError
 from trainers.methods import build_collator
 from trainers.backbone_card import read_backbone_license
@@ -118,6 +118,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     corpus = CorpusStats()
     if train_dataset is None:
         train_dataset = load_train_dataset(model, data_args, corpus)
+    run_arguments[CORPUS_SECTION] = corpus_record(data_args.train_file, len(train_dataset))
     resume = training_args.resume_from_checkpoint
     records = CheckpointRecords.read(resume) if resume else None
     if records is not None and (error := resume_mismatch_error(records, model, run_arguments)

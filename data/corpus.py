@@ -15,6 +15,7 @@ is dropped silently. The sentence splitter of the stand-in corpora is ``data.sen
 from __future__ import annotations
 
 import csv
+import hashlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,13 @@ def load_sup_corpus(path: str | Path, *, cache_dir: str | None = None,
     dataset = _load_csv(file, header, cache_dir=cache_dir)
     return _drop_blank_rows(dataset, file, skipped="rows with an empty cell", problem="every row has an empty cell",
                             stats=stats)
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of ``path``'s bytes (hex): what a run records of its corpus (``run_arguments.json``), for a resume
+    to tell the same corpus, moved, from another one at the same path (``trainers.resume_settings``)."""
+    with Path(path).open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def read_documents(path: str | Path) -> list[list[str]]:

@@ -1,6 +1,8 @@
 """THE backbone loader of training and evaluation (``trainers.methods.build_model`` and ``eval.loading``), the
 offline check of a model name both run before loading (:func:`model_problem`), and the two checks both run on what
-they loaded, before using it: a tokenizer that knows words (:func:`tokenizer_problem`) and a backbone whose position
+they loaded, before using it: an encoder, not an encoder-decoder model (:func:`encoder_decoder_problem`), a tokenizer
+that knows words (:func:`tokenizer_problem`), and, for a pooler that reads
+position 0, a tokenizer that puts its [CLS] token there (:func:`cls_position_problem`) and a backbone whose position
 0 sees the sentence (:func:`position_zero_sees_only_itself`). A module of its own so that both import it without
 importing each other."""
 from __future__ import annotations
@@ -86,14 +88,47 @@ def tokenizer_problem(flag: str, name: str, tokenizer: Any) -> str | None:
             "AutoTokenizer.from_pretrained(ORIGINAL).save_pretrained(FOLDER)) or pass the model it was saved from")
 
 
+def encoder_decoder_problem(config: Any) -> str | None:
+    """Why a backbone of ``config`` cannot give sentence embeddings here: an encoder-decoder model (T5, BART), whose
+    ``AutoModel`` holds both halves and whose forward needs decoder inputs (T5: an error deep in the first step) or
+    returns the decoder's states (BART); ``None`` for an encoder (or a decoder-only model, for the pooler checks)."""
+    if not getattr(config, "is_encoder_decoder", False):
+        return None
+    return (f"an encoder-decoder model (model_type {config.model_type}): AutoModel builds its encoder and its "
+            "decoder, whose forward needs decoder inputs or returns the decoder's states, while a sentence "
+            "embedding here is an encoder's. Pass an encoder-only backbone (BERT, RoBERTa, DistilBERT, MiniLM, ...)")
+
+
+#: What :func:`cls_position_problem` tokenizes.
+CLS_PROBE = "the cat sat"
+
+
+def cls_position_problem(tokenizer: Any) -> str | None:
+    """Why position 0 of what ``tokenizer`` makes of a sentence is not its [CLS] token (``None``: it is), which a
+    pooler reading position 0 (``cls``, ``cls_before_pooler``) would silently take for the sentence's summary:
+    XLNet's tokenizer puts ``<cls>`` last (``... <sep> <cls>``), T5's adds none; either way position 0 holds the
+    first word. Every collator and the evaluation encoder keep the tokenizer's special tokens where it puts them
+    (``data.padding``: padding on the right)."""
+    input_ids = tokenizer(CLS_PROBE)["input_ids"]
+    cls_token_id = getattr(tokenizer, "cls_token_id", None)
+    if input_ids and cls_token_id is not None and input_ids[0] == cls_token_id:
+        return None
+    tokens = " ".join(tokenizer.convert_ids_to_tokens(input_ids))
+    if cls_token_id is not None and cls_token_id in input_ids:
+        where = f"puts its {tokenizer.cls_token} token at position {input_ids.index(cls_token_id)}, not 0"
+    elif cls_token_id is not None:
+        where = f"does not add its {tokenizer.cls_token} token"
+    else:
+        where = "has no [CLS] token"
+    return f"its tokenizer ({type(tokenizer).__name__}) {where} ({CLS_PROBE!r} -> {tokens})"
+
+
 def position_zero_sees_only_itself(encoder: torch.nn.Module) -> bool:
     """Whether ``encoder``'s last hidden state at position 0 ignores every later token, as in a causal
     (decoder-only) backbone such as GPT-2: two rows that share their first token and differ after it are encoded
     (eval mode, no gradient) and their position-0 states compared. Then a pooler that reads position 0 gives every
     sentence that starts with the same token the same vector."""
-    vocab_size = int(encoder.get_input_embeddings().num_embeddings)
-    pad_token_id = getattr(encoder.config, "pad_token_id", None)
-    ids = [i for i in range(min(vocab_size, 64)) if i != pad_token_id][:9]
+    ids = _probe_ids(encoder, 9)
     input_ids = torch.tensor([ids[:5], [ids[0], *ids[5:9]]], device=encoder.device)
     was_training = encoder.training
     encoder.eval()
@@ -105,6 +140,32 @@ def position_zero_sees_only_itself(encoder: torch.nn.Module) -> bool:
     return torch.allclose(states[0, 0].float(), states[1, 0].float(), rtol=1e-4, atol=1e-5)
 
 
+def _probe_ids(encoder: torch.nn.Module, count: int) -> list[int]:
+    """``count`` token ids of ``encoder``'s vocabulary other than its pad id (the probes' words)."""
+    vocab_size = int(encoder.get_input_embeddings().num_embeddings)
+    pad_token_id = getattr(encoder.config, "pad_token_id", None)
+    return [i for i in range(min(vocab_size, 64)) if i != pad_token_id][:count]
+
+
+def bf16_forward_problem(encoder: torch.nn.Module) -> str | None:
+    """Why ``encoder`` cannot run a forward under bf16 autocast (the first line of its error), or ``None``: two rows,
+    one padded, through the mask the models give it (:func:`models.masks.prepare_attention_mask`), without a
+    gradient, on its device. transformers' DeBERTa (v1) fills masked attention scores with float32's minimum, which
+    a bf16 score cannot hold: its first bf16 step stopped with a traceback."""
+    from models.masks import prepare_attention_mask
+
+    ids = _probe_ids(encoder, 5)
+    pad_token_id = getattr(encoder.config, "pad_token_id", None) or 0
+    input_ids = torch.tensor([ids, ids[:3] + [pad_token_id] * 2], device=encoder.device)
+    mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], device=encoder.device)
+    try:
+        with torch.no_grad(), torch.autocast(encoder.device.type, dtype=torch.bfloat16):
+            encoder(input_ids=input_ids, attention_mask=prepare_attention_mask(encoder, mask))
+    except RuntimeError as error:
+        return (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return None
+
+
 def in_hub_cache(name: str, cache_dir: str | None) -> bool:
     """Whether the Hub model ``name``'s config.json is in the local Hugging Face cache."""
     from huggingface_hub import try_to_load_from_cache
@@ -112,5 +173,5 @@ def in_hub_cache(name: str, cache_dir: str | None) -> bool:
     return isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir), str)
 
 
-__all__ = ["in_hub_cache", "load_auto_model", "model_problem", "position_zero_sees_only_itself",
-           "tokenizer_problem", "weights_file_problem"]
+__all__ = ["CLS_PROBE", "bf16_forward_problem", "cls_position_problem", "encoder_decoder_problem", "in_hub_cache", "load_auto_model", "model_problem",
+           "position_zero_sees_only_itself", "tokenizer_problem", "weights_file_problem"]

@@ -28,10 +28,11 @@ from typing import Any, Callable, Iterator, Literal
 import torch
 from safetensors import SafetensorError
 
-from eval.backbone import load_auto_model, position_zero_sees_only_itself, tokenizer_problem, weights_file_problem
+from eval.backbone import (cls_position_problem, encoder_decoder_problem, load_auto_model,
+                           position_zero_sees_only_itself, tokenizer_problem, weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.masks import prepare_attention_mask
-from models.poolers import POOLER_TYPES, needs_hidden_states, pool
+from models.poolers import POOLER_TYPES, POSITION_ZERO_POOLERS, needs_hidden_states, pool
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +133,9 @@ def _load_tokenizer(model_name_or_path: str, subfolder: str = "") -> Any:
     return AutoTokenizer.from_pretrained(model_name_or_path, **kwargs)
 
 
-def _transformer_embed_fn(model: torch.nn.Module, pooler: str, name: str) -> EmbedFn:
-    """Pool a plain transformer's outputs; ``cls`` reads the model's own ``pooler_output``."""
+def _transformer_embed_fn(model: torch.nn.Module, tokenizer: Any, pooler: str, name: str) -> EmbedFn:
+    """Pool a plain transformer's outputs; ``cls`` reads the model's own ``pooler_output`` (computed from position
+    0, like ``cls_before_pooler``: both refused where position 0 is no [CLS] token)."""
     if pooler == "cls" and getattr(model, "pooler", None) is None:
         raise ModelLoadingError(
             f"{name} ({type(model).__name__}) has no pooler layer, so --pooler cls (its pooler_output) is undefined; "
@@ -145,6 +147,10 @@ def _transformer_embed_fn(model: torch.nn.Module, pooler: str, name: str) -> Emb
             f"token, so --pooler cls_before_pooler gives every sentence that starts with the same token the same "
             f"vector; use --pooler avg (the mean over the sentence's tokens)"
         )
+    problem = cls_position_problem(tokenizer) if pooler in POSITION_ZERO_POOLERS else None
+    if problem:
+        raise ModelLoadingError(f"{name}: {problem}; --pooler {pooler} reads position 0, so every sentence would "
+                                f"be scored by its first word's state; use --pooler avg")
     accepted = set(inspect.signature(model.forward).parameters)
     hidden_states = needs_hidden_states(pooler)
 
@@ -199,6 +205,9 @@ def _huggingface_backend(
     model_name_or_path: str, pooler: str | None, device: torch.device | None = None, subfolder: str = ""
 ) -> _Backend:
     model = load_auto_model(model_name_or_path, subfolder)
+    problem = encoder_decoder_problem(model.config)
+    if problem:
+        raise ModelLoadingError(f"{model_name_or_path} ({type(model).__name__}) is {problem}")
     embedding = getattr(model.config, "sentence_embedding", None)
     if isinstance(embedding, dict) and embedding.get("pooling") == "mask_token":
         if pooler is None:
@@ -208,8 +217,9 @@ def _huggingface_backend(
                        "template", model_name_or_path, pooler)
     pooler = pooler or "cls"
     logger.info("%s: Hugging Face %s, pooler %s", model_name_or_path, type(model).__name__, pooler)
-    return _Backend(model, _transformer_embed_fn(model, pooler, model_name_or_path),
-                    _load_tokenizer(model_name_or_path, subfolder), backbone=model)
+    tokenizer = _load_tokenizer(model_name_or_path, subfolder)
+    return _Backend(model, _transformer_embed_fn(model, tokenizer, pooler, model_name_or_path), tokenizer,
+                    backbone=model)
 
 
 def _st_transformer_subfolder(model_name_or_path: str) -> str:

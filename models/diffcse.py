@@ -154,6 +154,20 @@ def generator_from_config(generator_config: dict) -> PreTrainedModel:
     return AutoModelForMaskedLM.from_config(AutoConfig.for_model(settings.pop("model_type"), **settings))
 
 
+def check_condition_width(discriminator: nn.Module, hidden_size: int) -> None:
+    """Refuse a discriminator whose token embeddings are narrower or wider than the sentence embedding h that
+    replaces its position 0 (either site: ALBERT's and ELECTRA's factorised embeddings, ``embedding_size``, are
+    mapped to the hidden size only after the embeddings); the first step stopped on a size mismatch before."""
+    width = discriminator.get_input_embeddings().embedding_dim
+    if width != hidden_size:
+        raise ValueError(
+            f"DiffCSE puts the sentence embedding h ({hidden_size} values, the backbone's hidden size) in place of "
+            f"the discriminator's position-0 token embedding, which holds {width} values in "
+            f"{type(discriminator).__name__} (its embedding_size, mapped to the hidden size after the embeddings). "
+            "Pass a backbone (--model_name_or_path) whose token embeddings are as wide as its hidden states (BERT, "
+            "RoBERTa, DistilBERT, MiniLM, ...)")
+
+
 class DiffCSEModel(ContrastiveModel):
     """Unsupervised DiffCSE: [CLS] + BatchNorm projector in training only, tau 0.05, masking ratio 0.30, lambda 0.005
     with a distilbert-base-uncased generator (the paper's BERT-base STS setting, Table 12)."""
@@ -167,6 +181,7 @@ class DiffCSEModel(ContrastiveModel):
         attention = getattr(self.encoder.config, "_attn_implementation", None)
         self.discriminator = AutoModel.from_config(config.encoder_config, attn_implementation=attention)
         drop_unused_pooler(self.discriminator)
+        check_condition_width(self.discriminator, config.hidden_size)
         self.rtd_head = nn.Linear(config.hidden_size, 2)
         self.generator = generator if generator is not None else generator_from_config(config.generator_config)
         self.generator.requires_grad_(False)
@@ -355,5 +370,5 @@ def rtd_ratios(counts: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 
-__all__ = ["DiffCSEModel", "VocabularyMismatchError", "check_generator_vocabulary", "generator_from_config",
-           "rtd_loss", "rtd_statistics"]
+__all__ = ["DiffCSEModel", "VocabularyMismatchError", "check_condition_width", "check_generator_vocabulary",
+           "generator_from_config", "rtd_loss", "rtd_statistics"]

@@ -5,6 +5,7 @@ take the newest complete one; the "resume it" hint names only complete ones; a k
 no folder that is accepted; the summary counts the steps the resumed process ran."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -46,6 +47,17 @@ def unfinished_run(finished: dict[str, Path], out: Path) -> Path:
     for name in ("checkpoint-2", "checkpoint-4"):
         shutil.copytree(finished["run"] / name, out / name)
     return out
+
+
+def edit_run_arguments(checkpoint: Path, edit) -> None:
+    """``edit`` the checkpoint's run_arguments.json in place, and its size in the completion marker."""
+    path = checkpoint / "run_arguments.json"
+    arguments = json.loads(path.read_text())
+    edit(arguments)
+    path.write_text(json.dumps(arguments))
+    marker = json.loads((checkpoint / MARKER).read_text())
+    marker["files"]["run_arguments.json"] = path.stat().st_size
+    (checkpoint / MARKER).write_text(json.dumps(marker))
 
 
 def entry_point(method: str, tmp_path: Path) -> tuple:
@@ -258,9 +270,9 @@ def test_a_resume_that_would_train_something_else_is_refused_naming_each_change(
     assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
 
 
-def test_a_longer_resume_on_another_corpus_file_trains_on_and_says_what_it_does(finished, tmp_path, capsys):
-    """A longer --max_steps is what a resume is often for: it trains on, saying what the schedule does. A corpus
-    file of another path may be the same corpus moved: it trains on, saying what another corpus would do."""
+def test_a_longer_resume_of_the_same_corpus_moved_trains_on_and_says_what_it_does(finished, tmp_path, capsys):
+    """A longer --max_steps is what a resume is often for: it trains on, saying what the schedule does. The same
+    corpus at another path is the same run (its digest matches): no word of it."""
     out = unfinished_run(finished, tmp_path / "out")
     moved = Path(shutil.copy(finished["corpus"], tmp_path / "moved.txt"))
     result = in_process(run_unsup.main, run_args(finished["backbone"], moved, out, max_steps=6) + [
@@ -269,6 +281,45 @@ def test_a_longer_resume_on_another_corpus_file_trains_on_and_says_what_it_does(
     assert " for 2 steps (resumed at step 4)" in result.out
     assert "warning: --resume_from_checkpoint " in result.out and "changes the run's length (--max_steps 4 -> 6)" in (
         result.out)
+    assert "--train_file" not in result.out and "--train_file" not in result.err
+    recorded = json.loads((out / "checkpoint-6" / "run_arguments.json").read_text())["corpus"]
+    assert recorded == {"train_file_sha256": hashlib.sha256(moved.read_bytes()).hexdigest(), "train_rows": 96}
+
+
+def test_a_resume_on_another_corpus_is_refused_at_its_path_or_another(finished, tmp_path, capsys):
+    """Another corpus would skip the wrong batches of the resumed epoch (sentences trained twice or never): refused,
+    naming the two digests, whether the file was edited in place or another path names it. Before the run recorded
+    its corpus's digest, an edit in place resumed silently."""
+    out = unfinished_run(finished, tmp_path / "out")
+    corpus = Path(shutil.copy(finished["corpus"], tmp_path / "corpus.txt"))
+    for name in ("checkpoint-2", "checkpoint-4"):  # the checkpoints of a run on ``corpus``
+        edit_run_arguments(out / name, lambda arguments: arguments["DataArguments"].update(train_file=str(corpus)))
+    theirs = hashlib.sha256(corpus.read_bytes()).hexdigest()[:12]
+    edited = corpus.read_text().splitlines()
+    corpus.write_text("\n".join(edited[:-1] + ["a sentence that was not there"]) + "\n")
+    other = tiny_corpus(tmp_path / "other.txt", n=96, seed=1)
+    for train_file in (corpus, other):
+        result = in_process(run_unsup.main, run_args(finished["backbone"], train_file, out, max_steps=6) + [
+            "--resume_from_checkpoint", "latest"], capsys)
+        assert result.code == 2, result.err
+        line = [line for line in result.err.splitlines() if "error:" in line][-1]
+        ours = hashlib.sha256(train_file.read_bytes()).hexdigest()[:12]
+        assert line.startswith("run_unsup.py: error: --resume_from_checkpoint ") and (
+            "this command differs from that run in what it trains (--train_file's contents: "
+            f"'96 rows, sha256 {theirs}' there, '96 rows, sha256 {ours}' here)") in line, line
+        assert not (out / "checkpoint-6").exists()
+
+
+def test_a_checkpoint_without_a_corpus_digest_warns_of_another_corpus_path(finished, tmp_path, capsys):
+    """A checkpoint written before runs recorded their corpus's digest: another path may be the same corpus moved,
+    so the run trains on, saying what another corpus would do."""
+    out = unfinished_run(finished, tmp_path / "out")
+    for name in ("checkpoint-2", "checkpoint-4"):
+        edit_run_arguments(out / name, lambda arguments: arguments.pop("corpus"))
+    moved = Path(shutil.copy(finished["corpus"], tmp_path / "moved.txt"))
+    result = in_process(run_unsup.main, run_args(finished["backbone"], moved, out, max_steps=6) + [
+        "--resume_from_checkpoint", "latest"], capsys)
+    assert result.code == 0, result.err
     assert f"--train_file {moved} is not its run's ({finished['corpus']}); if it is another corpus" in result.out
 
 

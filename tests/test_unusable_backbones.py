@@ -1,5 +1,7 @@
 """Backbones that cannot work are refused before anything trains, through the real entry points (issue 33, item 2
 and the backbone half of item 4): a folder without tokenizer files, a causal backbone under a position-0 pooler, a
+tokenizer that puts no [CLS] token at position 0 (XLNet's, T5's) under one, an encoder-decoder model (T5), a
+backbone whose forward cannot run under bf16 autocast (DeBERTa v1), DiffCSE on factorised embeddings (ALBERT), a
 ``--max_seq_length`` (plus PromptBERT's template) past the position table, a truncated ``model.safetensors``. One
 line, a non-zero exit, no traceback; docs/errors.md lists the messages."""
 from __future__ import annotations
@@ -8,14 +10,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-from transformers import AutoModel, AutoModelForMaskedLM, GPT2Config
+from transformers import (AutoModel, AutoModelForMaskedLM, DebertaConfig, GPT2Config, T5Config, T5Tokenizer,
+                          XLNetConfig, XLNetTokenizer)
 
 import eval.cli
 import run_diffcse
 import run_unsup
 from tests.cli import in_process
 from tests.test_user_errors import base_args
-from tests.tiny import save_tiny_backbone, tiny_config, tiny_corpus, tiny_tokenizer
+from eval.backbone import cls_position_problem
+from tests.tiny import WORDS, save_tiny_backbone, save_tiny_generator, tiny_config, tiny_corpus, tiny_tokenizer
 
 
 @pytest.fixture
@@ -35,6 +39,30 @@ def tiny_gpt2(folder: Path) -> Path:
     tokenizer = tiny_tokenizer(folder)
     config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=64,
                         bos_token_id=2, eos_token_id=3, pad_token_id=0)
+    AutoModel.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_xlnet(folder: Path) -> Path:
+    """A tiny random XLNet backbone with a word-level XLNet tokenizer, which ends a sentence with ``<sep> <cls>``;
+    its config's ``max_position_embeddings`` is -1 (relative positions: no table)."""
+    special = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>"]
+    tokenizer = XLNetTokenizer(vocab=[(token, 0.0) for token in special] + [
+        ("\u2581" + word, -1.0) for word in dict.fromkeys(WORDS)])
+    config = XLNetConfig(vocab_size=len(tokenizer), d_model=32, n_layer=2, n_head=2, d_inner=37, pad_token_id=5)
+    assert config.max_position_embeddings == -1
+    AutoModel.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_t5(folder: Path) -> Path:
+    """A tiny random T5 (encoder-decoder) with a word-level T5 tokenizer."""
+    tokenizer = T5Tokenizer(vocab=[("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [
+        ("\u2581" + word, -1.0) for word in dict.fromkeys(WORDS)], extra_ids=0)
+    config = T5Config(vocab_size=len(tokenizer), d_model=32, num_layers=2, num_heads=2, d_ff=37, d_kv=16,
+                      decoder_start_token_id=0)
     AutoModel.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -85,33 +113,150 @@ def test_a_generator_without_tokenizer_files_is_refused(backbone, corpus, tmp_pa
             in one_line_error(result, "run_diffcse.py: error: "))
 
 
-# ------------------------------------------------------------------------------------------ causal backbones
-def test_a_causal_backbone_is_refused_under_a_position_zero_pooler_and_trains_with_avg(corpus, tmp_path, capsys):
-    gpt2 = tiny_gpt2(tmp_path / "gpt2")
+# ------------------------------------------------------------------------------------------ position 0
+#: backbone -> (its builder, why position 0 is not the sentence in training's message and in python -m eval's).
+POSITION_ZERO_CASES = {
+    # causal: position 0 sees only the first token
+    "gpt2": (tiny_gpt2,
+             "{path} (GPT2Model) is a causal (decoder-only) backbone: its position 0 sees only the first token, so "
+             "--pooler_type {pooler} would give every sentence that starts with the same token the same vector. "
+             "Pass --pooler_type avg (the mean over the sentence's tokens).",
+             "{path} (GPT2Model) is a causal (decoder-only) model: its position 0 sees only the first token, so "
+             "--pooler cls_before_pooler gives every sentence that starts with the same token the same vector; use "
+             "--pooler avg (the mean over the sentence's tokens)"),
+    # XLNet's tokenizer puts <cls> last: before this check such a run trained the first word's state silently (and
+    # before, the position check read XLNet's -1 table as a limit, so even --pooler_type avg was refused)
+    "xlnet": (tiny_xlnet,
+              "{path}: its tokenizer (XLNetTokenizer) puts its <cls> token at position 4, not 0 ('the cat sat' -> "
+              "\u2581the \u2581cat <unk> <sep> <cls>); --pooler_type {pooler} reads position 0, so it would train the "
+              "first word's state as the sentence's embedding. Pass --pooler_type avg (the mean over the sentence's "
+              "tokens).",
+              "{path}: its tokenizer (XLNetTokenizer) puts its <cls> token at position 4, not 0 ('the cat sat' -> "
+              "\u2581the \u2581cat <unk> <sep> <cls>); --pooler cls_before_pooler reads position 0, so every sentence "
+              "would be scored by its first word's state; use --pooler avg"),
+}
+
+
+@pytest.mark.parametrize("name", list(POSITION_ZERO_CASES))
+def test_a_position_zero_pooler_is_refused_where_position_zero_is_no_summary_and_avg_trains(name, corpus, tmp_path,
+                                                                                           capsys):
+    build, expected, _ = POSITION_ZERO_CASES[name]
+    path = build(tmp_path / name)
     out = tmp_path / "out"
-    args = base_args(gpt2, corpus, out) + ["--eval_strategy", "no"]
+    args = base_args(path, corpus, out) + ["--eval_strategy", "no"]
     for pooler in ("cls", "cls_before_pooler"):
         refused = in_process(run_unsup.main, args + ["--pooler_type", pooler], capsys)
         assert refused.code == 2
-        assert (f"--model_name_or_path {gpt2} (GPT2Model) is a causal (decoder-only) backbone: its position 0 sees "
-                f"only the first token, so --pooler_type {pooler} would give every sentence that starts with the "
-                "same token the same vector. Pass --pooler_type avg" in one_line_error(refused))
+        assert one_line_error(refused) == ("run_unsup.py: error: --model_name_or_path "
+                                           + expected.format(path=path, pooler=pooler))
         assert not (out / "export").exists()
     trained = in_process(run_unsup.main, args + ["--pooler_type", "avg"], capsys)
     assert trained.code == 0, trained.err
     assert (out / "export" / "hf" / "model.safetensors").is_file()
 
 
-def test_eval_refuses_a_position_zero_vector_of_a_causal_model(tmp_path, capsys, sts_fixture_dir):
-    gpt2 = tiny_gpt2(tmp_path / "gpt2")
-    result = in_process(eval.cli.main, ["--model_name_or_path", str(gpt2), "--pooler", "cls_before_pooler",
+@pytest.mark.parametrize("name", list(POSITION_ZERO_CASES))
+def test_eval_refuses_a_position_zero_vector_where_position_zero_is_no_summary(name, tmp_path, capsys,
+                                                                              sts_fixture_dir):
+    build, _, expected = POSITION_ZERO_CASES[name]
+    path = build(tmp_path / name)
+    result = in_process(eval.cli.main, ["--model_name_or_path", str(path), "--pooler", "cls_before_pooler",
                                         "--mode", "dev", "--senteval_dir", str(sts_fixture_dir)], capsys,
                         prog="python -m eval")
     assert result.code == 1
-    assert one_line_error(result, EVAL) == (
-        f"error: {gpt2} (GPT2Model) is a causal (decoder-only) model: its position 0 sees only the first token, so "
-        "--pooler cls_before_pooler gives every sentence that starts with the same token the same vector; use "
-        "--pooler avg (the mean over the sentence's tokens)")
+    assert one_line_error(result, EVAL) == "error: " + expected.format(path=path)
+
+
+def test_cls_position_problem_names_a_tokenizer_with_no_cls_and_passes_one_that_starts_with_it(tmp_path):
+    t5 = T5Tokenizer(vocab=[("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581the", -1.0)], extra_ids=0)
+    assert cls_position_problem(t5) == ("its tokenizer (T5Tokenizer) has no [CLS] token ('the cat sat' -> "
+                                        "\u2581the <unk> <unk> </s>)")
+    bert = tiny_tokenizer(tmp_path / "bert")
+    assert cls_position_problem(bert) is None
+    bert.cls_token = "[SEP]"  # a [CLS] the tokenizer never adds at position 0
+    assert cls_position_problem(bert) == ("its tokenizer (BertTokenizer) puts its [SEP] token at position 4, "
+                                          "not 0 ('the cat sat' -> [CLS] the cat [UNK] [SEP])")
+
+
+# ------------------------------------------------------------------------------------------ encoder-decoder models
+ENCODER_DECODER = ("is an encoder-decoder model (model_type t5): AutoModel builds its encoder and its decoder, whose "
+                   "forward needs decoder inputs or returns the decoder's states, while a sentence embedding here is "
+                   "an encoder's. Pass an encoder-only backbone (BERT, RoBERTa, DistilBERT, MiniLM, ...)")
+
+
+def test_an_encoder_decoder_backbone_is_refused_before_its_weights_load(corpus, tmp_path, capsys, sts_fixture_dir):
+    """Before, a T5 under --pooler_type avg loaded, then stopped in its first step with a traceback from the
+    decoder ("You must specify exactly one of input_ids or inputs_embeds"); python -m eval likewise."""
+    t5 = tiny_t5(tmp_path / "t5")
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(t5, corpus, out) + ["--eval_strategy", "no", "--pooler_type", "avg"],
+                        capsys)
+    assert result.code == 2
+    assert one_line_error(result) == f"run_unsup.py: error: --model_name_or_path {t5} {ENCODER_DECODER}."
+    assert not out.exists()
+    evaluation = in_process(eval.cli.main, ["--model_name_or_path", str(t5), "--pooler", "avg", "--mode", "dev",
+                                            "--senteval_dir", str(sts_fixture_dir)], capsys, prog="python -m eval")
+    assert evaluation.code == 1
+    assert one_line_error(evaluation, EVAL) == f"error: {t5} (T5Model) {ENCODER_DECODER}"
+
+
+# ------------------------------------------------------------------------------------------ bf16 autocast
+def test_a_backbone_whose_forward_fails_under_bf16_is_refused_and_trains_in_fp32(corpus, tmp_path, capsys):
+    """transformers' DeBERTa (v1) fills masked attention scores with float32's minimum, which a bf16 score cannot
+    hold: under bf16 autocast (the default on a GPU or a CPU with native bf16) its first step stopped with a
+    traceback. The expected line is what this transformers' DeBERTa raises (its padded forward, computed here); a
+    version that runs it in bf16 trains instead."""
+    import torch
+
+    from models.masks import prepare_attention_mask
+
+    tokenizer = tiny_tokenizer(tmp_path / "deberta")
+    config = DebertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=37, max_position_embeddings=70, pad_token_id=0)
+    encoder = AutoModel.from_config(config)
+    deberta = tmp_path / "deberta"
+    encoder.save_pretrained(deberta)
+    tokenizer.save_pretrained(deberta)
+    encoder.eval()
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            encoder(input_ids=torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]]),
+                    attention_mask=prepare_attention_mask(encoder, torch.tensor([[1] * 5, [1, 1, 1, 0, 0]])))
+        failure = None
+    except RuntimeError as error:
+        failure = str(error).splitlines()[0]
+    out = tmp_path / "out"
+    args = base_args(deberta, corpus, out) + ["--eval_strategy", "no"]
+    result = in_process(run_unsup.main, args + ["--bf16", "true"], capsys)
+    if failure is None:
+        assert result.code == 0, result.err
+    else:
+        assert result.code == 2
+        assert one_line_error(result) == (
+            f"run_unsup.py: error: --model_name_or_path {deberta} (DebertaModel) cannot run under bf16 autocast "
+            f"(--bf16 true, given or this machine's default): its forward stops with \"{failure}\". Pass --bf16 false "
+            "(fp32).")
+        assert not (out / "export").exists()
+    trained = in_process(run_unsup.main, args + ["--bf16", "false", "--overwrite_output_dir", "true"], capsys)
+    assert trained.code == 0, trained.err
+    assert (out / "export" / "hf" / "model.safetensors").is_file()
+
+
+# ------------------------------------------------------------------------------------------ DiffCSE's condition
+def test_diffcse_on_factorised_embeddings_is_refused(corpus, tmp_path, capsys):
+    """ALBERT's token embeddings hold 16 values (embedding_size), mapped to its hidden 32 after the embeddings: h
+    cannot take position 0's place there. The first step stopped on "Sizes of tensors must match" before."""
+    albert = save_tiny_backbone(tmp_path / "albert", arch="albert")
+    for site in ("inputs_embeds", "embeddings_output"):
+        result = in_process(run_diffcse.main, base_args(albert, corpus, tmp_path / "out") + [
+            "--eval_strategy", "no", "--generator_name", str(save_tiny_generator(tmp_path / "generator")),
+            "--rtd_condition_site", site], capsys, prog="run_diffcse.py")
+        assert result.code == 2
+        assert one_line_error(result, "run_diffcse.py: error: ") == (
+            "run_diffcse.py: error: DiffCSE puts the sentence embedding h (32 values, the backbone's hidden size) in "
+            "place of the discriminator's position-0 token embedding, which holds 16 values in AlbertModel (its "
+            "embedding_size, mapped to the hidden size after the embeddings). Pass a backbone (--model_name_or_path) "
+            "whose token embeddings are as wide as its hidden states (BERT, RoBERTa, DistilBERT, MiniLM, ...)")
 
 
 # ------------------------------------------------------------------------------------------ position table

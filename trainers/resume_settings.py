@@ -16,8 +16,13 @@ checkpoint's records with this run:
   is compared on its ``trainer_state.json``'s batch size alone. A changed length (:data:`LENGTH_ARGUMENTS`) is
   allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for.
 
+- the corpus: the SHA-256 of the ``--train_file`` bytes, which every run records in the ``corpus`` section of its
+  ``run_arguments.json`` (:func:`corpus_record`): another corpus, at any path, would skip the wrong batches of the
+  resumed epoch. The same corpus at another path is the same run.
+
 :func:`resume_warnings` gathers the warnings: :func:`length_change_warning` above, :func:`corpus_change_warning` when
-``--train_file`` names another file than the run's (it may be the same corpus, moved), :func:`lost_best_warning` when
+``--train_file`` names another file than the run's and the checkpoint records no corpus digest (written before it
+did: the file may be the same corpus, moved), :func:`lost_best_warning` when
 the run's best checkpoint is gone (the run can then only end on a later one). :func:`finished_at` says whether the
 checkpoint already holds the run's last step: the Trainer would train one step past ``--max_steps`` from it (its
 loop tests the limit after a step), so the pipeline evaluates and exports it instead. All of them read the
@@ -36,6 +41,8 @@ from eval.curves import BEFORE_PREFIX
 from .errors import UsageError
 
 RUN_ARGUMENTS = "run_arguments.json"
+#: The ``run_arguments.json`` section that records the corpus a run trained on (:func:`corpus_record`).
+CORPUS_SECTION = "corpus"
 #: Method settings a resume may change: they act in the evaluation only, name a path whose weights the checkpoint
 #: holds, or are filled by the model's builder from those (DiffCSE's generator config, PromptBERT's token ids).
 FREE_SETTINGS = frozenset({"test_denoising", "dev_denoising", "eval_add_period", "generator_name",
@@ -59,6 +66,14 @@ def write_run_arguments(folder: str | Path, run_arguments: Mapping[str, Any]) ->
     path = Path(folder) / RUN_ARGUMENTS
     path.write_text(json.dumps(run_arguments, indent=2, default=str), encoding="utf-8")
     return path
+
+
+def corpus_record(train_file: str | Path, rows: int) -> dict[str, Any]:
+    """The ``corpus`` section of a run's ``run_arguments.json``: the digest of its ``--train_file`` and the rows it
+    trains on (what a resume compares: :func:`corpus_differences`)."""
+    from data.corpus import file_sha256
+
+    return {"train_file_sha256": file_sha256(train_file), "train_rows": rows}
 
 
 def _json(value: Any) -> Any:
@@ -136,13 +151,29 @@ def argument_differences(records: CheckpointRecords, run_arguments: Mapping[str,
     return differences
 
 
+def _recorded_corpus(arguments: Mapping[str, Any] | None) -> tuple[str | None, Any]:
+    arguments = arguments or {}
+    return arguments.get("train_file_sha256"), arguments.get("train_rows")
+
+
+def corpus_differences(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``[("--train_file's contents", theirs, ours)]`` when this run's corpus digest (:func:`corpus_record`) is not
+    the one the checkpoint's run recorded; empty when they match or the checkpoint records none."""
+    (theirs, their_rows), (ours, our_rows) = (_recorded_corpus(records.arguments),
+                                              _recorded_corpus(flat_arguments(run_arguments)))
+    if theirs is None or ours is None or theirs == ours:
+        return []
+    return [("--train_file's contents", f"{their_rows:,} rows, sha256 {theirs[:12]}",
+             f"{our_rows:,} rows, sha256 {ours[:12]}")]
+
+
 def resume_mismatch_error(records: CheckpointRecords, model: Any,
                           run_arguments: Mapping[str, Any]) -> UsageError | None:
     """The one-line refusal of a resume whose command differs from the checkpoint's run in what it trains (module
     docstring), or ``None``."""
     differences = setting_differences(records, model) + [
         difference for difference in argument_differences(records, run_arguments)
-        if difference[0] not in LENGTH_ARGUMENTS]
+        if difference[0] not in LENGTH_ARGUMENTS] + corpus_differences(records, run_arguments)
     if not differences:
         return None
     listed = "; ".join(f"{name}: {theirs!r} there, {ours!r} here" for name, theirs, ours in differences)
@@ -166,8 +197,11 @@ def length_change_warning(records: CheckpointRecords, run_arguments: Mapping[str
 
 def corpus_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
     """When ``--train_file`` names another file than the checkpoint's run did (its ``run_arguments.json``; compared
-    as real paths from here, so a moved corpus warns too): if it is another corpus, the resumed epoch skips its first
-    batches as if it were the old one. ``None`` when it is the same, or unrecorded."""
+    as real paths from here) and the checkpoint records no corpus digest to compare the contents with: if it is
+    another corpus, the resumed epoch skips its first batches as if it were the old one. ``None`` when the digest
+    was compared (:func:`corpus_differences`), the path is the same, or nothing is recorded."""
+    if _recorded_corpus(records.arguments)[0] is not None:
+        return None
     theirs = (records.arguments or {}).get("train_file")
     ours = flat_arguments(run_arguments).get("train_file")
     if not theirs or not ours or os.path.realpath(theirs) == os.path.realpath(ours):
@@ -206,5 +240,6 @@ def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) ->
     return step if isinstance(step, int) and isinstance(last, int) and 0 < last <= step else None
 
 
-__all__ = ["LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "CheckpointRecords", "finished_at",
-           "flat_arguments", "resume_mismatch_error", "resume_warnings", "write_run_arguments"]
+__all__ = ["CORPUS_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "CheckpointRecords",
+           "corpus_differences", "corpus_record", "finished_at", "flat_arguments", "resume_mismatch_error",
+           "resume_warnings", "write_run_arguments"]
