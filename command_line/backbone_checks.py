@@ -4,7 +4,8 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
 - :func:`check_tokenizer`: the tokenizer knows words (a folder without tokenizer files gets one of its special
   tokens only from transformers, and every word becomes [UNK]).
 - :func:`check_backbone`: an encoder, not an encoder-decoder model (T5, BART:
-  :func:`eval.backbone.encoder_decoder_problem`).
+  :func:`eval.backbone.encoder_decoder_problem`), whose token-embedding table holds every id of its tokenizer
+  (:func:`eval.backbone.vocabulary_problem`).
 - :func:`check_position_limit`: the longest view (``--max_seq_length`` plus what the method adds: PromptBERT's
   template) fits the backbone's position table (``max_position_embeddings``, less RoBERTa's padding offset).
 - :func:`check_pooler`: a pooler that reads position 0 is refused on a causal (decoder-only) backbone, whose
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from eval.backbone import (bf16_forward_problem, cls_position_problem, encoder_decoder_problem,
-                           position_zero_sees_only_itself, tokenizer_problem)
+                           position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem)
 from models.base import ContrastiveModel
 from trainers.errors import UsageError, UserError
 
@@ -96,9 +97,13 @@ def check_backbone(model_args: Any, max_seq_length: int, method: str, settings: 
     for flag, model in models.items():
         if model:
             config = AutoConfig.from_pretrained(model, cache_dir=model_args.cache_dir)
-            problem = encoder_decoder_problem(config) if flag == "--model_name_or_path" else None
-            if problem:
-                raise UsageError(f"{flag} {model} is {problem}.")
+            if flag == "--model_name_or_path":
+                problem = encoder_decoder_problem(config)
+                if problem:
+                    raise UsageError(f"{flag} {model} is {problem}.")
+                problem = vocabulary_problem(flag, model, tokenizer, getattr(config, "vocab_size", None))
+                if problem:
+                    raise UserError(problem)
             check_position_limit(flag, model, config, max_seq_length, added if flag == "--model_name_or_path" else 0)
 
 

@@ -1,7 +1,7 @@
 """THE backbone loader of training and evaluation (``trainers.methods.build_model`` and ``eval.loading``), the
 offline check of a model name both run before loading (:func:`model_problem`), and the two checks both run on what
 they loaded, before using it: an encoder, not an encoder-decoder model (:func:`encoder_decoder_problem`), a tokenizer
-that knows words (:func:`tokenizer_problem`), and, for a pooler that reads
+that knows words (:func:`tokenizer_problem`) and fits the token embeddings (:func:`vocabulary_problem`), and, for a pooler that reads
 position 0, a tokenizer that puts its [CLS] token there (:func:`cls_position_problem`) and a backbone whose position
 0 sees the sentence (:func:`position_zero_sees_only_itself`). A module of its own so that both import it without
 importing each other."""
@@ -86,6 +86,19 @@ def tokenizer_problem(flag: str, name: str, tokenizer: Any) -> str | None:
             f"{', '.join(tokenizer.all_special_tokens)}), so every word would become {tokenizer.unk_token}: the "
             "folder has no tokenizer files. Copy the backbone's tokenizer files into it (e.g. "
             "AutoTokenizer.from_pretrained(ORIGINAL).save_pretrained(FOLDER)) or pass the model it was saved from")
+
+
+def vocabulary_problem(flag: str, name: str, tokenizer: Any, rows: int | None) -> str | None:
+    """Why ``tokenizer`` (loaded from ``name``) does not fit the model's token-embedding table of ``rows`` rows
+    (``vocab_size``): it gives ids past the table (another model's tokenizer files in the folder), and the first
+    sentence holding such a token stops the run with an index error (on a GPU, a device-side assert). ``None`` when
+    it fits, or the table's size is unknown (a table larger than the tokenizer is common: padded for speed)."""
+    if rows is None or len(tokenizer) <= rows:
+        return None
+    return (f"{flag} {name}: its tokenizer has {len(tokenizer):,} tokens (ids up to {len(tokenizer) - 1:,}) but the "
+            f"model's token embeddings hold {rows:,} rows (vocab_size {rows:,}), so the first sentence with a token "
+            "past them would stop the run with an index error (on a GPU, a device-side assert): the folder's "
+            "tokenizer files are not this model's. Copy the tokenizer the model was trained with into it")
 
 
 def encoder_decoder_problem(config: Any) -> str | None:
@@ -174,4 +187,4 @@ def in_hub_cache(name: str, cache_dir: str | None) -> bool:
 
 
 __all__ = ["CLS_PROBE", "bf16_forward_problem", "cls_position_problem", "encoder_decoder_problem", "in_hub_cache", "load_auto_model", "model_problem",
-           "position_zero_sees_only_itself", "tokenizer_problem", "weights_file_problem"]
+           "position_zero_sees_only_itself", "tokenizer_problem", "vocabulary_problem", "weights_file_problem"]

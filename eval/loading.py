@@ -29,7 +29,8 @@ import torch
 from safetensors import SafetensorError
 
 from eval.backbone import (cls_position_problem, encoder_decoder_problem, load_auto_model,
-                           position_zero_sees_only_itself, tokenizer_problem, weights_file_problem)
+                           position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem,
+                           weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.masks import prepare_attention_mask
 from models.poolers import POOLER_TYPES, POSITION_ZERO_POOLERS, needs_hidden_states, pool
@@ -321,7 +322,10 @@ def load_encoder(
     with _loading_errors(model_name_or_path):
         kind = detect_model_kind(model_name_or_path)
         backend = _BACKENDS[kind](model_name_or_path, pooler, device)
-    unreadable = tokenizer_problem("--model_name_or_path", model_name_or_path, backend.tokenizer)
+    embeddings = backend.backbone.get_input_embeddings() if backend.backbone is not None else None
+    unreadable = tokenizer_problem("--model_name_or_path", model_name_or_path, backend.tokenizer) or (
+        vocabulary_problem("--model_name_or_path", model_name_or_path, backend.tokenizer,
+                           getattr(embeddings, "num_embeddings", None)))
     if unreadable:
         raise ModelLoadingError(unreadable)
     backend.module.to(device).eval()

@@ -1,5 +1,6 @@
 """Backbones that cannot work are refused before anything trains, through the real entry points (issue 33, item 2
-and the backbone half of item 4): a folder without tokenizer files, a causal backbone under a position-0 pooler, a
+and the backbone half of item 4): a folder without tokenizer files or with another model's (ids past the embedding
+table), a causal backbone under a position-0 pooler, a
 tokenizer that puts no [CLS] token at position 0 (XLNet's, T5's) under one, an encoder-decoder model (T5), a
 backbone whose forward cannot run under bf16 autocast (DeBERTa v1), DiffCSE on factorised embeddings (ALBERT), a
 ``--max_seq_length`` (plus PromptBERT's template) past the position table, a truncated ``model.safetensors``. One
@@ -19,7 +20,8 @@ import run_unsup
 from tests.cli import in_process
 from tests.test_user_errors import base_args
 from eval.backbone import cls_position_problem
-from tests.tiny import WORDS, save_tiny_backbone, save_tiny_generator, tiny_config, tiny_corpus, tiny_tokenizer
+from tests.tiny import (SPECIAL, WORDS, save_tiny_backbone, save_tiny_generator, tiny_config, tiny_corpus,
+                        tiny_tokenizer)
 
 
 @pytest.fixture
@@ -101,6 +103,31 @@ def test_a_folder_without_tokenizer_files_is_refused(corpus, tmp_path, capsys, s
     evaluation = in_process(eval.cli.main, ["--model_name_or_path", str(folder), "--pooler", "avg", "--mode", "dev",
                                             "--senteval_dir", str(sts_fixture_dir)], capsys, prog="python -m eval")
     assert evaluation.code == 1 and "its tokenizer knows only its 5 special tokens" in one_line_error(evaluation, EVAL)
+
+
+def test_a_tokenizer_with_ids_past_the_embedding_table_is_refused(backbone, corpus, tmp_path, capsys,
+                                                                  sts_fixture_dir):
+    """Another model's tokenizer files in the folder: 100 more tokens than the tiny BERT's 83 embedding rows. Before,
+    the first step stopped with "IndexError: index out of range in self" (on a GPU: a device-side assert)."""
+    from transformers import BertTokenizerFast
+
+    folder = Path(shutil.copytree(backbone, tmp_path / "mismatched"))
+    for stale in [*folder.glob("tokenizer*"), folder / "vocab.txt", folder / "special_tokens_map.json"]:
+        stale.unlink(missing_ok=True)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(SPECIAL + [f"filler{i}" for i in range(100)] + list(dict.fromkeys(WORDS))) + "\n")
+    BertTokenizerFast(vocab=str(vocab), do_lower_case=True).save_pretrained(folder)
+    expected = (f"--model_name_or_path {folder}: its tokenizer has 183 tokens (ids up to 182) but the model's token "
+                "embeddings hold 83 rows (vocab_size 83), so the first sentence with a token past them would stop the "
+                "run with an index error (on a GPU, a device-side assert): the folder's tokenizer files are not this "
+                "model's. Copy the tokenizer the model was trained with into it")
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(folder, corpus, out) + ["--eval_strategy", "no"], capsys)
+    assert result.code == 1 and one_line_error(result) == "run_unsup.py: error: " + expected
+    assert not out.exists()
+    evaluation = in_process(eval.cli.main, ["--model_name_or_path", str(folder), "--pooler", "avg", "--mode", "dev",
+                                            "--senteval_dir", str(sts_fixture_dir)], capsys, prog="python -m eval")
+    assert evaluation.code == 1 and one_line_error(evaluation, EVAL) == "error: " + expected
 
 
 def test_a_generator_without_tokenizer_files_is_refused(backbone, corpus, tmp_path, capsys):
