@@ -27,8 +27,11 @@ named, so a lease that ends early keeps the most wanted figures):
    step as one CUDA graph (``--step_graph true``: SimCSE for 1,000 steps, the other unsupervised methods for 300,
    SimCSE at batch 512 uncached, with stream and with row-seeded masks, and cached in chunks of 128 and of 256: the
    report gives each cached step's time over each uncached one's);
-   ``step_profile`` (and ``step_profile_graph``, with the step graph): where the fast SimCSE step's time goes
-   (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part); ``optimizer_step``: the clipping and AdamW's host and device milliseconds per step as run now
+   ``step_profile`` (and ``step_profile_graph``, with the step graph; ``step_profile_graph_b512_row_seeded`` and
+   ``step_profile_graph_b512_cached``, the cached step at batch 512 beside the uncached one): where the SimCSE step's
+   time goes (:mod:`bench.step_profile`: wall vs GPU-busy ms per step, host ms by part, the device kernels with the
+   most time and the kernels per step); ``optimizer_step``: the clipping and AdamW's host and device milliseconds per
+   step as run now
    and compiled (:mod:`bench.optimizer_step`); ``eval_speed``: the dev evaluation's seconds with training's batching
    (``--training_batching``: its token budget a pass, packed; the same budget padded; twice the budget packed) against
    its fp32 compute floor, and ``python -m eval``'s STS test sets (:mod:`bench.eval_speed`; its other batchings, compared on an H100 at 8626fa0, take minutes more:
@@ -114,6 +117,18 @@ REAL_LOOPS = (("fast", "simcse", "true", "1000", (), FAST_ALONE),
               ("step_graph_b512_cached_256", "simcse", "true", "200", ("--batch_size", "512"),
                ("--cache_chunk_size", "256", "--step_graph", "true")))
 
+#: SimCSE's steps profiled (``bench.step_profile`` over a window of steps after the compile warm-up): (the step's name,
+#: what its report section calls it, steps, the window, options, the script's flags). At batch 512 the cached step
+#: (chunks of 128) beside the uncached step with its masks: what its 1.66x is made of, kernel by kernel (issue 32).
+STEP_PROFILES = (
+    ("step_profile", "the fast path's step", "120", "80:120", (), FAST_ALONE),
+    ("step_profile_graph", "the step graph's step", "120", "80:120", (), ("--step_graph", "true")),
+    ("step_profile_graph_b512_row_seeded", "the step graph's step at batch 512 (row-seeded masks, uncached)", "60",
+     "40:60", ("--batch_size", "512"), ("--dropout_masks", "row_seeded", "--step_graph", "true")),
+    ("step_profile_graph_b512_cached", "the step graph's cached step at batch 512 (chunks of 128)", "60", "40:60",
+     ("--batch_size", "512"), ("--cache_chunk_size", "128", "--step_graph", "true")),
+)
+
 #: ``--quick``: what users run first, then the CUDA tests and the isolated step at batch 64.
 QUICK_STEPS = ("end_to_end", "cuda_tests", "throughput_b64")
 
@@ -148,15 +163,11 @@ def plan(work_dir: Path, python: str = sys.executable, vocab_file: Path | None =
                                      *(("--", *extra) if extra else ())),
                work_dir / f"real_loop_{name}.json")
           for name, method, flag, steps, options, extra in REAL_LOOPS),
-        Step("step_profile", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true", "--steps",
-                              "120", "--profile_steps", "80:120", *vocab, "--workdir", str(work_dir / "real_loop"),
-                              "--output_json", str(work_dir / "step_profile.json"), "--", *FAST_ALONE),
-             work_dir / "step_profile.json"),
-        Step("step_profile_graph", (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true",
-                                    "--steps", "120", "--profile_steps", "80:120", *vocab, "--workdir",
-                                    str(work_dir / "real_loop"), "--run_name", "step_profile_graph", "--output_json",
-                                    str(work_dir / "step_profile_graph.json"), "--", "--step_graph", "true"),
-             work_dir / "step_profile_graph.json"),
+        *(Step(name, (python, "-m", "bench.real_loop", "--method", "simcse", "--fast_path", "true", "--steps", steps,
+                      *options, "--profile_steps", window, *vocab, "--workdir", str(work_dir / "real_loop"),
+                      "--run_name", name, "--output_json", str(work_dir / f"{name}.json"), "--", *extra),
+               work_dir / f"{name}.json")
+          for name, _, steps, window, options, extra in STEP_PROFILES),
         Step("mnrl_b64", (*throughput, "--batch_size", "64", "--methods", "st_mnrl", "simcse", "--steps", "50",
                           "--output_json", str(work_dir / "mnrl_b64.json")), work_dir / "mnrl_b64.json"),
         Step("optimizer_step", (python, "-m", "bench.optimizer_step", "--device", "cuda", "--config", "bert-base",
@@ -380,7 +391,7 @@ def markdown(report: dict) -> str:
                          f"{cell('wall_seconds')} | {cell('wiki1m_epoch_minutes', '{:.1f} min')} |")
         lines.append("")
         lines += cached_step_cost(report)
-    for key, step in (("step_profile", "the fast path's step"), ("step_profile_graph", "the step graph's step")):
+    for key, step, *_ in STEP_PROFILES:
         profile = (report.get(key) or {}).get("step_profile")
         if profile:
             lines += profile_markdown(profile, step)

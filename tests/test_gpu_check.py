@@ -35,7 +35,8 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
                                    "real_loop_step_graph_s_simcse", "real_loop_step_graph_row_seeded",
                                    "real_loop_step_graph_b512", "real_loop_step_graph_b512_row_seeded",
                                    "real_loop_step_graph_b512_cached", "real_loop_step_graph_b512_cached_256",
-                                   "step_profile", "step_profile_graph", "mnrl_b64", "optimizer_step", "eval_speed",
+                                   "step_profile", "step_profile_graph", "step_profile_graph_b512_row_seeded",
+                                   "step_profile_graph_b512_cached", "mnrl_b64", "optimizer_step", "eval_speed",
                                    "cuda_tests", "throughput_b64", "throughput_b512", "cached_memory", "keyed_masks"], 1):
         assert f"  {number}. {name}: " in done.stdout
     # what users run comes first, as they type it (bench/gpu_e2e.py's own dry run, tests/test_gpu_e2e.py)
@@ -52,15 +53,19 @@ def test_the_dry_run_lists_every_step_and_passes(tmp_path):
     assert re.search(r"--method promptbert --fast_path true --steps 300 .*real_loop_step_graph_promptbert.json "
                      r"-- --step_graph true\n", done.stdout)
     assert re.search(r"--profile_steps 80:120 .*step_profile_graph.json -- --step_graph true\n", done.stdout)
+    assert re.search(r"--steps 60 --batch_size 512 --profile_steps 40:60 .*step_profile_graph_b512_cached.json -- "
+                     r"--cache_chunk_size 128 --step_graph true\n", done.stdout)  # the cached step's kernels
+    assert re.search(r"--steps 60 --batch_size 512 --profile_steps 40:60 .*step_profile_graph_b512_row_seeded.json "
+                     r"-- --dropout_masks row_seeded --step_graph true\n", done.stdout)
     assert re.search(r"--steps 200 --batch_size 512 .*real_loop_step_graph_b512_cached.json -- --cache_chunk_size 128 "
                      r"--step_graph true\n", done.stdout)
     assert re.search(r"--steps 200 --batch_size 512 .*real_loop_step_graph_b512_row_seeded.json -- --dropout_masks "
                      r"row_seeded --step_graph true\n", done.stdout)  # the cached step's masks, uncached
     assert re.search(r"--steps 200 --batch_size 512 .*real_loop_step_graph_b512_cached_256.json -- --cache_chunk_size "
                      r"256 --step_graph true\n", done.stdout)
-    # each real-loop run its own folder and log in the shared work directory (23 loops and the step graph's profile)
+    # each real-loop run its own folder and log in the shared work directory (23 loops and the 4 profiled runs)
     run_names = re.findall(r"--workdir \S+/real_loop --run_name (\S+) ", done.stdout)
-    assert len(set(run_names)) == len(run_names) == 24 and "real_loop_fast_b512_cached" in run_names
+    assert len(set(run_names)) == len(run_names) == 27 and "real_loop_fast_b512_cached" in run_names
     assert "-m pytest -q -m cuda tests/test_cuda.py -n 8 -rs" in done.stdout  # pytest-xdist is installed here
     assert "--device cuda --config bert-base" in done.stdout and "--batch_size 512" in done.stdout
     assert f"{tmp_path}/gpu_<device>.json" in done.stdout
@@ -256,6 +261,10 @@ def test_the_step_profile_section_shows_the_host_operators_and_the_device_kernel
     both = markdown(report)
     assert "## Where the step graph's step goes" in both and "Wall 11.00 ms/step" in both
     assert both.index("the fast path's step goes") < both.index("the step graph's step goes")
+    report["step_profile_graph_b512_cached"] = {"step_profile": profile | {"wall_ms_per_step": 88.9}}
+    cached = markdown(report)
+    assert "## Where the step graph's cached step at batch 512 (chunks of 128) goes" in cached
+    assert "Wall 88.90 ms/step" in cached
 
 
 def test_the_real_loop_table_says_how_many_steps_the_step_graph_replayed():
