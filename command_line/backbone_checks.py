@@ -138,5 +138,5 @@ def check_precision(model: ContrastiveModel, bf16: bool, flag: str, name: str) -
                          f"false (fp32).")
 
 
-__all__ = ["PADDING_OFFSET_MODEL_TYPES", "check_backbone", "check_pooler", "check_precision", "check_position_limit", "check_tokenizer",
-           "position_limit", "template_tokens"]
+__all__ = ["PADDING_OFFSET_MODEL_TYPES", "check_backbone", "check_pooler", "check_position_limit", "check_precision",
+           "check_tokenizer", "position_limit", "template_tokens"]

@@ -1,10 +1,10 @@
 """THE backbone loader of training and evaluation (``trainers.methods.build_model`` and ``eval.loading``), the
-offline check of a model name both run before loading (:func:`model_problem`), and the two checks both run on what
-they loaded, before using it: an encoder, not an encoder-decoder model (:func:`encoder_decoder_problem`), a tokenizer
-that knows words (:func:`tokenizer_problem`) and fits the token embeddings (:func:`vocabulary_problem`), and, for a pooler that reads
-position 0, a tokenizer that puts its [CLS] token there (:func:`cls_position_problem`) and a backbone whose position
-0 sees the sentence (:func:`position_zero_sees_only_itself`). A module of its own so that both import it without
-importing each other."""
+offline check of a model name both run before loading (:func:`model_problem`), and the checks both run on what they
+loaded, before using it: an encoder, not an encoder-decoder model (:func:`encoder_decoder_problem`); a tokenizer that
+knows words (:func:`tokenizer_problem`) and fits the token embeddings (:func:`vocabulary_problem`); for a pooler that
+reads position 0, a tokenizer that puts its [CLS] token there (:func:`cls_position_problem`) and a backbone whose
+position 0 sees the sentence (:func:`position_zero_sees_only_itself`); training's probe of a bf16 forward
+(:func:`bf16_forward_problem`). A module of its own so that both import it without importing each other."""
 from __future__ import annotations
 
 import logging
@@ -186,5 +186,6 @@ def in_hub_cache(name: str, cache_dir: str | None) -> bool:
     return isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir), str)
 
 
-__all__ = ["CLS_PROBE", "bf16_forward_problem", "cls_position_problem", "encoder_decoder_problem", "in_hub_cache", "load_auto_model", "model_problem",
-           "position_zero_sees_only_itself", "tokenizer_problem", "vocabulary_problem", "weights_file_problem"]
+__all__ = ["CLS_PROBE", "bf16_forward_problem", "cls_position_problem", "encoder_decoder_problem", "in_hub_cache",
+           "load_auto_model", "model_problem", "position_zero_sees_only_itself", "tokenizer_problem",
+           "vocabulary_problem", "weights_file_problem"]

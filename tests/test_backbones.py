@@ -23,7 +23,8 @@ def test_an_encoder_family_trains_and_its_export_scores_as_its_checkpoint(arch, 
     checkpoint = evaluate_sts(load_encoder(str(out / "checkpoint-2"), device="cpu"), sts_fixture_dir)
     backbone_scores = evaluate_sts(load_encoder(str(backbone), "cls_before_pooler", device="cpu"), sts_fixture_dir)
     assert checkpoint != pytest.approx(backbone_scores, abs=1e-6)  # the two steps moved the embeddings
-    for path, pooler in ((out / "export" / "hf", "cls_before_pooler"), (out / "export" / "sentence-transformers", None)):
+    exports = ((out / "export" / "hf", "cls_before_pooler"), (out / "export" / "sentence-transformers", None))
+    for path, pooler in exports:
         exported = evaluate_sts(load_encoder(str(path), pooler, device="cpu"), sts_fixture_dir)
         assert exported == pytest.approx(checkpoint, abs=1e-3), (path, arch)
 
