@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                             attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
                             tokenizer=tokenizer, cache_chunk_size=training_args.cache_chunk_size, **settings)
     check_pooler(model, tokenizer, "--model_name_or_path", model_args.model_name_or_path)
-    check_precision(model, training_args.bf16, "--model_name_or_path", model_args.model_name_or_path)
+    check_precision(model, training_args.bf16, training_args.eval_dtype, "--model_name_or_path",
+                    model_args.model_name_or_path)
     return train_and_export(model, tokenizer, training_args, data_args,
                             describe_arguments(model_args, data_args, method_args, training_args, argv=argv))
 

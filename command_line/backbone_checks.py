@@ -14,7 +14,7 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
   switched, so that a run trains the pooler its command line says; docs/errors.md).
 
 - :func:`check_precision`: a backbone whose forward cannot run under bf16 autocast (transformers' DeBERTa v1) is
-  refused under ``--bf16``, with ``--bf16 false`` as the fix.
+  refused under ``--bf16`` or ``--eval_dtype bf16``, with ``--bf16 false`` / ``--eval_dtype fp32`` as the fix.
 
 The first three run after the tokenizer and config are read and before the weights load; the last two need the
 loaded backbone (a forward of two 5-token rows each) and run before the corpus loads.
@@ -127,15 +127,18 @@ def check_pooler(model: ContrastiveModel, tokenizer: Any, flag: str, name: str) 
                          f"the sentence's tokens).")
 
 
-def check_precision(model: ContrastiveModel, bf16: bool, flag: str, name: str) -> None:
-    """Refuse bf16 autocast (``--bf16``, the default on a GPU or a CPU with native bf16) for a backbone whose forward
-    cannot run under it (:func:`eval.backbone.bf16_forward_problem`: transformers' DeBERTa v1), before the corpus
-    loads, rather than at the first step with a traceback."""
-    problem = bf16_forward_problem(model.encoder) if bf16 else None
+def check_precision(model: ContrastiveModel, bf16: bool, eval_dtype: str, flag: str, name: str) -> None:
+    """Refuse bf16 autocast, in training (``--bf16``, the default on a GPU or a CPU with native bf16) or in its
+    evaluations (``--eval_dtype bf16``), for a backbone whose forward cannot run under it
+    (:func:`eval.backbone.bf16_forward_problem`: transformers' DeBERTa v1), before the corpus loads, rather than at
+    the first step or the first evaluation with a traceback."""
+    asked = [("--bf16 true, given or this machine's default", "--bf16 false")] if bf16 else []
+    asked += [("--eval_dtype bf16", "--eval_dtype fp32")] if eval_dtype == "bf16" else []
+    problem = bf16_forward_problem(model.encoder) if asked else None
     if problem:
-        raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}) cannot run under bf16 autocast (--bf16 "
-                         f"true, given or this machine's default): its forward stops with \"{problem}\". Pass --bf16 "
-                         f"false (fp32).")
+        flags, fixes = "; ".join(asked_for for asked_for, _ in asked), " ".join(fix for _, fix in asked)
+        raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}) cannot run under bf16 autocast ({flags}): "
+                         f"its forward stops with \"{problem}\". Pass {fixes} (fp32).")
 
 
 __all__ = ["PADDING_OFFSET_MODEL_TYPES", "check_backbone", "check_pooler", "check_position_limit", "check_precision",

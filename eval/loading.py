@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Literal
 import torch
 from safetensors import SafetensorError
 
-from eval.backbone import (cls_position_problem, encoder_decoder_problem, load_auto_model,
+from eval.backbone import (bf16_forward_problem, cls_position_problem, encoder_decoder_problem, load_auto_model,
                            position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem,
                            weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
@@ -276,6 +276,30 @@ def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: to
                     backbone=model.embedding_backbone())
 
 
+def transformer_of(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The transformers backbone that encodes the sentences inside a loaded ``module``: a contrastive checkpoint's
+    encoder, a sentence-transformers pipeline's model, a plain model itself; ``None`` if there is none."""
+    from transformers import PreTrainedModel
+
+    from models.base import ContrastiveModel
+
+    if isinstance(module, ContrastiveModel):
+        return module.encoder
+    return next((part for part in module.modules() if isinstance(part, PreTrainedModel)), None)
+
+
+def check_bf16_forward(module: torch.nn.Module, model_name_or_path: str) -> None:
+    """Refuse ``--eval_dtype bf16`` for a backbone whose forward cannot run under bf16 autocast
+    (:func:`eval.backbone.bf16_forward_problem`: transformers' DeBERTa v1), before any sentence is encoded, rather
+    than with a traceback from its first batch."""
+    encoder = transformer_of(module)
+    problem = bf16_forward_problem(encoder) if encoder is not None else None
+    if problem:
+        raise ModelLoadingError(f"{model_name_or_path} ({type(encoder).__name__}) cannot run under bf16 autocast "
+                                f"(--eval_dtype bf16): its forward stops with \"{problem}\". Pass --eval_dtype fp32 "
+                                "(the default).")
+
+
 # Each backend takes (model_name_or_path, pooler, device); load_encoder moves the module to the device and sets
 # eval mode afterwards, so only sentence-transformers (which places its model itself) reads ``device``.
 _BACKENDS = {
@@ -329,6 +353,8 @@ def load_encoder(
     if unreadable:
         raise ModelLoadingError(unreadable)
     backend.module.to(device).eval()
+    if eval_dtype == "bf16":
+        check_bf16_forward(backend.module, model_name_or_path)
     return SentenceEncoder(
         backend.embed_fn,
         backend.tokenizer,

@@ -228,45 +228,82 @@ def test_an_encoder_decoder_backbone_is_refused_before_its_weights_load(corpus, 
 
 
 # ------------------------------------------------------------------------------------------ bf16 autocast
-def test_a_backbone_whose_forward_fails_under_bf16_is_refused_and_trains_in_fp32(corpus, tmp_path, capsys):
-    """transformers' DeBERTa (v1) fills masked attention scores with float32's minimum, which a bf16 score cannot
-    hold: under bf16 autocast (the default on a GPU or a CPU with native bf16) its first step stopped with a
-    traceback. The expected line is what this transformers' DeBERTa raises (its padded forward, computed here); a
-    version that runs it in bf16 trains instead."""
+@pytest.fixture
+def deberta_v1(tmp_path: Path) -> tuple[Path, str | None]:
+    """A tiny transformers DeBERTa (v1) folder, and the first line of what its padded forward raises under bf16
+    autocast on this CPU (``None`` if this transformers' DeBERTa runs in bf16): DeBERTa v1 fills masked attention
+    scores with float32's minimum, which a bf16 score cannot hold. Computed here, so that the tests expect what this
+    version does."""
     import torch
 
     from models.masks import prepare_attention_mask
 
-    tokenizer = tiny_tokenizer(tmp_path / "deberta")
+    folder = tmp_path / "deberta"
+    tokenizer = tiny_tokenizer(folder)
     config = DebertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=37, max_position_embeddings=70, pad_token_id=0)
     encoder = AutoModel.from_config(config)
-    deberta = tmp_path / "deberta"
-    encoder.save_pretrained(deberta)
-    tokenizer.save_pretrained(deberta)
+    encoder.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     encoder.eval()
     try:
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
             encoder(input_ids=torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]]),
                     attention_mask=prepare_attention_mask(encoder, torch.tensor([[1] * 5, [1, 1, 1, 0, 0]])))
-        failure = None
+        return folder, None
     except RuntimeError as error:
-        failure = str(error).splitlines()[0]
+        return folder, str(error).splitlines()[0]
+
+
+BF16_TRAINING = "--bf16 true, given or this machine's default"
+
+
+@pytest.mark.parametrize("flags, asked, fixes", [
+    (["--bf16", "true"], BF16_TRAINING, "--bf16 false"),
+    (["--bf16", "false", "--eval_dtype", "bf16"], "--eval_dtype bf16", "--eval_dtype fp32"),
+    (["--bf16", "true", "--eval_dtype", "bf16"], f"{BF16_TRAINING}; --eval_dtype bf16",
+     "--bf16 false --eval_dtype fp32"),
+], ids=["training", "evaluation", "both"])
+def test_a_backbone_whose_forward_fails_under_bf16_is_refused_and_trains_in_fp32(flags, asked, fixes, deberta_v1,
+                                                                                  corpus, tmp_path, capsys,
+                                                                                  sts_fixture_dir):
+    """Under bf16 autocast in training (the default on a GPU or a CPU with native bf16) its first step stopped with
+    a traceback; under ``--eval_dtype bf16`` (fp32 training) its first dev evaluation did. Each is refused before
+    the corpus loads, naming the flags to change; a version whose DeBERTa runs in bf16 trains instead."""
+    deberta, failure = deberta_v1
     out = tmp_path / "out"
-    args = base_args(deberta, corpus, out) + ["--eval_strategy", "no"]
-    result = in_process(run_unsup.main, args + ["--bf16", "true"], capsys)
+    args = base_args(deberta, corpus, out) + ["--eval_strategy", "steps", "--eval_steps", "1",
+                                              "--senteval_dir", str(sts_fixture_dir)]
+    result = in_process(run_unsup.main, args + flags, capsys)
     if failure is None:
         assert result.code == 0, result.err
     else:
         assert result.code == 2
         assert one_line_error(result) == (
             f"run_unsup.py: error: --model_name_or_path {deberta} (DebertaModel) cannot run under bf16 autocast "
-            f"(--bf16 true, given or this machine's default): its forward stops with \"{failure}\". Pass --bf16 false "
-            "(fp32).")
-        assert not (out / "export").exists()
+            f"({asked}): its forward stops with \"{failure}\". Pass {fixes} (fp32).")
+        assert not out.exists()
     trained = in_process(run_unsup.main, args + ["--bf16", "false", "--overwrite_output_dir", "true"], capsys)
     assert trained.code == 0, trained.err
     assert (out / "export" / "hf" / "model.safetensors").is_file()
+
+
+def test_eval_refuses_bf16_for_a_backbone_whose_forward_fails_under_it_and_scores_it_in_fp32(deberta_v1, capsys,
+                                                                                             sts_fixture_dir):
+    """``python -m eval --eval_dtype bf16`` on it stopped at its first batch with a traceback."""
+    deberta, failure = deberta_v1
+    args = ["--model_name_or_path", str(deberta), "--pooler", "avg", "--mode", "dev", "--task_set", "sts",
+            "--senteval_dir", str(sts_fixture_dir)]
+    result = in_process(eval.cli.main, args + ["--eval_dtype", "bf16"], capsys, prog="python -m eval")
+    if failure is None:
+        assert result.code == 0, result.err
+    else:
+        assert result.code == 1
+        assert one_line_error(result, EVAL) == (
+            f"error: {deberta} (DebertaModel) cannot run under bf16 autocast (--eval_dtype bf16): its forward stops "
+            f"with \"{failure}\". Pass --eval_dtype fp32 (the default).")
+    scored = in_process(eval.cli.main, args, capsys, prog="python -m eval")
+    assert scored.code == 0, scored.err
 
 
 # ------------------------------------------------------------------------------------------ DiffCSE's condition
