@@ -258,13 +258,15 @@ def test_fresh_row_seeded_masks_in_the_replay_are_caught(paths, monkeypatch):
 
     def fresh_in_the_replay(*args, **kwargs):
         passes.append(torch.is_grad_enabled())
-        if len(passes) > len(cached_step.chunk_bounds(BATCH, 3)):  # the replay
+        if len(passes) > 2:  # the replay
             step_draws(twin).seed += 1
         return encode_views(*args, **kwargs)
 
     monkeypatch.setattr(twin, "encode_views", fresh_in_the_replay)
     loss, _, g = cached(twin, batch, 3)
-    assert passes == [True, False, False, True, True]  # chunks 3 + 3 + 2; the first one's graph kept, not replayed
+    # chunks 3 + 3 + 2: the first one's graph kept, not replayed; the other two in one pass without a graph, then each
+    # replayed
+    assert passes == [True, False, True, True]
     torch.testing.assert_close(loss, want[0], rtol=1e-6, atol=1e-12)
     with pytest.raises(AssertionError):
         assert_same_step((loss, want[1], g), want)
@@ -517,17 +519,19 @@ class ActivationsPerPass:
         self.live[label] -= 1
 
 
-@pytest.mark.parametrize("case, passes", [("simcse", (2, 3)), ("esimcse", (2, 3)), ("s_simcse", (2, 3)),
-                                          ("promptbert", (2, 3)), ("diffcse", (3, 3))])
+@pytest.mark.parametrize("case, passes", [("simcse", (1, 3)), ("esimcse", (1, 3)), ("s_simcse", (1, 3)),
+                                          ("promptbert", (1, 3)), ("diffcse", (1, 3))])
 def test_the_first_chunk_keeps_its_graph_and_one_chunk_holds_activations_at_a_time(paths, case, passes,
                                                                                    monkeypatch):
-    """Chunks 3 + 3 + 2: the first chunk is encoded once, with its graph, which the replay backpropagates first (2
-    backbone passes without a graph and 3 with one, instead of 3 and 3: n + (n - 1) chunks encoded); DiffCSE's
-    per-sentence part (its discriminator, chunk by chunk in the backward) would hold activations beside it, so
-    DiffCSE replays every chunk. Either way no two passes hold activations at once: the memory bound of a chunk
-    (each discriminator chunk's graph, which its backward retains for the full set's shared part, is freed before
-    the next pass: it was not before 2026-11-27, and 2 passes held activations at once). Without DiffCSE's exception
-    two passes would (checked below); the result is the uncached step's."""
+    """Chunks 3 + 3 + 2: the first chunk is encoded once, with its graph, which the replay backpropagates first, and
+    the other two in one pass without a graph (row-seeded masks: up to ``NO_GRAD_PASS_CHUNKS`` chunks a pass): 1
+    backbone pass without a graph and 3 with one (a pass per chunk made 2 and 3 before 2026-11-28). DiffCSE's
+    per-sentence part (its discriminator, chunk by chunk in the backward) would hold activations beside a kept chunk,
+    so DiffCSE encodes all three chunks in its pass without a graph and replays every chunk. Either way no two
+    passes hold activations at once: the memory bound of a chunk (each discriminator chunk's graph, which its
+    backward retains for the full set's shared part, is freed before the next pass: it was not before 2026-11-27,
+    and 2 passes held activations at once). Without DiffCSE's exception two passes would (checked below); the result
+    is the uncached step's."""
     model, twin, batch = twins(paths, case, dropout_masks="row_seeded")
     tracker = ActivationsPerPass(twin)
     grad_modes = []
@@ -550,6 +554,37 @@ def test_the_first_chunk_keeps_its_graph_and_one_chunk_holds_activations_at_a_ti
         tracker.most_at_once = 0
         cached(twin, batch, 3)
         assert tracker.most_at_once == 2
+
+
+def test_passes_without_a_graph_take_up_to_four_chunks_with_row_seeded_masks_and_one_with_stream_masks():
+    """Batch 512 in chunks of 128 (issue 32's cached step): the kept chunk, then the other 3 in one pass without a
+    graph; in chunks of 64, 7 chunks in passes of 4 and 3; stream masks keep one pass per chunk, whose RNG state
+    the replay restores. The fast path's recompile limit counts each size (``pass_sizes``)."""
+    bounds = cached_step.chunk_bounds(512, 128)
+    assert cached_step.no_grad_bounds(bounds[1:], True) == [(128, 512)]
+    assert cached_step.no_grad_bounds(bounds[1:], False) == bounds[1:]
+    assert cached_step.no_grad_bounds(cached_step.chunk_bounds(512, 64)[1:], True) == [(64, 320), (320, 512)]
+    assert cached_step.no_grad_bounds(cached_step.chunk_bounds(8, 3), True) == [(0, 8)]
+    # without a graph: 3 chunks after a kept one, DiffCSE's 4, and a chunk alone (DiffCSE's generator edit)
+    assert cached_step.pass_sizes(512, 128) == ({128}, {128, 384, 512})
+    assert cached_step.pass_sizes(8, 3) == ({3, 2}, {2, 3, 5, 8})
+    assert cached_step.states_by_chunk(bounds, [(0, 128), (128, 512)], ["kept", "rest"]) == ["kept"] + ["rest"] * 3
+
+
+def test_a_stream_masked_step_encodes_each_chunk_alone(paths, monkeypatch):
+    """Stream masks: each chunk's pass without a graph starts from its own RNG state, which its replay restores, so
+    chunks are not grouped (3 + 3 + 2: the kept chunk, then 2 passes without a graph, then 2 replays)."""
+    model, twin, batch = twins(paths, "simcse")
+    grad_modes = []
+    encode_views = twin.encode_views
+
+    def counted(*args, **kwargs):
+        grad_modes.append(torch.is_grad_enabled())
+        return encode_views(*args, **kwargs)
+
+    monkeypatch.setattr(twin, "encode_views", counted)
+    assert_same_step(cached(twin, batch, 3), uncached_at_chunk_masks(model, batch, 3))
+    assert grad_modes == [True, False, False, True, True]
 
 
 # ---------------------------------------------------------------------------------------------- the benchmark

@@ -444,16 +444,17 @@ def test_row_seeded_masks_compiled_by_inductor_are_the_eager_masks():
 
 
 @pytest.mark.parametrize("method, graphs", [("simcse", 4), ("sup_simcse", 4), ("esimcse", 5), ("simcse_pp", 4),
-                                           ("s_simcse", 4), ("promptbert", 5), ("diffcse", 11)])
+                                           ("s_simcse", 4), ("promptbert", 5), ("diffcse", 9)])
 def test_the_cached_step_in_the_graph_is_the_eager_cached_step(method, graphs, files):
     """The cached step (row-seeded masks, its default) with the compiled backbones: chunks of 4 of the 6 sentences (a
-    short last chunk), each encoded without gradients, then replayed with them (the first chunk encoded once, with
+    short last chunk), encoded without gradients, then each replayed with them (the first chunk encoded once, with
     gradients, but DiffCSE's). Three steps from the same random state give the eager cached steps' losses and
     gradients exactly (the replay's graph computes the no-grad pass's masks from the chunk's staged key; any other
     mask shows in the gradients), and the graphs are compiled in the first steps only: the backbone with gradients
-    at 2 chunk sizes and without at the short one (DiffCSE's: 2 grad modes x 2 chunk sizes, its generator without
-    gradients only; ESimCSE's momentum encoder once, over the whole batch), the objective once, PromptBERT's
-    template pass once (ESimCSE's first step, which fills its queue, runs eagerly)."""
+    at 2 chunk sizes and without at the short one (DiffCSE's encoder and discriminator: with gradients at 2 chunk
+    sizes and without at the whole batch, both chunks in one pass; its generator without gradients at 2 chunk sizes:
+    11 graphs when every pass took one chunk; ESimCSE's momentum encoder once, over the whole batch), the objective
+    once, PromptBERT's template pass once (ESimCSE's first step, which fills its queue, runs eagerly)."""
     from trainers.cached_step import cached_forward_backward
 
     settings = {"dropout_masks": "row_seeded", **METHODS[method]}
@@ -488,15 +489,18 @@ def test_the_cached_step_makes_room_for_its_graphs_in_dynamos_cache(files):
     from trainers.fast_path import CompiledBackbone, recompile_limit
 
     assert recompile_limit(1, 64, None) == 2 and recompile_limit(3, 64, None) == 6  # the uncached step: within 8
-    assert recompile_limit(1, 512, 128) == 3  # one chunk size: 2 grad modes, + PromptBERT's template pass
-    assert recompile_limit(3, 6, 4) == 15  # DiffCSE: encoder, generator, discriminator; chunks of 4 and 2
+    # one chunk size with and without gradients, passes of 3 chunks (after a kept one) and of 4 (DiffCSE) without,
+    # + PromptBERT's template pass
+    assert recompile_limit(1, 512, 128) == 5
+    # DiffCSE: encoder, generator, discriminator; chunks of 4 and 2 with and without gradients, a pass of 6 without
+    assert recompile_limit(3, 6, 4) == 18
     assert recompile_limit(1, 6, 6) == recompile_limit(1, 6, 100) == 3
     model = tiny_model("diffcse", files)
     with torch._dynamo.config.patch(recompile_limit=8):  # dynamo's default (the suite runs with more room)
         CompiledBackbone(model, "default", 6, backend="aot_eager")
         assert torch._dynamo.config.recompile_limit == 8
         CompiledBackbone(model, "default", 6, backend="aot_eager", chunk_size=4)
-        assert torch._dynamo.config.recompile_limit == 15
+        assert torch._dynamo.config.recompile_limit == 18
 
 
 @pytest.mark.parametrize("method", ["diffcse"])

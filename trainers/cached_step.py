@@ -4,12 +4,14 @@ A contrastive loss needs every embedding of the (global) batch at once, so the b
 bounded by the activations its backbone must hold for backward. A cached step (``--cache_chunk_size N``) never
 holds them for more than N sentences:
 
-1. **No-grad pass**: the backbone encodes the batch N sentences at a time without a graph
-   (:meth:`models.base.ContrastiveModel.encode_views`: pooled rows [n, rows, h]); the global RNG state (CPU and
-   every CUDA device) is captured at the start of each chunk. The first chunk is encoded WITH its graph (kept until
-   step 3), unless the method has a per-sentence part whose backward holds activations of its own first (DiffCSE)
-   or the backbone recomputes its layers in the backward (gradient checkpointing): the step then holds one
-   chunk's activations at a time still, and encodes n + (n - 1) chunks instead of 2n.
+1. **No-grad pass**: the backbone encodes the batch without a graph
+   (:meth:`models.base.ContrastiveModel.encode_views`: pooled rows [n, rows, h]), one chunk of N sentences a pass
+   with stream masks, up to :data:`NO_GRAD_PASS_CHUNKS` chunks a pass with row-seeded masks (a pass without a graph
+   holds one layer's activations at a time; fewer passes, fewer of a pass's fixed costs); the global RNG state (CPU
+   and every CUDA device) is captured at the start of each pass. The first chunk is encoded WITH its graph (kept
+   until step 3), unless the method has a per-sentence part whose backward holds activations of its own first
+   (DiffCSE) or the backbone recomputes its layers in the backward (gradient checkpointing): the step then holds
+   one chunk's activations at a time still, and encodes n + (n - 1) chunks instead of 2n.
 2. **Loss on the full set**: the pooled rows of all chunks, concatenated, become a leaf that requires grad; the
    projector (DiffCSE's BatchNorm sees all rows, as uncached) and ``model.contrastive_loss`` (the gather across
    processes, ESimCSE's queue negatives and its once-per-step enqueue, SimCSE++'s off-dropout negatives and DCL,
@@ -92,6 +94,44 @@ def chunk_bounds(batch_size: int, chunk_size: int) -> list[tuple[int, int]]:
     if chunk_size < 1:
         raise ValueError(f"cache_chunk_size must be >= 1, got {chunk_size}")
     return [(start, min(start + chunk_size, batch_size)) for start in range(0, batch_size, chunk_size)]
+
+
+#: Chunks one pass without a graph encodes at once under row-seeded masks (step 1, and the values of DiffCSE's
+#: discriminator): such a pass holds one layer's activations at a time, not a chunk's graph through every layer, so 4
+#: chunks of it stay well below one chunk with its graph (measured: docs/cached_training.md, "Passes without a graph"),
+#: while each pass saved is a pass's fixed cost (its launches, its weight casts) saved on the GPU. Stream masks keep one
+#: pass per chunk: the replay restores each chunk's RNG state from before its own pass. DiffCSE's generator edit keeps
+#: one chunk a pass too: its logits over the vocabulary (30,522 floats a token for BERT's) are the largest tensor of
+#: its step.
+NO_GRAD_PASS_CHUNKS = 4
+
+
+def no_grad_bounds(bounds: list[tuple[int, int]], row_seeded: bool) -> list[tuple[int, int]]:
+    """The passes without a graph over the chunks ``bounds``: up to :data:`NO_GRAD_PASS_CHUNKS` consecutive chunks a
+    pass with row-seeded masks (keyed by the rows' global indices, so a pass of several chunks draws each chunk's
+    masks), one chunk a pass with stream masks."""
+    if not row_seeded:
+        return list(bounds)
+    groups = (bounds[i:i + NO_GRAD_PASS_CHUNKS] for i in range(0, len(bounds), NO_GRAD_PASS_CHUNKS))
+    return [(group[0][0], group[-1][1]) for group in groups]
+
+
+def pass_sizes(batch_size: int, chunk_size: int) -> tuple[set[int], set[int]]:
+    """The sentence counts of a row-seeded cached step's backbone passes: with a graph (each chunk) and without one
+    (:func:`no_grad_bounds` after a kept first chunk, or over every chunk: DiffCSE's encoder and discriminator; each
+    chunk: DiffCSE's generator edit). The fast path's recompile limit makes room for a graph at each
+    (:func:`trainers.fast_path.recompile_limit`)."""
+    bounds = chunk_bounds(batch_size, chunk_size)
+    with_graph = {end - start for start, end in bounds}
+    grouped = {end - start for rest in (bounds[1:], bounds) for start, end in no_grad_bounds(rest, True)}
+    return with_graph, with_graph | grouped
+
+
+def states_by_chunk(bounds: list[tuple[int, int]], passes: list[tuple[int, int]],
+                    states: list[RNGState | None]) -> list[RNGState | None]:
+    """Each chunk's RNG state: the state captured before the pass (``passes``, ``states``) that encoded it."""
+    return [next(state for (first, last), state in zip(passes, states) if first <= start < last)
+            for start, _ in bounds]
 
 
 def slice_rows(batch: dict[str, Any], start: int, end: int, batch_size: int) -> dict[str, Any]:
@@ -178,18 +218,22 @@ def cached_loss(
                          "rng_states=False needs row-seeded masks")
     rng_state = capture_rng if rng_states else _no_rng_state
 
-    # 1. the no-grad pass, one RNG state per chunk; the first chunk with its graph where it can be kept for the
-    # replay, which then starts from it instead of encoding it again
+    # 1. the no-grad pass, one RNG state per pass (several chunks a pass with row-seeded masks: no_grad_bounds); the
+    # first chunk with its graph where it can be kept for the replay, which then starts from it instead of encoding
+    # it again
     keep_first = keeps_first_chunk(model)
-    states, chunks = [], []
-    for start, end in bounds:
-        kept = keep_first and start == 0
-        states.append(None if kept else rng_state())  # a kept chunk is not replayed
-        with torch.set_grad_enabled(kept), pass_sentences(draws, start, end):
-            chunks.append(encode(start, end))
-    graphs = {0: chunks[0]} if keep_first else {}  # a chunk's first sentence -> its rows, with their graph
-    cache = torch.cat([rows.detach() for rows in chunks]).requires_grad_(True)
-    del chunks
+    kept = bounds[:1] if keep_first else []
+    passes = kept + no_grad_bounds(bounds[len(kept):], draws is not None)
+    states, encoded = [], []
+    for start, end in passes:
+        with_graph = keep_first and start == 0
+        states.append(None if with_graph else rng_state())  # a kept chunk is not replayed
+        with torch.set_grad_enabled(with_graph), pass_sentences(draws, start, end):
+            encoded.append(encode(start, end))
+    states = states_by_chunk(bounds, passes, states)
+    graphs = {0: encoded[0]} if keep_first else {}  # a chunk's first sentence -> its rows, with their graph
+    cache = torch.cat([rows.detach() for rows in encoded]).requires_grad_(True)
+    del encoded
 
     # 2. the loss on the full set, with its graph down to the cache; a per-sentence part chunk by chunk, its value
     # now (no graph, one RNG state per chunk) and its graph chunk by chunk in the backward
@@ -201,14 +245,16 @@ def cached_loss(
     part_states = []
     if inputs is not None:
         sums: dict[str, torch.Tensor] = {}
+        part_passes = no_grad_bounds(bounds, draws is not None)
         with torch.no_grad():
-            for start, end in bounds:
+            for start, end in part_passes:
                 part_states.append(rng_state())
                 with pass_sentences(draws, start, end):
                     part, statistics = sentence_part(start, end)
                 total = total + part.detach()
                 for name, value in statistics.items():
                     sums[name] = sums[name] + value if name in sums else value
+        part_states = states_by_chunk(bounds, part_passes, part_states)
         metrics = {**metrics, **model.sentence_metrics(sums)}
     after = rng_state()
 

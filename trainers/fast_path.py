@@ -63,7 +63,7 @@ from torch import nn
 
 from data.fixed_shapes import FixedShapeCollator
 
-from .cached_step import RNGState, capture_rng, chunk_bounds, restore_rng
+from .cached_step import RNGState, capture_rng, pass_sizes, restore_rng
 from .errors import UsageError
 from .keyed_dropout import step_draws
 
@@ -209,12 +209,14 @@ def recompile_limit(regions: int, batch_size: int, chunk_size: int | None) -> in
     object's graphs, all modules together; a layer that held a constant of its own would get a graph of its own: a
     row-dropout module's call number is a tensor input in a graph for that reason) at each grad mode and pass shape,
     plus one (PromptBERT's template pass at its own shape). The uncached step's backbones run once per step with
-    gradients (a graph each); the cached step's run the chunks without gradients and again with them (a kept first
-    chunk with them only), at the chunk's size and the last chunk's if shorter: at most two graphs per size, which
-    the limit allows. Past the limit dynamo runs a function eagerly (with a warning only), which would leave a cached
-    step's backbones eager."""
-    shapes = 1 if chunk_size is None else 2 * len({end - start for start, end in chunk_bounds(batch_size, chunk_size)})
-    return regions * (shapes + 1)
+    gradients (a graph each); the cached step's run with gradients at the chunk's size and the last chunk's if
+    shorter, and without them at those sizes and at each size of its passes of several chunks
+    (:func:`trainers.cached_step.pass_sizes`), which the limit allows. Past the limit dynamo runs a function eagerly
+    (with a warning only), which would leave a cached step's backbones eager."""
+    if chunk_size is None:
+        return regions * 2
+    with_graph, without = pass_sizes(batch_size, chunk_size)
+    return regions * (len(with_graph) + len(without) + 1)
 
 
 class CompiledBackbone:
