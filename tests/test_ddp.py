@@ -15,6 +15,7 @@ import torch
 import run_diffcse
 import run_unsup
 from tests.launch import run_torchrun
+from tests.shared_folders import built_once
 from tests.tiny import WORDS, method_script, save_tiny_backbone, save_tiny_generator, tiny_corpus
 from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
 from trainers.methods import build_model
@@ -80,7 +81,10 @@ def default_mask_runs(tmp_path_factory):
     """Each :data:`DEFAULT_MASK_CASES` case trained 2 steps through run_unsup.py (:func:`train_two_and_one`):
     2 processes x batch 4 and 1 process x batch 8, saving a checkpoint at step 2. Returns the root folder; runs
     ``<method>-<cached>/<two|one>``."""
-    root = tmp_path_factory.mktemp("ddp_default_masks")
+    return built_once(tmp_path_factory, "ddp_default_masks", train_default_mask_runs)
+
+
+def train_default_mask_runs(root: Path) -> None:
     model_dir = save_tiny_backbone(root / "model", dropout=0.0)
     corpus = tiny_corpus(root / "corpus.txt", n=32)
 
@@ -95,7 +99,6 @@ def default_mask_runs(tmp_path_factory):
     two = [["run_unsup", argv(method, cached, "two", 4, ("--cache_chunk_size", "3") if cached else ())]
            for method, cached in DEFAULT_MASK_CASES]
     train_two_and_one(two, [["run_unsup", argv(method, cached, "one", 8)] for method, cached in DEFAULT_MASK_CASES])
-    return root
 
 
 @pytest.mark.parametrize("method, cached", DEFAULT_MASK_CASES)
@@ -170,9 +173,12 @@ def row_seeded_runs(tmp_path_factory):
     the fast path uncached, cached and layer by layer, all 20 runs in one torchrun launch, and 1 process x 8 sentences
     uncached. Returns the root folder; run ``<method>/<run>``, run one of two, two_cached, two_fast, two_fast_cached,
     two_fast_layers, one."""
+    return built_once(tmp_path_factory, "row_seeded_ddp", train_row_seeded_runs)
+
+
+def train_row_seeded_runs(root: Path) -> None:
     import random
 
-    root = tmp_path_factory.mktemp("row_seeded_ddp")
     model_dir = save_tiny_backbone(root / "model", seed=0)  # dropout 0.1: hidden states and attention probabilities
     generator = save_tiny_generator(root / "generator")
     rng = random.Random(0)
@@ -197,7 +203,6 @@ def row_seeded_runs(tmp_path_factory):
             for run, extra in (("two_fast", ()), ("two_fast_cached", ("--cache_chunk_size", "3")),
                                ("two_fast_layers", ("--torch_compile_regions", "layers")))]
     train_two_and_one(two, [[script, argv(method, "one", 8)] for method, (script, _) in ROW_SEEDED_METHODS.items()])
-    return root
 
 
 @pytest.mark.parametrize("run", ["two", "two_cached"], ids=["uncached", "cached"])
@@ -311,7 +316,10 @@ def resumed_runs(tmp_path_factory) -> Path:
     """Each :data:`RESUMED_METHODS` method trained by two processes with dropout on: four steps in one run
     (``<method>/full``), and steps 3-4 resumed by two processes from its checkpoint-2 (``<method>/resumed``), all
     six runs through the entry points in one torchrun launch. Returns the root folder."""
-    root = tmp_path_factory.mktemp("ddp_resumed")
+    return built_once(tmp_path_factory, "ddp_resumed", train_resumed_runs)
+
+
+def train_resumed_runs(root: Path) -> None:
     model_dir = save_tiny_backbone(root / "model", seed=0)  # dropout 0.1
     corpus = tiny_corpus(root / "corpus.txt", n=48)
     runs = []
@@ -327,7 +335,6 @@ def resumed_runs(tmp_path_factory) -> Path:
                  [script, [*common, "--output_dir", str(root / method / "resumed"), "--resume_from_checkpoint",
                            str(full / "checkpoint-2")]]]
     run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(runs)})
-    return root
 
 
 @pytest.mark.parametrize("method", RESUMED_METHODS)
