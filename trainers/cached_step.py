@@ -187,14 +187,16 @@ def cached_loss(
     :func:`trainers.keyed_dropout.keyed_step` (the Trainer's ``training_step`` is), which must also hold the backward.
 
     Args:
-        chunk_size: sentences per backbone pass (all views of a sentence stay in one pass).
+        chunk_size: sentences per backbone pass with a graph (all views of a sentence stay in one pass).
         autocast: a context manager factory around every forward part (the Trainer's mixed precision).
         average_gradients_over: the process count to average gradients over at the end (DDP's reduction, for a
             module used outside its wrapper's forward); 1: no reduction.
-        rng_states: capture each chunk's global RNG state and restore it for the replay (the guard for anything a
-            pass draws from the global generators). ``False``: a step captured as one CUDA graph
-            (``trainers/step_graph.py``), which can neither read nor set them; row-seeded masks only, whose draws
-            are keyed.
+        rng_states: capture each pass's global RNG state and restore it for the replay of its chunks (the guard for
+            anything a pass draws from the global generators: exact with stream masks, one chunk a pass; with
+            row-seeded masks a pass of several chunks has one state, and no pass draws from the global generators:
+            every method's cached step is the uncached step, tests/test_cached_step.py). ``False``: a step captured
+            as one CUDA graph (``trainers/step_graph.py``), which can neither read nor set them; row-seeded masks
+            only, whose draws are keyed.
     """
     check_cacheable(model)
     input_ids = batch["input_ids"]
@@ -236,7 +238,7 @@ def cached_loss(
     del encoded
 
     # 2. the loss on the full set, with its graph down to the cache; a per-sentence part chunk by chunk, its value
-    # now (no graph, one RNG state per chunk) and its graph chunk by chunk in the backward
+    # now (no graph, one RNG state per pass) and its graph chunk by chunk in the backward
     with autocast():
         embeddings = model.project_views(cache, batch["attention_mask"])
         loss, metrics = model.contrastive_loss(embeddings, batch)
