@@ -98,11 +98,11 @@ def chunk_bounds(batch_size: int, chunk_size: int) -> list[tuple[int, int]]:
 
 #: Chunks one pass without a graph encodes at once under row-seeded masks (step 1, and the values of DiffCSE's
 #: discriminator): such a pass holds one layer's activations at a time, not a chunk's graph through every layer, so 4
-#: chunks of it stay well below one chunk with its graph (measured: docs/cached_training.md, "Passes without a graph"),
-#: while each pass saved is a pass's fixed cost (its launches, its weight casts) saved on the GPU. Stream masks keep one
-#: pass per chunk: the replay restores each chunk's RNG state from before its own pass. DiffCSE's generator edit keeps
-#: one chunk a pass too: its logits over the vocabulary (30,522 floats a token for BERT's) are the largest tensor of
-#: its step.
+#: chunks of it stay well below one chunk with its graph (measured on a CPU: docs/benchmarks.md, "The cached step's
+#: passes without a graph take up to 4 chunks"), while each pass saved is a pass's fixed cost (its launches, its weight
+#: casts) saved on the GPU. Stream masks keep one pass per chunk: the replay restores each chunk's RNG state from before
+#: its own pass. DiffCSE's generator edit keeps one chunk a pass too: its logits over the vocabulary (30,522 floats a
+#: token for BERT's) are the largest tensor of its step.
 NO_GRAD_PASS_CHUNKS = 4
 
 
