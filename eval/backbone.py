@@ -3,8 +3,9 @@ offline check of a model name both run before loading (:func:`model_problem`), a
 loaded, before using it: an encoder, not an encoder-decoder model (:func:`encoder_decoder_problem`); a tokenizer that
 knows words (:func:`tokenizer_problem`) and fits the token embeddings (:func:`vocabulary_problem`); for a pooler that
 reads position 0, a tokenizer that puts its [CLS] token there (:func:`cls_position_problem`) and a backbone whose
-position 0 sees the sentence (:func:`position_zero_sees_only_itself`); training's probe of a bf16 forward
-(:func:`bf16_forward_problem`). A module of its own so that both import it without importing each other."""
+position 0 sees the sentence (:func:`position_zero_sees_only_itself`); a forward under bf16 autocast
+(:func:`bf16_forward_problem`: training's ``--bf16``, ``--eval_dtype bf16`` in training and in evaluation). A module
+of its own so that both import it without importing each other."""
 from __future__ import annotations
 
 import logging
@@ -169,8 +170,8 @@ def _probe_forward(encoder: torch.nn.Module, input_ids: torch.Tensor, attention_
 def bf16_forward_problem(encoder: torch.nn.Module) -> str | None:
     """Why ``encoder`` cannot run a forward under bf16 autocast (the first line of its error), or ``None``: two rows,
     one padded, through the mask the models give it (:func:`models.masks.prepare_attention_mask`), in eval mode
-    without a gradient (:func:`_probe_forward`), on its device. transformers' DeBERTa (v1) fills masked attention scores with float32's minimum, which
-    a bf16 score cannot hold: its first bf16 step stopped with a traceback."""
+    without a gradient (:func:`_probe_forward`), on its device. transformers' DeBERTa (v1) fills masked attention
+    scores with float32's minimum, which a bf16 score cannot hold: its first bf16 step stopped with a traceback."""
     from models.masks import prepare_attention_mask
 
     ids = _probe_ids(encoder, 5)

@@ -519,6 +519,20 @@ class ActivationsPerPass:
         self.live[label] -= 1
 
 
+def record_grad_modes(model, monkeypatch, wrap=lambda function: function) -> list[bool]:
+    """Whether gradients were on at each backbone pass of ``model`` (``encode_views``, replaced by a recording
+    twin; ``wrap`` wraps that twin in turn), in order, in the list returned."""
+    grad_modes = []
+    encode_views = model.encode_views
+
+    def recorded(*args, **kwargs):
+        grad_modes.append(torch.is_grad_enabled())
+        return encode_views(*args, **kwargs)
+
+    monkeypatch.setattr(model, "encode_views", wrap(recorded))
+    return grad_modes
+
+
 @pytest.mark.parametrize("case, passes", [("simcse", (1, 3)), ("esimcse", (1, 3)), ("s_simcse", (1, 3)),
                                           ("promptbert", (1, 3)), ("diffcse", (1, 3))])
 def test_the_first_chunk_keeps_its_graph_and_one_chunk_holds_activations_at_a_time(paths, case, passes,
@@ -534,14 +548,7 @@ def test_the_first_chunk_keeps_its_graph_and_one_chunk_holds_activations_at_a_ti
     is the uncached step's."""
     model, twin, batch = twins(paths, case, dropout_masks="row_seeded")
     tracker = ActivationsPerPass(twin)
-    grad_modes = []
-    encode_views = twin.encode_views
-
-    def counted(*args, **kwargs):
-        grad_modes.append(torch.is_grad_enabled())
-        return encode_views(*args, **kwargs)
-
-    monkeypatch.setattr(twin, "encode_views", tracker.wrap(counted))
+    grad_modes = record_grad_modes(twin, monkeypatch, tracker.wrap)
     if hasattr(twin, "discriminator"):
         monkeypatch.setattr(twin, "sentence_loss", tracker.wrap(twin.sentence_loss))
     got = cached(twin, batch, 3)
@@ -575,14 +582,7 @@ def test_a_stream_masked_step_encodes_each_chunk_alone(paths, monkeypatch):
     """Stream masks: each chunk's pass without a graph starts from its own RNG state, which its replay restores, so
     chunks are not grouped (3 + 3 + 2: the kept chunk, then 2 passes without a graph, then 2 replays)."""
     model, twin, batch = twins(paths, "simcse")
-    grad_modes = []
-    encode_views = twin.encode_views
-
-    def counted(*args, **kwargs):
-        grad_modes.append(torch.is_grad_enabled())
-        return encode_views(*args, **kwargs)
-
-    monkeypatch.setattr(twin, "encode_views", counted)
+    grad_modes = record_grad_modes(twin, monkeypatch)
     assert_same_step(cached(twin, batch, 3), uncached_at_chunk_masks(model, batch, 3))
     assert grad_modes == [True, False, False, True, True]
 
