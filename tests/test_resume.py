@@ -235,21 +235,28 @@ def test_a_kill_at_any_point_of_a_save_leaves_no_folder_accepted_as_complete(fin
 
 
 # ------------------------------------------------------------------------------------------------ the same run
-@pytest.mark.parametrize("flags, named", [
-    (["--seed", "7"], ["seed: 42 there, 7 here"]),
+@pytest.mark.parametrize("flags, named, restoring", [
+    (["--seed", "7"], ["seed: 42 there, 7 here"], "--seed 42"),
     (["--learning_rate", "1e-3", "--per_device_train_batch_size", "4"],
-     ["learning_rate: 3e-05 there, 0.001 here", "per_device_train_batch_size: 8 there, 4 here"]),
-    (["--temp", "0.5", "--max_seq_length", "16"], ["temperature: 0.05 there, 0.5 here", "max_seq_length: 32 there"]),
-    (["--dropout_masks", "row_seeded"], ["dropout_masks: 'stream' there, 'row_seeded' here"]),
-    (["--method", "esimcse"], ["method: 'simcse' there, 'esimcse' here"]),
-    (["--backbone", "roberta"], ["backbone model_type: 'bert' there, 'roberta' here"]),
-], ids=["seed", "learning_rate_and_batch", "temperature_and_length", "dropout_masks", "method", "backbone"])
-def test_a_resume_that_would_train_something_else_is_refused_naming_each_change(flags, named, finished, tmp_path,
-                                                                                 capsys):
+     ["learning_rate: 3e-05 there, 0.001 here", "per_device_train_batch_size: 8 there, 4 here"],
+     "--per_device_train_batch_size 8, --learning_rate 3e-05"),
+    (["--temp", "0.5", "--max_seq_length", "16"], ["temperature: 0.05 there, 0.5 here", "max_seq_length: 32 there"],
+     "--temp 0.05, --max_seq_length 32"),
+    (["--dropout_masks", "row_seeded"], ["dropout_masks: 'stream' there, 'row_seeded' here"], "--dropout_masks stream"),
+    # no flag of this command names the masks: --cache_chunk_size turns row-seeded masks on
+    (["--cache_chunk_size", "4"], ["dropout_masks: 'stream' there, 'row_seeded' here"], "--dropout_masks stream"),
+    (["--data_seed", "5"], ["data_seed: None there, 5 here"], "no --data_seed"),
+    (["--method", "esimcse"], ["method: 'simcse' there, 'esimcse' here"], "--method simcse"),
+    (["--backbone", "roberta"], ["backbone model_type: 'bert' there, 'roberta' here"], "--model_name_or_path {tiny}"),
+], ids=["seed", "learning_rate_and_batch", "temperature_and_length", "dropout_masks", "implied_dropout_masks",
+        "unset_data_seed", "method", "backbone"])
+def test_a_resume_that_would_train_something_else_is_refused_naming_each_change(flags, named, restoring, finished,
+                                                                                 tmp_path, capsys):
     """Another seed or batch size would skip the wrong batches, another learning rate would be ignored (the restored
     schedule holds the old one) yet recorded, another method setting or backbone trains another model (a RoBERTa
     resuming a BERT checkpoint got the optimizer's moments of other shapes: NaN, then heap corruption). Each is
-    refused in one line once the model is built, before any state loads or any step runs, naming what differs,
+    refused in one line once the model is built, before any state loads or any step runs, naming what differs and
+    the flags that set it back (also for a setting that another flag implied: ``--cache_chunk_size``'s masks),
     rather than called an incomplete checkpoint (the method) or left to a traceback."""
     from tests.tiny import save_tiny_backbone
 
@@ -267,7 +274,25 @@ def test_a_resume_that_would_train_something_else_is_refused_naming_each_change(
     assert "a resume continues the run that wrote it, and this command differs from that run" in line
     for difference in named:
         assert difference in line, line
+    assert f"(drop the changed flags or set them back: {restoring.format(tiny=finished['backbone'])}), " in line, line
     assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
+
+
+def test_the_flags_a_refused_resume_names_resume_the_run(finished, tmp_path, capsys):
+    """The fix the refusal names is one that works: the command with the flags it lists appended resumes the run
+    (here a cached step added to a resume: its row-seeded masks would train another objective than the run's stream
+    masks, and ``--dropout_masks stream`` keeps them)."""
+    out = unfinished_run(finished, tmp_path / "out")
+    command = run_args(finished["backbone"], finished["corpus"], out, max_steps=6) + [
+        "--cache_chunk_size", "4", "--resume_from_checkpoint", str(out / "checkpoint-4")]
+    refused = in_process(run_unsup.main, command, capsys)
+    assert refused.code == 2, refused.err
+    line = [line for line in refused.err.splitlines() if "error:" in line][-1]
+    named = line.split("set them back: ", 1)[1].split("), or start", 1)[0]
+    assert named == "--dropout_masks stream", line
+    resumed = in_process(run_unsup.main, command + named.split(), capsys)
+    assert resumed.code == 0, resumed.err
+    assert " for 2 steps (resumed at step 4)" in resumed.out
 
 
 def test_a_longer_resume_of_the_same_corpus_moved_trains_on_and_says_what_it_does(finished, tmp_path, capsys):
@@ -307,6 +332,9 @@ def test_a_resume_on_another_corpus_is_refused_at_its_path_or_another(finished, 
         assert line.startswith("run_unsup.py: error: --resume_from_checkpoint ") and (
             "this command differs from that run in what it trains (--train_file's contents: "
             f"'96 rows, sha256 {theirs}' there, '96 rows, sha256 {ours}' here)") in line, line
+        # another path: the run's file is the flag that sets it back; the run's own file edited: none does
+        restoring = f": --train_file {corpus}" if train_file == other else ""
+        assert f"(drop the changed flags or set them back{restoring}), or start" in line, line
         assert not (out / "checkpoint-6").exists()
 
 

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from eval.curves import BEFORE_PREFIX
+from models.config import SETTINGS, flag_of
 
 from .errors import UsageError
 
@@ -177,10 +179,45 @@ def resume_mismatch_error(records: CheckpointRecords, model: Any,
     if not differences:
         return None
     listed = "; ".join(f"{name}: {theirs!r} there, {ours!r} here" for name, theirs, ours in differences)
+    flags = restoring_flags(records, run_arguments, differences)
     return UsageError(
         f"--resume_from_checkpoint {records.folder}: a resume continues the run that wrote it, and this command "
         f"differs from that run in what it trains ({listed}). Resume with that run's values (drop the changed flags "
-        f"or set them back), or start a new run in another --output_dir.")
+        f"or set them back{': ' + ', '.join(flags) if flags else ''}), or start a new run in another --output_dir.")
+
+
+def _command_line_value(value: Any) -> str:
+    """``value`` as a flag takes it on the command line (``true``, ``3e-05``, a dict as JSON), quoted for a shell."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return shlex.quote(json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+
+
+def restoring_flags(records: CheckpointRecords, run_arguments: Mapping[str, Any],
+                    differences: list[tuple[str, Any, Any]]) -> list[str]:
+    """The flags that set each of ``differences`` back to the checkpoint's run's value, for the refusal to name:
+    ``--dropout_masks stream`` (also where no flag of this command set it, but another implied it: the row-seeded
+    masks of ``--cache_chunk_size``), ``--model_name_or_path P`` for the backbone, ``--train_file F`` for another
+    corpus file; ``no --data_seed`` for a value the run left unset. None for a corpus edited in place."""
+    recorded, flags = records.arguments or {}, []
+    for name, theirs, _ in differences:
+        if name in SETTINGS or name in TRAINING_ARGUMENTS:
+            flag, value = (flag_of(name) if name in SETTINGS else f"--{name}"), theirs
+        elif name.startswith("backbone "):
+            flag = "--model_name_or_path"
+            value = recorded.get("model_name_or_path") or (records.config.get("encoder_config") or {}).get(
+                "_name_or_path")
+        else:  # the corpus: its file, where the run's was another path than this command's
+            flag, value = "--train_file", recorded.get("train_file")
+            ours = flat_arguments(run_arguments).get("train_file")
+            if value and ours and os.path.realpath(value) == os.path.realpath(ours):
+                value = None  # the same path, its contents edited since: no flag brings them back
+            if value is None:
+                continue
+        phrase = f"no {flag}" if value is None else f"{flag} {_command_line_value(value)}"
+        if phrase not in flags:
+            flags.append(phrase)
+    return flags
 
 
 def length_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
@@ -241,5 +278,5 @@ def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) ->
 
 
 __all__ = ["CORPUS_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "CheckpointRecords",
-           "corpus_differences", "corpus_record", "finished_at", "flat_arguments", "resume_mismatch_error",
-           "resume_warnings", "write_run_arguments"]
+           "corpus_differences", "corpus_record", "finished_at", "flat_arguments", "restoring_flags",
+           "resume_mismatch_error", "resume_warnings", "write_run_arguments"]
