@@ -91,13 +91,16 @@ def completed_last_batch_warning(rows: int, training_args) -> str | None:
     """Under several processes, what accelerate adds to each epoch's last step: its ``even_batches`` (the default)
     completes a last round that the corpus does not fill with sentences from the epoch's start, so every process
     steps alike; one process would train that step on the leftover rows alone. ``None`` when nothing is added (one
-    process, ``--dataloader_drop_last``, or rows that fill every round)."""
+    process, ``--dataloader_drop_last``, or rows that fill every round) or the run ends before the epoch's last
+    round (``--max_steps`` x ``--gradient_accumulation_steps`` rounds)."""
     processes, batch = training_args.world_size, training_args.per_device_train_batch_size
     if processes < 2 or training_args.dataloader_drop_last or rows < 1:
         return None
     batches = -(-rows // batch)  # each process's batches, dealt in turn; the last round completed
-    added = -(-batches // processes) * processes * batch - rows
-    if added == 0:
+    rounds = -(-batches // processes)
+    added = rounds * processes * batch - rows
+    max_steps = getattr(training_args, "max_steps", -1)
+    if added == 0 or 0 < max_steps * getattr(training_args, "gradient_accumulation_steps", 1) < rounds:
         return None
     global_batch = processes * batch
     return (f"{processes} processes x {batch}: the {rows:,} training rows leave {global_batch - added} for each "

@@ -271,6 +271,21 @@ def test_the_warning_counts_what_accelerate_adds_to_the_last_step(rows, batch, p
     assert completed_last_batch_warning(rows, SimpleNamespace(**{**vars(args), "dataloader_drop_last": True})) is None
 
 
+@pytest.mark.parametrize("max_steps, accumulation, warned", [(-1, 1, True), (4, 1, False), (5, 1, True),
+                                                             (2, 2, False), (3, 2, True), (40, 1, True)])
+def test_a_run_that_ends_before_the_epochs_last_step_is_not_warned_of_it(max_steps, accumulation, warned):
+    """36 rows over 2 processes x 4 make 5 rounds, the last completed with 4 sentences from the epoch's start: a run
+    of fewer rounds (``--max_steps`` x ``--gradient_accumulation_steps``) never trains that step, so it hears
+    nothing of it; a run that reaches it (or trains whole epochs) does."""
+    from types import SimpleNamespace
+
+    from command_line.pipeline import completed_last_batch_warning
+
+    args = SimpleNamespace(world_size=2, per_device_train_batch_size=4, dataloader_drop_last=False,
+                           max_steps=max_steps, gradient_accumulation_steps=accumulation)
+    assert (completed_last_batch_warning(36, args) is not None) is warned
+
+
 def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_process_objective(tmp_path):
     """36 rows, 2 processes x 4: the run says, once in its log and once in its summary, that the epoch's last step
     holds 4 sentences from the epoch's start. With ``--dataloader_drop_last true`` (what the warning offers) it says
