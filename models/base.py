@@ -123,6 +123,16 @@ class ContrastiveModel(PreTrainedModel):
         self.post_init()
 
     # ------------------------------------------------------------------ library hooks
+    def post_init(self) -> None:
+        """The library's, then each tied copy (``all_tied_weights_keys``' targets: DiffCSE's generator's output
+        layer, its word embeddings' twin) declared as not saved. ``save_pretrained`` writes one copy of a shared
+        tensor anyway; declared, a checkpoint that lacks the copy is what the Trainer expects when it loads one (the
+        best model at the end, a resume), where it otherwise warned ``There were missing keys in the checkpoint
+        model loaded: ['generator.vocab_projector.weight']`` and left the user to wonder whether the generator was
+        lost (it was not: loading ties the copy again)."""
+        super().post_init()
+        self._keys_to_ignore_on_save |= set(self.all_tied_weights_keys)
+
     def get_input_embeddings(self) -> nn.Module:
         """The backbone's word embeddings (what transformers' checkpointing and resizing utilities look for)."""
         return self.encoder.get_input_embeddings()
