@@ -189,7 +189,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             tensorboard_dir=tensorboard_dir(training_args), warnings=warnings,
             step=describe_step(model.config, training_args, compile_failure,
                                step_graph.failure if step_graph is not None else None),
-            precision=metrics["train_precision"])),
+            precision=metrics["train_precision"], dev_embedding=model.dev_embedding_note())),
             flush=True)
     return metrics
 

@@ -35,6 +35,8 @@ class RunSummary:
     step: str | None = None
     #: Training precision (``bf16`` / ``fp16`` / ``fp32``; trainers/precision.py) and the evaluation's.
     precision: str | None = None
+    #: How the dev scores' embedding differs from the export's (``ContrastiveModel.dev_embedding_note``).
+    dev_embedding: str | None = None
 
 
 def duration(seconds: float) -> str:
@@ -78,6 +80,8 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"best checkpoint: {m['best_model_checkpoint']} (STS-B dev {m.get('best_stsb_spearman', 0):.2f})")
     elif "eval_stsb_spearman" not in m:
         lines.append("no STS-B dev evaluation (--eval_strategy no): the export is the final model")
+    if summary.dev_embedding and ("eval_stsb_spearman" in m or "before_stsb_spearman" in m):
+        lines.append(f"dev evaluation: {summary.dev_embedding}")
     if summary.corpus is not None and summary.corpus.file:
         c = summary.corpus
         used = f"{summary.train_rows:,} used of " if summary.train_rows is not None and summary.train_rows != (

@@ -291,6 +291,11 @@ class ContrastiveModel(PreTrainedModel):
         base's is the test-time :meth:`embed` (PromptBERT's code denoised here but not at test)."""
         return self.embed(input_ids, attention_mask, token_type_ids)
 
+    def dev_embedding_note(self) -> str | None:
+        """Hook: how :meth:`dev_embed` (the run's STS dev scores) differs from :meth:`embed` (the export's embedding,
+        what ``python -m eval`` scores), for the run summary to say; ``None``: they are the same (the base's)."""
+        return None
+
     def embed_views(
         self,
         input_ids: torch.Tensor,

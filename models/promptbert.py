@@ -262,6 +262,17 @@ class PromptBERTModel(ContrastiveModel):
         """The code's dev evaluation (``sentemb_forward``) denoises (``dev_denoising``); its test evaluation not."""
         return self.embed(input_ids, attention_mask, denoise=self.config.dev_denoising)
 
+    def dev_embedding_note(self) -> str | None:
+        """Where the dev and test denoising differ (the code's defaults: dev with, test without), the run's STS dev
+        scores are not what ``python -m eval`` gives its export."""
+        dev, test = self.config.dev_denoising, self.config.test_denoising
+        if dev == test:
+            return None
+        return (f"the scores above embed {'with' if dev else 'without'} template denoising (--dev_denoising "
+                f"{str(dev).lower()}, as the official code's dev evaluation), the export "
+                f"{'with' if test else 'without'} it (--test_denoising {str(test).lower()}, as its test evaluation): "
+                f"`python -m eval` on the export scores STS dev {'with' if test else 'without'} it")
+
     def export_config(self) -> dict[str, Any]:
         """What the plain export's ``config.json`` states: the template, its ids, the pooling, the denoising."""
         return {"sentence_embedding": {

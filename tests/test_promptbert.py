@@ -412,6 +412,37 @@ def test_python_m_eval_scores_an_export_with_its_template(quiet, tmp_path, sts_f
     assert scores(hf, "--pooler", "cls_before_pooler") != exported
 
 
+@pytest.mark.parametrize("test_denoising", [False, True])
+def test_the_run_summary_says_when_its_dev_scores_are_not_the_exports(test_denoising, backbone, tmp_path,
+                                                                       wide_sts_fixture_dir, capsys):
+    """The official code's dev evaluation denoises and its test evaluation does not (the defaults): the run's STS-B
+    dev score is then not what ``python -m eval --mode dev`` gives its export, and the summary says so, naming the
+    flags. With ``--test_denoising true`` the two embed alike: the same score, and no such line."""
+    import run_unsup
+    from eval.cli import main as evaluate
+    from tests.cli import in_process
+    from tests.tiny import FAST_TRAINING_ARGS, tiny_corpus
+
+    out = tmp_path / "run"
+    run = in_process(run_unsup.main, [
+        "--method", "promptbert", "--model_name_or_path", str(backbone), "--train_file",
+        str(tiny_corpus(tmp_path / "corpus.txt", n=32)), "--output_dir", str(out), "--max_steps", "2",
+        "--eval_steps", "2", "--save_steps", "2", "--senteval_dir", str(wide_sts_fixture_dir),
+        "--test_denoising", str(test_denoising).lower(), *FAST_TRAINING_ARGS], capsys)
+    assert run.code == 0, run.err
+    said = [line for line in run.out.splitlines() if line.startswith("dev evaluation: ")]
+    trained = float(run.out.split("STS-B dev Spearman x100: before ", 1)[1].split(" -> after ", 1)[1].split()[0])
+    exported = evaluate(["--model_name_or_path", str(out / "export" / "hf"), "--mode", "dev", "--task_set", "sts",
+                         "--senteval_dir", str(wide_sts_fixture_dir), "--device", "cpu"])["STSBenchmark"]
+    if test_denoising:
+        assert not said and exported == pytest.approx(trained, abs=0.01)
+    else:
+        assert said == ["dev evaluation: the scores above embed with template denoising (--dev_denoising true, as the "
+                        "official code's dev evaluation), the export without it (--test_denoising false, as its test "
+                        "evaluation): `python -m eval` on the export scores STS dev without it"]
+        assert exported != pytest.approx(trained, abs=0.01)
+
+
 def test_the_template_pass_benchmark_times_two_forms_of_one_computation(tmp_path):
     """bench/promptbert_template_pass.py: its two forms (one pass, a pass per template) give the same gradients with
     dropout off, and it writes one row per width with both timings."""
