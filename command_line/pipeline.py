@@ -53,6 +53,10 @@ def load_train_dataset(model: ContrastiveModel, data_args, stats: CorpusStats | 
 
     loader = load_unsup_corpus if set(model.view_columns) == {"text"} else load_sup_corpus
     dataset = loader(data_args.train_file, stats=stats)
+    if model.read_views_from(dataset.column_names) and model.config.hard_negative_weight:
+        raise UsageError(f"--hard_negative_weight {model.config.hard_negative_weight} weights each anchor's hard "
+                         f"negative, and {data_args.train_file} has no hard_neg column: add one (a header "
+                         "sent0,sent1,hard_neg), or drop the flag to train on its pairs")
     missing = set(model.view_columns) - set(dataset.column_names)
     if missing:
         raise CorpusError(f"{data_args.train_file}: method {model.config.method!r} needs columns "
@@ -84,6 +88,11 @@ def method_warnings(model: ContrastiveModel) -> list[str]:
         warnings.append("--queue_size 0 turns ESimCSE's momentum contrast off (no queue, so no momentum encoder "
                         "either): this run is the 'repetition only' ablation (ESimCSE Table 4), not ESimCSE. Say so "
                         "with --momentum_contrast false, or use the paper's --queue_size 160.")
+    if "hard_neg" in model.optional_view_columns and "hard_neg" not in model.view_columns:
+        warnings.append("the corpus has no hard_neg column, so supervised SimCSE trains on its (sent0, sent1) pairs "
+                        "without hard negatives: Eq. 1 with sent1 as the positive, the paper's Table 4 rows without "
+                        "'+ hard neg' (the official code's two-column CSV), not Eq. 5. For Eq. 5 give the file a "
+                        "hard_neg column (header sent0,sent1,hard_neg).")
     return warnings
 
 

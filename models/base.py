@@ -13,6 +13,10 @@ A method is a subclass that overrides one or two of these small hooks, never the
   fast path compiles (the encoder, ESimCSE's momentum encoder; the objective).
 - :meth:`ContrastiveModel.sentence_inputs` / :meth:`ContrastiveModel.sentence_loss` — a part of the loss that is
   a sum over sentences (DiffCSE's RTD), beside :meth:`ContrastiveModel.contrastive_loss`, which needs the whole batch.
+- :meth:`ContrastiveModel.dev_embed` / :meth:`ContrastiveModel.dev_embedding_note` — the training-time dev
+  embedding where it is not the test-time one (PromptBERT's denoising), and what the run summary says of it.
+- :attr:`ContrastiveModel.optional_view_columns` — view columns a corpus may lack (supervised SimCSE's hard
+  negatives), dropped from the views by :meth:`ContrastiveModel.read_views_from` once the corpus is read.
 
 ``embed_views`` = ``project_views(encode_views(...))``: encoding some sentences, and the projector on all of them.
 With ``contrastive_loss`` and the per-sentence part, these are all a training step needs to run the pieces in
@@ -24,7 +28,7 @@ hidden sizes come from the config, and ``token_type_ids`` are passed only when t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import torch
 from torch import nn
@@ -100,6 +104,9 @@ class ContrastiveModel(PreTrainedModel):
     method_defaults: ClassVar[dict[str, Any]] = {}
     #: Row fields each view reads (unsupervised: the same sentence twice).
     view_columns: ClassVar[tuple[str, ...]] = ("text", "text")
+    #: Of :attr:`view_columns`, those a corpus may lack, the views then being the others
+    #: (:meth:`read_views_from`).
+    optional_view_columns: ClassVar[tuple[str, ...]] = ()
     #: The paper's training arguments where they differ from run_unsup.py's defaults (SimCSE's: lr 3e-5, batch 64,
     #: 1 epoch); the command line puts them before the user's flags, so a flag given wins.
     training_defaults: ClassVar[dict[str, Any]] = {}
@@ -290,6 +297,15 @@ class ContrastiveModel(PreTrainedModel):
         """Hook: the embedding the training-time dev evaluation ranks checkpoints by (``CLTrainer.evaluate``); the
         base's is the test-time :meth:`embed` (PromptBERT's code denoised here but not at test)."""
         return self.embed(input_ids, attention_mask, token_type_ids)
+
+    def read_views_from(self, columns: Sequence[str]) -> tuple[str, ...]:
+        """Drop from this model's views each of :attr:`optional_view_columns` that ``columns`` (its corpus's) lacks;
+        returns those dropped. The views' count follows (the backbone and the objective read it from the batch)."""
+        dropped = tuple(column for column in self.optional_view_columns
+                        if column in self.view_columns and column not in columns)
+        if dropped:
+            self.view_columns = tuple(column for column in self.view_columns if column not in dropped)
+        return dropped
 
     def dev_embedding_note(self) -> str | None:
         """Hook: how :meth:`dev_embed` (the run's STS dev scores) differs from :meth:`embed` (the export's embedding,

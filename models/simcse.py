@@ -24,10 +24,13 @@ class SimCSEModel(ContrastiveModel):
 
 
 class SupervisedSimCSEModel(ContrastiveModel):
-    """Supervised SimCSE on (premise, entailment, contradiction) triples (Eq. 5); the MLP is kept at test time."""
+    """Supervised SimCSE on (premise, entailment, contradiction) triples (Eq. 5); the MLP is kept at test time. On a
+    corpus of pairs (``sent0,sent1``: the official code's two-column CSV, the paper's Table 4 rows without hard
+    negatives) the views are the pair and the objective Eq. 1 with ``sent1`` as the positive."""
 
     method_defaults: ClassVar[dict[str, Any]] = {"mlp_only_train": False}
     view_columns: ClassVar[tuple[str, ...]] = ("sent0", "sent1", "hard_neg")
+    optional_view_columns: ClassVar[tuple[str, ...]] = ("hard_neg",)
 
 
 __all__ = ["SimCSEModel", "SupervisedSimCSEModel"]

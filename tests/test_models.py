@@ -105,3 +105,21 @@ def test_bad_config_values_are_refused(backbones):
         build_model("simcse", str(backbones["bert"]), pooler_type="mean")
     with pytest.raises(ValueError, match="projector"):
         build_model("simcse", str(backbones["bert"]), projector="mlp2")
+
+
+def test_supervised_simcse_on_pairs_is_eq_1_with_the_pair_as_positives(backbones):
+    """A corpus of (sent0, sent1) pairs, no hard_neg column (the official code's two-column CSV; the SimCSE paper's
+    Table 4 rows without hard negatives): the model's views drop the optional hard negative, and the loss is Eq. 1
+    written out, with sent1's embedding as sent0's positive and the other pairs' sent1 as negatives."""
+    model = build_model("sup_simcse", str(backbones["bert"]), temperature=0.1)
+    assert model.read_views_from(["sent0", "sent1", "hard_neg"]) == () and len(model.view_columns) == 3
+    assert model.read_views_from(["sent0", "sent1"]) == ("hard_neg",)
+    assert model.view_columns == ("sent0", "sent1") and SupervisedSimCSEModel.view_columns[2] == "hard_neg"
+    assert build_model("simcse", str(backbones["bert"])).read_views_from(["text"]) == ()
+    model.eval()  # dropout off: the loss is a function of the two views alone
+    ids, mask = batch(b=4, v=2)
+    out = model(input_ids=ids, attention_mask=mask)
+    z0, z1 = (model.projector(model.encode(ids[:, v], mask[:, v])) for v in (0, 1))  # [CLS] + the kept MLP
+    similarity = torch.nn.functional.normalize(z0, dim=-1) @ torch.nn.functional.normalize(z1, dim=-1).T / 0.1
+    written_out = -(similarity.diagonal() - similarity.logsumexp(dim=1)).mean()
+    torch.testing.assert_close(out.loss, written_out, rtol=1e-5, atol=1e-6)

@@ -139,3 +139,40 @@ def test_data_parallel_is_refused_with_the_launch_command():
         refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=4))
     refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.DISTRIBUTED, n_gpu=1))  # a DDP launch is fine
     refuse_data_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=1))
+
+
+def test_supervised_simcse_trains_on_a_corpus_of_pairs_and_says_so(tmp_path, backbone, capsys):
+    """``sent0,sent1`` without ``hard_neg`` (what the corpus loader accepts, and the official code trains as pairs):
+    the run trains on two views, warns in its log and summary that this is Table 4's no-hard-negative row, not
+    Eq. 5, and refuses ``--hard_negative_weight``, which would have nothing to weight."""
+    from transformers import AutoTokenizer
+
+    from tests.cli import in_process
+    from trainers.methods import build_collator
+
+    triples = tiny_nli_csv(tmp_path / "nli.csv", n=16)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("\n".join(",".join(line.split(",")[:2]) for line in triples.read_text().splitlines()) + "\n")
+
+    def run(corpus: Path, name: str, *flags: str):
+        return in_process(run_unsup.main, [
+            "--method", "sup_simcse", "--model_name_or_path", str(backbone), "--train_file", str(corpus),
+            "--max_steps", "2", "--eval_strategy", "no", "--output_dir", str(tmp_path / name), *flags,
+            *FAST_TRAINING_ARGS], capsys)
+
+    result = run(pairs, "run")
+    assert result.code == 0, result.err
+    summary = result.out.split("run summary ===", 1)[1]
+    assert "warning: the corpus has no hard_neg column, so supervised SimCSE trains on its (sent0, sent1) pairs" in (
+        summary)
+    trained = load_contrastive_model(tmp_path / "run" / "checkpoint-2")
+    assert trained.config.method == "sup_simcse"
+    trained.read_views_from(["sent0", "sent1"])  # what the run did once it read the corpus: its batches hold 2 views
+    collate = build_collator(trained, AutoTokenizer.from_pretrained(str(backbone)), 16)
+    assert collate([{"sent0": "the cat", "sent1": "a dog"}] * 3)["input_ids"].shape[:2] == (3, 2)
+    refused = run(pairs, "refused", "--hard_negative_weight", "0.5")
+    assert refused.code == 2, refused.err
+    assert (f"error: --hard_negative_weight 0.5 weights each anchor's hard negative, and {pairs} has no hard_neg "
+            "column") in refused.err
+    on_triples = run(triples, "triples")
+    assert on_triples.code == 0 and "no hard_neg column" not in on_triples.out
