@@ -39,7 +39,10 @@ logger = logging.getLogger(__name__)
 
 ModelKind = Literal["cse_contrastive", "sentence_transformers", "huggingface"]
 
-_ST_TRANSFORMER_TYPES = ("sentence_transformers.models.Transformer", "sentence_transformers.base.modules.Transformer")
+#: The ``Transformer`` module's class in a sentence-transformers folder's ``modules.json``, as each version writes it
+#: (``sentence_transformers.models.Transformer`` before 6; 6.x: ``sentence_transformers.base.modules.Transformer``,
+#: or its defining module's path, ``...base.modules.transformer.Transformer``, which this repo's exports hold).
+_ST_PACKAGE, _ST_TRANSFORMER = "sentence_transformers.", "Transformer"
 _LOADING_ERRORS = (OSError, ValueError, ImportError, KeyError, SafetensorError)
 
 
@@ -93,6 +96,28 @@ def detect_model_kind(model_name_or_path: str) -> ModelKind:
     if _fetch_file(model_name_or_path, "modules.json") is not None:
         return "sentence_transformers"
     return "huggingface"
+
+
+def resolve_run_folder(model_name_or_path: str) -> str:
+    """A training run's folder (its ``--output_dir``) or its ``export/`` folder, which hold no model themselves, as
+    the export inside, logged: its ``sentence-transformers/`` folder (the test-time pooling built in), else its plain
+    ``hf/`` folder (PromptBERT's, whose ``config.json`` states its template). A run folder with checkpoints and no
+    export (a run that did not finish) is refused, naming its newest checkpoint. Anything else is returned as given."""
+    folder = Path(model_name_or_path)
+    if not folder.is_dir() or (folder / "config.json").is_file() or (folder / "modules.json").is_file():
+        return model_name_or_path
+    export = folder / "export" if (folder / "export").is_dir() else folder
+    for model, marker in ((export / "sentence-transformers", "modules.json"), (export / "hf", "config.json")):
+        if (model / marker).is_file():
+            logger.info("%s holds no model itself: evaluating its export %s", model_name_or_path, model)
+            return str(model)
+    checkpoints = sorted((path for path in folder.glob("checkpoint-*") if path.name.split("-")[-1].isdigit()),
+                         key=lambda path: int(path.name.split("-")[-1]))
+    if checkpoints:
+        raise ModelLoadingError(
+            f"{model_name_or_path} holds a run's checkpoints ({', '.join(path.name for path in checkpoints)}) but no "
+            f"export/ (the run did not finish): evaluate a checkpoint, e.g. --model_name_or_path {checkpoints[-1]}")
+    return model_name_or_path
 
 
 @contextlib.contextmanager
@@ -227,7 +252,8 @@ def _st_transformer_subfolder(model_name_or_path: str) -> str:
     """The folder (relative, ``""`` = the root) of the ``Transformer`` module listed in ``modules.json``."""
     modules = _read_json(_fetch_file(model_name_or_path, "modules.json"))
     for module in modules if isinstance(modules, list) else []:
-        if module.get("type") in _ST_TRANSFORMER_TYPES:
+        kind = str(module.get("type", ""))
+        if kind.startswith(_ST_PACKAGE) and kind.rsplit(".", 1)[-1] == _ST_TRANSFORMER:
             return str(module.get("path", "")).strip("/")
     raise ModelLoadingError(
         f"{model_name_or_path}/modules.json lists no sentence_transformers Transformer module, so --pooler cannot "
@@ -341,7 +367,7 @@ def load_encoder(
     """
     if pooler is not None and pooler not in POOLER_TYPES:
         raise ValueError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLER_TYPES)}")
-    model_name_or_path = str(model_name_or_path)
+    model_name_or_path = resolve_run_folder(str(model_name_or_path))
     device = resolve_device(device)
     with _loading_errors(model_name_or_path):
         kind = detect_model_kind(model_name_or_path)

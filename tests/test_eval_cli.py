@@ -229,6 +229,66 @@ def test_sentence_transformers_folder_poolers(minilm_dir: Path):
     np.testing.assert_allclose(cls.encode(MINILM_SENTENCES[:1]), reference, atol=1e-5)
 
 
+@pytest.mark.parametrize("module_type", [None, "sentence_transformers.models.Transformer",
+                                         "sentence_transformers.base.modules.Transformer"])
+def test_this_repos_sentence_transformers_export_takes_a_pooler(module_type, tiny_bert_dir: Path, tmp_path: Path):
+    """``--pooler`` on an export's sentence-transformers folder reads the backbone its ``modules.json`` lists, as the
+    installed sentence-transformers writes it (6.x: ``...base.modules.transformer.Transformer``, which was refused as
+    'no Transformer module') or as other versions do: the same vectors as the plain export's folder."""
+    from transformers import AutoTokenizer
+
+    from models.export import export_model
+    from trainers.methods import build_model
+
+    exported = export_model(build_model("simcse", str(tiny_bert_dir)).eval(),
+                            AutoTokenizer.from_pretrained(str(tiny_bert_dir)), tmp_path / "export")
+    folder = exported["sentence-transformers"]
+    if module_type is not None:
+        modules = json.loads((folder / "modules.json").read_text())
+        modules[0]["type"] = module_type
+        (folder / "modules.json").write_text(json.dumps(modules))
+    sentences = ["the cat sits .", "a dog runs in the park"]
+    for pooler in ("cls_before_pooler", "avg"):
+        np.testing.assert_allclose(load_encoder(folder, pooler, device="cpu").encode(sentences),
+                                   load_encoder(exported["hf"], pooler, device="cpu").encode(sentences), atol=1e-6)
+
+
+def test_a_run_folder_is_evaluated_through_its_export(tiny_bert_dir: Path, tmp_path: Path, caplog):
+    """``--model_name_or_path`` a run's ``--output_dir`` (or its ``export/``), which holds no model itself: its
+    export's sentence-transformers folder (the test-time pooling built in), else its plain ``hf/`` folder, logged. A
+    run without an export (it did not finish) is refused naming its newest checkpoint, not with transformers'
+    'Unrecognized model ... should have a model_type key'."""
+    import logging
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from models.export import export_model
+    from trainers.methods import build_model
+
+    run = tmp_path / "run"
+    exported = export_model(build_model("simcse", str(tiny_bert_dir)).eval(),
+                            AutoTokenizer.from_pretrained(str(tiny_bert_dir)), run / "export")
+    sentences = ["the cat sits .", "a dog runs in the park"]
+    expected = load_encoder(exported["sentence-transformers"], device="cpu").encode(sentences)
+    for folder in (run, run / "export"):
+        with caplog.at_level(logging.INFO, logger="eval.loading"):
+            np.testing.assert_array_equal(load_encoder(folder, device="cpu").encode(sentences), expected)
+        assert f"{folder} holds no model itself: evaluating its export {exported['sentence-transformers']}" in (
+            caplog.text)
+    shutil.rmtree(exported["sentence-transformers"])  # PromptBERT's export has only hf/
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="eval.loading"):
+        load_encoder(run, device="cpu")
+    assert f"{run} holds no model itself: evaluating its export {exported['hf']}" in caplog.text
+    unfinished = tmp_path / "unfinished"
+    for step in (2, 10):
+        shutil.copytree(exported["hf"], unfinished / f"checkpoint-{step}")
+    with pytest.raises(ModelLoadingError, match=r"holds a run's checkpoints \(checkpoint-2, checkpoint-10\) but no "
+                       r"export/ .*--model_name_or_path .*unfinished/checkpoint-10$"):
+        load_encoder(unfinished, device="cpu")
+
+
 def test_plain_huggingface_default_pooler_is_pooler_output(tiny_bert_dir: Path):
     from transformers import AutoModel, AutoTokenizer
 
