@@ -66,10 +66,13 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 def sentence_transformers_folder(path: str | Path) -> Path:
     """The sentence-transformers folder to score: ``path`` itself (it has ``modules.json``), the
     ``sentence-transformers/`` folder of an export (``<run>/export``) or of a run (``<run>``), or the one beside an
-    export's plain ``hf/`` folder (``<run>/export/hf``, the folder the README's SentEval example evaluates)."""
-    path = Path(path)
+    export's plain ``hf/`` folder (``<run>/export/hf``, the folder the README's SentEval example evaluates). A run's
+    folder and an export's resolve as the SentEval suite resolves them (:func:`eval.loading.resolve_run_folder`)."""
+    from eval.loading import resolve_run_folder
+
+    path = Path(resolve_run_folder(str(path)))
     beside_hf = [path.parent / "sentence-transformers"] if path.name == "hf" else []
-    for candidate in (path, path / "sentence-transformers", path / "export" / "sentence-transformers", *beside_hf):
+    for candidate in (path, *beside_hf):
         if (candidate / "modules.json").is_file():
             return candidate
     raise MTEBSuiteError(f"{path}: no sentence-transformers folder (modules.json) here or in "
