@@ -44,6 +44,8 @@ def model_card(model: ContrastiveModel, *, scores: dict[str, Any] | None, traini
     }[kind]
     hyper = {k: getattr(config, k) for k in (
         "method", "pooler_type", "mlp_only_train", "projector", "temperature", "hard_negative_weight")}
+    if model.view_columns != type(model).view_columns:  # the corpus lacked an optional view (no hard negatives)
+        hyper["view_columns"] = list(model.view_columns)
     # + the method's own settings, and every other method field set away from its default (e.g. SimCSE++ parts)
     for name in type(config).__annotations__:
         if name != "encoder_config" and name not in hyper and hasattr(config, name) and (

@@ -167,6 +167,7 @@ def test_supervised_simcse_trains_on_a_corpus_of_pairs_and_says_so(tmp_path, bac
         summary)
     trained = load_contrastive_model(tmp_path / "run" / "checkpoint-2")
     assert trained.config.method == "sup_simcse"
+    assert '"view_columns": [\n    "sent0",\n    "sent1"\n  ]' in (tmp_path / "run" / "export" / "hf" / "README.md").read_text()
     trained.read_views_from(["sent0", "sent1"])  # what the run did once it read the corpus: its batches hold 2 views
     collate = build_collator(trained, AutoTokenizer.from_pretrained(str(backbone)), 16)
     assert collate([{"sent0": "the cat", "sent1": "a dog"}] * 3)["input_ids"].shape[:2] == (3, 2)
@@ -176,3 +177,4 @@ def test_supervised_simcse_trains_on_a_corpus_of_pairs_and_says_so(tmp_path, bac
             "column") in refused.err
     on_triples = run(triples, "triples")
     assert on_triples.code == 0 and "no hard_neg column" not in on_triples.out
+    assert '"view_columns"' not in (tmp_path / "triples" / "export" / "hf" / "README.md").read_text()
