@@ -171,6 +171,30 @@ MethodArguments = make_dataclass(
 GPU_DATALOADER_WORKERS = 2
 
 
+#: The package each ``--report_to`` integration needs, where its name is not the integration's.
+REPORTING_PACKAGES = {"azure_ml": "azureml-core", "neptune": "neptune", "flyte": "flytekit"}
+
+
+def check_report_to(report_to: str | list[str]) -> None:
+    """Refuse, at parse time, a ``--report_to`` integration the Trainer would fail to start once the model and the
+    corpus are loaded (with a traceback): a name transformers does not know, or one whose package is not installed
+    (``--report_to tensorboard`` without tensorboard)."""
+    from transformers.integrations.integration_utils import (INTEGRATION_TO_CALLBACK,
+                                                             get_available_reporting_integrations)
+
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    available = get_available_reporting_integrations()
+    for name in names:
+        if name in ("none", "all") or name in available:
+            continue
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise UsageError(f"--report_to {name}: not a logging integration; choose among "
+                             f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}, all or none")
+        raise UsageError(f"--report_to {name}: its package is not installed here, so the Trainer could not start; "
+                         f"pip install {REPORTING_PACKAGES.get(name, name)}, or drop --report_to (the run draws its "
+                         "curves into <output_dir>/training_curves.png either way)")
+
+
 def default_dataloader_workers(on_cpu: bool) -> int:
     """``--dataloader_num_workers`` when not given: :data:`GPU_DATALOADER_WORKERS` on an accelerator; 0 on a CPU, where
     the step itself needs the cores (a worker made a 2-core CPU run slower: 22 vs 15 ms per step, docs/benchmarks.md)."""
@@ -294,6 +318,7 @@ class CLTrainingArguments(TrainingArguments):
             from transformers.integrations import is_tensorboard_available
 
             self.report_to = "tensorboard" if is_tensorboard_available() else "none"
+        check_report_to(self.report_to)
         if not torch.accelerator.is_available():
             self.use_cpu = True  # the device it runs on anyway; the Trainer refuses bf16 on CPU unless told so
             self.dataloader_pin_memory = False  # nothing to pin for; torch would warn on every dataloader

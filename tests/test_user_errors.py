@@ -64,6 +64,26 @@ def test_invalid_flags_are_refused_at_parse_time(argv, message, capsys, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("integration, message", [
+    ("tensorbord", "--report_to tensorbord: not a logging integration; choose among azure_ml, "),
+    ("tensorboard", "--report_to tensorboard: its package is not installed here, so the Trainer could not start; "
+                    "pip install tensorboard, or drop --report_to"),
+    ("wandb", "--report_to wandb: its package is not installed here"),
+])
+def test_a_logging_integration_that_cannot_start_is_refused_at_parse_time(integration, message, backbone, corpus,
+                                                                          tmp_path, capsys, monkeypatch):
+    """The Trainer starts its ``--report_to`` callbacks after the model and the corpus are loaded, and one whose
+    package is missing (tensorboard, optional here) raised there with a traceback; an unknown name likewise."""
+    from transformers.integrations import integration_utils
+
+    monkeypatch.setattr(integration_utils, "get_available_reporting_integrations", lambda: [])  # none installed
+    result = in_process(run_unsup.main, base_args(backbone, corpus, tmp_path / "out") + ["--report_to", integration],
+                        capsys)
+    assert result.code == 2 and "Traceback" not in result.err
+    assert result.err.startswith(f"run_unsup.py: error: {message}"), result.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_invalid_method_settings_and_config_files_are_usage_errors(backbone, corpus, tmp_path, capsys):
     args = base_args(backbone, corpus, tmp_path / "out") + ["--eval_strategy", "no"]
     pooler = in_process(run_unsup.main, args + ["--pooler_type", "nope"], capsys)
