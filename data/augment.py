@@ -279,13 +279,6 @@ class MaskedLMFiller:
         self.pad_id = tokenizer.pad_token_id or 0
         self.banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
-    @classmethod
-    def from_pretrained(cls, name_or_path: str, tokenizer: PreTrainedTokenizerBase) -> MaskedLMFiller:
-        """A filler with the masked LM ``name_or_path`` (``AutoModelForMaskedLM``)."""
-        from transformers import AutoModelForMaskedLM
-
-        return cls(AutoModelForMaskedLM.from_pretrained(name_or_path), tokenizer)
-
     @torch.no_grad()
     def __call__(self, batch: list[list[int]], positions: list[list[int]]) -> list[list[int]]:
         """Replace the tokens at ``positions`` (per sentence) of ``batch`` with the masked LM's top-1 prediction."""

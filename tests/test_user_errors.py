@@ -182,6 +182,28 @@ def test_a_missing_generator_is_named(backbone, corpus, tmp_path, capsys):
     assert f"run_diffcse.py: error: --generator_name {tmp_path / 'generator'}: no such folder" in result.err
 
 
+@pytest.mark.parametrize("script, flags", [
+    ("run_diffcse", ["--generator_name"]),
+    ("run_unsup", ["--method", "esimcse", "--length_extension", "mlm_prediction", "--insert_mlm_name_or_path"]),
+])
+def test_a_masked_lm_without_its_head_is_refused(script, flags, backbone, corpus, tmp_path, capsys):
+    """A plain encoder's folder (the tiny BertModel, as ``bert-base-uncased`` saved by ``BertModel``) named as
+    DiffCSE's generator or ESimCSE's insertion filler loaded as a masked LM with a random head (transformers' load
+    report, then training on its noise); refused, naming the missing tensors. A real masked LM still trains."""
+    from tests.tiny import save_tiny_generator
+
+    main, prog = {"run_diffcse": (run_diffcse.main, "run_diffcse.py"), "run_unsup": (run_unsup.main, "run_unsup.py")}[
+        script]
+    common = base_args(backbone, corpus, tmp_path / "out") + ["--eval_strategy", "no", *flags]
+    result = in_process(main, common + [str(backbone)], capsys, prog=prog)
+    assert result.code == 1 and "Traceback" not in result.err
+    assert (f"{prog}: error: {flags[-1]} {backbone}: not a trained masked LM: its checkpoint lacks 6 tensor(s) of "
+            "BertForMaskedLM (cls.predictions.bias, ") in result.err, result.err
+    assert "distilbert-base-uncased for bert-base-uncased" in result.err and not (tmp_path / "out").exists()
+    trained = in_process(main, common + [str(save_tiny_generator(tmp_path / "mlm"))], capsys, prog=prog)
+    assert trained.code == 0, trained.err
+
+
 # ------------------------------------------------------------------------------------------ output folders
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -53,8 +53,10 @@ def esimcse_collator(model: ContrastiveModel, tokenizer, max_length: int) -> Con
     config = model.config
     extender = None
     if config.length_extension != "none":
-        filler = (MaskedLMFiller.from_pretrained(config.insert_mlm_name_or_path, tokenizer)
-                  if config.length_extension == "mlm_prediction" else None)
+        filler = None
+        if config.length_extension == "mlm_prediction":
+            filler = MaskedLMFiller(load_masked_lm("--insert_mlm_name_or_path", config.insert_mlm_name_or_path),
+                                    tokenizer)
         extender = LengthExtender(
             tokenizer, max_length if config.truncate_positive else None, dup_rate=config.dup_rate,
             dup_type=config.dup_type, rule=config.dup_length_rule, mode=config.length_extension,
@@ -100,8 +102,23 @@ def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *,
     check_generator_vocabulary(tokenizer, generator_tokenizer,
                                AutoConfig.from_pretrained(model_name_or_path, cache_dir=cache_dir),
                                AutoConfig.from_pretrained(generator_name, cache_dir=cache_dir))
-    generator = AutoModelForMaskedLM.from_pretrained(generator_name, cache_dir=cache_dir)
-    return {"generator": generator}
+    return {"generator": load_masked_lm("--generator_name", generator_name, cache_dir=cache_dir)}
+
+
+def load_masked_lm(flag: str, name: str, *, cache_dir: str | None = None) -> PreTrainedModel:
+    """The masked LM ``name`` (``AutoModelForMaskedLM``: DiffCSE's generator, ESimCSE's insertion filler), refused
+    when its checkpoint lacks part of the masked-LM head: transformers initialises the missing tensors at random,
+    prints a load report and goes on, and a random head's predictions are noise, so a plain encoder
+    (``bert-base-uncased``'s ``BertModel`` saved alone, a contrastive export) would train with a random generator."""
+    model, loading = AutoModelForMaskedLM.from_pretrained(name, cache_dir=cache_dir, output_loading_info=True)
+    missing = sorted(loading.get("missing_keys") or ())
+    if missing:
+        raise UserError(
+            f"{flag} {name}: not a trained masked LM: its checkpoint lacks {len(missing)} tensor(s) of "
+            f"{type(model).__name__} ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}), which would be "
+            "initialised at random, so its predictions would be noise. Pass a masked-LM checkpoint with the "
+            "encoder's vocabulary, e.g. distilbert-base-uncased for bert-base-uncased")
+    return model
 
 
 # ------------------------------------------------------------------------------------------------ the table
@@ -222,4 +239,4 @@ def load_contrastive_model(path: str | Path) -> ContrastiveModel:
 
 
 __all__ = ["METHODS", "Method", "assemble_model", "build_collator", "build_model", "cached_step_defaults",
-           "load_contrastive_model", "method_spec", "resolve_settings"]
+           "load_contrastive_model", "load_masked_lm", "method_spec", "resolve_settings"]
