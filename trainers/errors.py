@@ -1,7 +1,8 @@
 """User errors of the training scripts: one message (what, where, what to do), no traceback, a non-zero exit.
 
 ``run_unsup.py`` and ``run_diffcse.py`` run their ``main`` through :func:`run_cli`. It turns the errors below (and
-the project's data errors, :class:`data.corpus.CorpusError` and :class:`eval.sts.SentEvalDataError`) into
+the project's data errors, :class:`data.corpus.CorpusError`, :class:`eval.sts.SentEvalDataError` and
+:class:`eval.backbone.IncompleteWeightsError`) into
 
     run_unsup.py: error: <message>
 
@@ -52,9 +53,10 @@ def debug_enabled() -> bool:
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types that are the user's to fix (imported lazily: they live beside their loaders)."""
     from data.corpus import CorpusError
+    from eval.backbone import IncompleteWeightsError
     from eval.sts import SentEvalDataError
 
-    return UserError, CorpusError, SentEvalDataError
+    return UserError, CorpusError, SentEvalDataError, IncompleteWeightsError
 
 
 def exit_code_of(error: BaseException) -> int:
