@@ -171,6 +171,23 @@ MethodArguments = make_dataclass(
 GPU_DATALOADER_WORKERS = 2
 
 
+def check_best_model_metric(metric: str | None, eval_transfer: bool) -> None:
+    """Refuse a ``--metric_for_best_model`` the dev evaluation does not report (``eval.sts.DEV_METRICS``; with
+    ``--eval_transfer``, ``eval.transfer.transfer_dev_metrics`` too): the Trainer looks it up only at the first
+    evaluation, after ``--eval_steps`` steps, and stopped there with a KeyError traceback."""
+    from eval.sts import DEV_METRICS
+    from eval.transfer import transfer_dev_metrics
+
+    if metric is None:
+        return
+    name = metric.removeprefix("eval_")  # the Trainer's own prefix, accepted with or without
+    reported = [*DEV_METRICS, *(transfer_dev_metrics() if eval_transfer else ())]
+    if name not in reported:
+        needs_transfer = " (the transfer tasks' with --eval_transfer true)" if name in transfer_dev_metrics() else ""
+        raise UsageError(f"--metric_for_best_model {metric}: the dev evaluation reports {', '.join(reported)}"
+                         f"{needs_transfer}; pick one of them (the default, stsb_spearman, is the papers' choice)")
+
+
 #: The package each ``--report_to`` integration needs, where its name is not the integration's.
 REPORTING_PACKAGES = {"azure_ml": "azureml-core", "neptune": "neptune", "flyte": "flytekit"}
 
@@ -367,6 +384,8 @@ class CLTrainingArguments(TrainingArguments):
             self.save_strategy = "best" if evaluating else "steps"
         if self.load_best_model_at_end is None:
             self.load_best_model_at_end = evaluating
+        if evaluating:
+            check_best_model_metric(self.metric_for_best_model, bool(self.eval_transfer))
 
 
 def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None = None,

@@ -96,6 +96,11 @@ def method_warnings(model: ContrastiveModel) -> list[str]:
     return warnings
 
 
+def best_metric_name(training_args) -> str:
+    """The dev metric that picks the best checkpoint (``--metric_for_best_model``, without the Trainer's ``eval_``)."""
+    return (training_args.metric_for_best_model or "stsb_spearman").removeprefix("eval_")
+
+
 def completed_last_batch_warning(rows: int, training_args) -> str | None:
     """Under several processes, what accelerate adds to each epoch's last step: its ``even_batches`` (the default)
     completes a last round that the corpus does not fill with sentences from the epoch's start, so every process
@@ -181,7 +186,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if trainer.is_world_process_zero():
         if trainer.state.best_model_checkpoint:
             metrics["best_model_checkpoint"] = trainer.state.best_model_checkpoint
-            metrics["best_stsb_spearman"] = trainer.state.best_metric
+            metrics[f"best_{best_metric_name(training_args)}"] = trainer.state.best_metric
         trainer.save_metrics("all", metrics)
         export_dir = training_args.export_dir or os.path.join(training_args.output_dir, "export")
         exported = export_model(trainer.model, tokenizer, export_dir, scores=metrics, training=run_arguments,
@@ -198,7 +203,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             tensorboard_dir=tensorboard_dir(training_args), warnings=warnings,
             step=describe_step(model.config, training_args, compile_failure,
                                step_graph.failure if step_graph is not None else None),
-            precision=metrics["train_precision"], dev_embedding=model.dev_embedding_note())),
+            precision=metrics["train_precision"], dev_embedding=model.dev_embedding_note(),
+            best_metric=best_metric_name(training_args))),
             flush=True)
     return metrics
 

@@ -37,6 +37,13 @@ class RunSummary:
     precision: str | None = None
     #: How the dev scores' embedding differs from the export's (``ContrastiveModel.dev_embedding_note``).
     dev_embedding: str | None = None
+    #: The dev metric that picked the best checkpoint (``--metric_for_best_model``; its value: ``best_<name>``).
+    best_metric: str = "stsb_spearman"
+
+
+#: How the summary names a dev metric (``eval.sts.DEV_METRICS``; a transfer task's name is its dev accuracy).
+METRIC_LABELS = {"stsb_spearman": "STS-B dev", "sickr_spearman": "SICK-R dev", "avg_sts": "STS-B and SICK-R dev mean",
+                 "transfer_avg": "transfer dev mean"}
 
 
 def duration(seconds: float) -> str:
@@ -77,7 +84,10 @@ def format_summary(summary: RunSummary) -> str:
     lines += [line for line in (_score_line("STS-B", "stsb_spearman", m, after),
                                 _score_line("SICK-R", "sickr_spearman", m, after)) if line]
     if m.get("best_model_checkpoint"):
-        lines.append(f"best checkpoint: {m['best_model_checkpoint']} (STS-B dev {m.get('best_stsb_spearman', 0):.2f})")
+        label = METRIC_LABELS.get(summary.best_metric, f"{summary.best_metric} dev accuracy")
+        best = m.get(f"best_{summary.best_metric}")
+        lines.append(f"best checkpoint: {m['best_model_checkpoint']}"
+                     + (f" ({label} {best:.2f})" if isinstance(best, (int, float)) else ""))
     elif "eval_stsb_spearman" not in m:
         lines.append("no STS-B dev evaluation (--eval_strategy no): the export is the final model")
     if summary.dev_embedding and ("eval_stsb_spearman" in m or "before_stsb_spearman" in m):

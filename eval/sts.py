@@ -441,6 +441,10 @@ def evaluate_sts(
     return results
 
 
+#: What :func:`evaluate_sts_dev` reports (the training's dev evaluation; ``--metric_for_best_model`` picks one).
+DEV_METRICS: tuple[str, ...] = ("stsb_spearman", "sickr_spearman", "avg_sts")
+
+
 def evaluate_sts_dev(
     encoder: SupportsEncode, senteval_dir: str | os.PathLike[str], show_progress: bool = False,
     check_sizes: bool | None = None,
@@ -451,8 +455,4 @@ def evaluate_sts_dev(
     """
     results = evaluate_sts(encoder, senteval_dir, tasks=DEV_TASKS, split="dev", show_progress=show_progress,
                            check_sizes=check_sizes)
-    return {
-        "stsb_spearman": results["STSBenchmark"],
-        "sickr_spearman": results["SICKRelatedness"],
-        "avg_sts": results["avg"],
-    }
+    return dict(zip(DEV_METRICS, (results["STSBenchmark"], results["SICKRelatedness"], results["avg"])))

@@ -450,6 +450,12 @@ def evaluate_transfer(
     return _summarise(results, mode)
 
 
+def transfer_dev_metrics(tasks: Sequence[str] = TRANSFER_TASKS) -> tuple[str, ...]:
+    """What :func:`evaluate_transfer_dev` reports over ``tasks``: each task's dev accuracy and their mean (the F1 of
+    MRPC needs its test split)."""
+    return (*tasks, "transfer_avg")
+
+
 def evaluate_transfer_dev(
     encoder: SupportsEncode, senteval_dir: str | os.PathLike[str], tasks: Sequence[str] | None = None
 ) -> dict[str, float]:

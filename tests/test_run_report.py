@@ -137,12 +137,17 @@ def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, back
 
 def test_tensorboard_is_optional(monkeypatch):
     import transformers.integrations
+    from transformers.integrations import integration_utils
 
     from command_line.arguments import CLTrainingArguments
 
-    monkeypatch.setattr(transformers.integrations, "is_tensorboard_available", lambda: False)
+    def tensorboard_installed(installed: bool) -> None:  # what the default reads, and what --report_to's check reads
+        for module in (transformers.integrations, integration_utils):
+            monkeypatch.setattr(module, "is_tensorboard_available", lambda: installed)
+
+    tensorboard_installed(False)
     assert CLTrainingArguments(output_dir="x", use_cpu=True).report_to == []
-    monkeypatch.setattr(transformers.integrations, "is_tensorboard_available", lambda: True)
+    tensorboard_installed(True)
     assert CLTrainingArguments(output_dir="x", use_cpu=True).report_to == ["tensorboard"]
     assert CLTrainingArguments(output_dir="x", use_cpu=True, report_to="none").report_to == []
 

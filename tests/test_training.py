@@ -178,3 +178,21 @@ def test_supervised_simcse_trains_on_a_corpus_of_pairs_and_says_so(tmp_path, bac
     on_triples = run(triples, "triples")
     assert on_triples.code == 0 and "no hard_neg column" not in on_triples.out
     assert '"view_columns"' not in (tmp_path / "triples" / "export" / "hf" / "README.md").read_text()
+
+
+def test_the_best_checkpoint_is_named_by_the_metric_that_picked_it(tmp_path, backbone, sts_fixture_dir, capsys):
+    """``--metric_for_best_model avg_sts``: the summary and ``all_results.json`` give the best checkpoint's score of
+    that metric under its own name (it was reported as "STS-B dev" and ``best_stsb_spearman``)."""
+    from tests.cli import in_process
+
+    out = tmp_path / "run"
+    result = in_process(run_unsup.main, [
+        "--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "corpus.txt")),
+        "--senteval_dir", str(sts_fixture_dir), "--max_steps", "4", "--eval_steps", "2", "--output_dir", str(out),
+        "--metric_for_best_model", "avg_sts", *FAST_TRAINING_ARGS], capsys)
+    assert result.code == 0, result.err
+    results = json.loads((out / "all_results.json").read_text())
+    state = json.loads((Path(results["best_model_checkpoint"]) / "trainer_state.json").read_text())
+    best = max(entry["eval_avg_sts"] for entry in state["log_history"] if "eval_avg_sts" in entry)
+    assert results["best_avg_sts"] == best and "best_stsb_spearman" not in results
+    assert f"best checkpoint: {results['best_model_checkpoint']} (STS-B and SICK-R dev mean {best:.2f})" in result.out

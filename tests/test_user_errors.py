@@ -56,6 +56,11 @@ def test_no_arguments_say_what_is_missing_and_point_at_the_quickstart(tmp_path, 
     (["--eval_strategy", "no", "--save_strategy", "steps", "--load_best_model_at_end", "true"],
      "--load_best_model_at_end requires the save and eval strategy to match"),
     (["--torch_compile_mode", "turbo"], "--torch_compile_mode 'turbo': choose one of default, reduce-overhead"),
+    # the Trainer looked the metric up at the first evaluation only, and stopped there with a KeyError traceback
+    (["--metric_for_best_model", "stsb"], "--metric_for_best_model stsb: the dev evaluation reports stsb_spearman, "
+                                          "sickr_spearman, avg_sts; pick one of them"),
+    (["--metric_for_best_model", "eval_MR"], "reports stsb_spearman, sickr_spearman, avg_sts (the transfer tasks' "
+                                             "with --eval_transfer true)"),
 ])
 def test_invalid_flags_are_refused_at_parse_time(argv, message, capsys, tmp_path):
     result = in_process(run_unsup.main, argv + ["--output_dir", str(tmp_path / "out")], capsys)
