@@ -147,16 +147,23 @@ class ContrastiveModel(PreTrainedModel):
     def _set_gradient_checkpointing(self, enable: bool = True, **kwargs: Any) -> None:
         """``--gradient_checkpointing`` (the Trainer's ``gradient_checkpointing_enable``): the backbone recomputes
         each layer's forward during backward. With row-seeded masks the recomputation re-makes the pass's keyed masks
-        (``RowDropoutController._active_plan``). Refused when stream dropout follows a per-row plan (S-SimCSE's
-        sampled rates, SimCSE++'s dropout-off rows): the recomputation runs after the plan's block has ended, so it
-        would draw plain-rate masks and the gradients would silently be those of another network."""
-        if enable and self.dropout_controller is not None and not self.dropout_controller.row_seeded:
-            raise ValueError(
-                "--gradient_checkpointing cannot be combined with per-row dropout from the generator stream "
-                "(S-SimCSE's --dropout_dist, SimCSE++'s --off_dropout): the recomputed layers would not see the "
-                "per-row plan. Add --dropout_masks row_seeded (masks the recomputation re-makes exactly), or use "
-                "--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
+        (``RowDropoutController._active_plan``). Refused where :meth:`gradient_checkpointing_refusal` says why (the
+        training scripts say it before anything loads: ``command_line.pipeline``)."""
+        refusal = self.gradient_checkpointing_refusal() if enable else None
+        if refusal:
+            raise ValueError(refusal)
         super()._set_gradient_checkpointing(enable=enable, **kwargs)
+
+    def gradient_checkpointing_refusal(self) -> str | None:
+        """Why ``--gradient_checkpointing`` would train another network than the step without it, or ``None``: stream
+        dropout that follows a per-row plan (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows), whose
+        recomputation runs after the plan's block has ended and would draw plain-rate masks."""
+        if self.dropout_controller is not None and not self.dropout_controller.row_seeded:
+            return ("--gradient_checkpointing cannot be combined with per-row dropout from the generator stream "
+                    "(S-SimCSE's --dropout_dist, SimCSE++'s --off_dropout): the recomputed layers would not see the "
+                    "per-row plan. Add --dropout_masks row_seeded (masks the recomputation re-makes exactly), or use "
+                    "--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
+        return None
 
     def train(self, mode: bool = True) -> "ContrastiveModel":
         """``nn.Module.train(mode)``, then :meth:`set_auxiliary_modes`. ``train(True)`` when the model is already in

@@ -291,13 +291,13 @@ class PromptBERTModel(ContrastiveModel):
         """None: the sentence vector is the [MASK] state, which follows the sentence in the template."""
         return None
 
-    def _set_gradient_checkpointing(self, enable: bool = True, **kwargs: Any) -> None:
-        """Refused with row-seeded masks and denoising: a recomputed layer of the sentence pass would meet the
-        template pass's plan."""
-        if enable and self.config.template_denoising and getattr(self.dropout_controller, "row_seeded", False):
-            raise ValueError("--gradient_checkpointing with PromptBERT's template denoising needs --dropout_masks "
-                             "stream; use --cache_chunk_size N to bound the memory instead")
-        super()._set_gradient_checkpointing(enable=enable, **kwargs)
+    def gradient_checkpointing_refusal(self) -> str | None:
+        """Also with row-seeded masks and denoising: a recomputed layer of the sentence pass would meet the template
+        pass's plan."""
+        if self.config.template_denoising and getattr(self.dropout_controller, "row_seeded", False):
+            return ("--gradient_checkpointing with PromptBERT's template denoising needs --dropout_masks stream; use "
+                    "--cache_chunk_size N to bound the memory instead")
+        return super().gradient_checkpointing_refusal()
 
 
 __all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",

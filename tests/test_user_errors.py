@@ -209,6 +209,25 @@ def test_a_masked_lm_without_its_head_is_refused(script, flags, backbone, corpus
     assert trained.code == 0, trained.err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--method", "s_simcse"], "--gradient_checkpointing cannot be combined with per-row dropout from the generator "
+                               "stream (S-SimCSE's --dropout_dist, SimCSE++'s --off_dropout)"),
+    (["--method", "simcse_pp", "--off_dropout", "true"], "--gradient_checkpointing cannot be combined with per-row "
+                                                         "dropout"),
+    (["--method", "promptbert", "--dropout_masks", "row_seeded"],
+     "--gradient_checkpointing with PromptBERT's template denoising needs --dropout_masks stream"),
+])
+def test_gradient_checkpointing_that_would_train_another_network_is_refused_before_loading_the_corpus(
+        flags, message, backbone, corpus, tmp_path, capsys):
+    """These refusals were the model's ValueError, raised inside ``Trainer.train()`` (after the corpus loaded and the
+    'before' evaluation ran) with a traceback: now one line, exit 2, nothing written."""
+    result = in_process(run_unsup.main, base_args(backbone, corpus, tmp_path / "out") + [
+        "--eval_strategy", "no", "--gradient_checkpointing", "true", *flags], capsys)
+    assert result.code == 2 and "Traceback" not in result.err
+    assert result.err.splitlines()[-1].startswith(f"run_unsup.py: error: {message}"), result.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_weights_that_lack_tensors_of_their_config_are_refused_by_training_and_evaluation(backbone, corpus, tmp_path,
                                                                                           sts_fixture_dir, capsys):
     """A folder whose config.json describes more than its weights hold (here 3 layers over a 2-layer checkpoint: a
