@@ -133,7 +133,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     check_contrast_batch(model, training_args)
     if getattr(training_args, "gradient_checkpointing", False) and (
             refusal := model.gradient_checkpointing_refusal()):
-        raise UsageError(refusal)  # the Trainer would raise it inside train(), after the corpus and the first evaluation
+        raise UsageError(refusal)  # the Trainer raised it inside train(), after the corpus and the first evaluation
     run_arguments = {**run_arguments, "settings": model.config.settings()}  # what the preset and flags resolved to
     corpus = CorpusStats()
     if train_dataset is None:

@@ -167,7 +167,8 @@ def test_supervised_simcse_trains_on_a_corpus_of_pairs_and_says_so(tmp_path, bac
         summary)
     trained = load_contrastive_model(tmp_path / "run" / "checkpoint-2")
     assert trained.config.method == "sup_simcse"
-    assert '"view_columns": [\n    "sent0",\n    "sent1"\n  ]' in (tmp_path / "run" / "export" / "hf" / "README.md").read_text()
+    card = (tmp_path / "run" / "export" / "hf" / "README.md").read_text()
+    assert '"view_columns": [\n    "sent0",\n    "sent1"\n  ]' in card
     trained.read_views_from(["sent0", "sent1"])  # what the run did once it read the corpus: its batches hold 2 views
     collate = build_collator(trained, AutoTokenizer.from_pretrained(str(backbone)), 16)
     assert collate([{"sent0": "the cat", "sent1": "a dog"}] * 3)["input_ids"].shape[:2] == (3, 2)
