@@ -161,14 +161,21 @@ def _load_tokenizer(model_name_or_path: str, subfolder: str = "") -> Any:
     return AutoTokenizer.from_pretrained(model_name_or_path, **kwargs)
 
 
-def _transformer_embed_fn(model: torch.nn.Module, tokenizer: Any, pooler: str, name: str) -> EmbedFn:
+def _transformer_embed_fn(model: torch.nn.Module, tokenizer: Any, pooler: str, name: str,
+                          pooler_missing: bool = False) -> EmbedFn:
     """Pool a plain transformer's outputs; ``cls`` reads the model's own ``pooler_output`` (computed from position
-    0, like ``cls_before_pooler``: both refused where position 0 is no [CLS] token)."""
+    0, like ``cls_before_pooler``: both refused where position 0 is no [CLS] token), refused where the model has no
+    pooler layer or its weights held none (``pooler_missing``: a randomly initialised one)."""
     if pooler == "cls" and getattr(model, "pooler", None) is None:
         raise ModelLoadingError(
             f"{name} ({type(model).__name__}) has no pooler layer, so --pooler cls (its pooler_output) is undefined; "
             f"use --pooler cls_before_pooler (the raw [CLS] vector) or --pooler avg"
         )
+    if pooler == "cls" and pooler_missing:
+        raise ModelLoadingError(
+            f"{name}: its weights hold no pooler layer, so --pooler cls (the pooler_output, the default for a plain "
+            f"model) would read a randomly initialised one; use --pooler cls_before_pooler (the raw [CLS] vector) or "
+            f"--pooler avg")
     if pooler == "cls_before_pooler" and position_zero_sees_only_itself(model):
         raise ModelLoadingError(
             f"{name} ({type(model).__name__}) is a causal (decoder-only) model: its position 0 sees only the first "
@@ -245,15 +252,10 @@ def _huggingface_backend(
         logger.warning("%s is a PromptBERT export (the [MASK] state in its template); --pooler %s ignores the "
                        "template", model_name_or_path, pooler)
     pooler = pooler or "cls"
-    if pooler == "cls" and loaded.pooler_missing:
-        raise ModelLoadingError(
-            f"{model_name_or_path}: its weights hold no pooler layer, so --pooler cls (the pooler_output, the default "
-            f"for a plain model) would read a randomly initialised one; use --pooler cls_before_pooler (the raw [CLS] "
-            f"vector) or --pooler avg")
     logger.info("%s: Hugging Face %s, pooler %s", model_name_or_path, type(model).__name__, pooler)
     tokenizer = _load_tokenizer(model_name_or_path, subfolder)
-    return _Backend(model, _transformer_embed_fn(model, tokenizer, pooler, model_name_or_path), tokenizer,
-                    backbone=model)
+    embed = _transformer_embed_fn(model, tokenizer, pooler, model_name_or_path, loaded.pooler_missing)
+    return _Backend(model, embed, tokenizer, backbone=model)
 
 
 def _st_transformer_subfolder(model_name_or_path: str) -> str:
