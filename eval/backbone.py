@@ -33,6 +33,11 @@ class IncompleteWeightsError(Exception):
 POOLER_PREFIX = "pooler."
 
 
+def first_keys(keys: list[str], shown: int = 3) -> str:
+    """``a, b, c, ...``: the first ``shown`` of ``keys`` (a load's missing tensors), for a one-line message."""
+    return ", ".join(keys[:shown]) + (", ..." if len(keys) > shown else "")
+
+
 def missing_weights_problem(name: str, model: torch.nn.Module, missing: Iterable[str]) -> str | None:
     """Why ``model`` (loaded from ``name``) cannot be used when its weights lacked the tensors ``missing`` (beyond
     the pooler's): transformers initialises them at random, prints a load report and goes on, so a folder whose
@@ -42,7 +47,7 @@ def missing_weights_problem(name: str, model: torch.nn.Module, missing: Iterable
     if not lacking:
         return None
     return (f"--model_name_or_path {name}: its weights lack {len(lacking)} of {type(model).__name__}'s tensors "
-            f"({', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''}), which transformers would initialise "
+            f"({first_keys(lacking)}), which transformers would initialise "
             "at random: its config.json describes a larger or another model than its weights (another checkpoint's "
             "config, or an interrupted save). Pass the folder the weights were saved with")
 
@@ -245,6 +250,6 @@ def in_hub_cache(name: str, cache_dir: str | None) -> bool:
 
 
 __all__ = ["CLS_PROBE", "POOLER_PREFIX", "IncompleteWeightsError", "LoadedBackbone", "bf16_forward_problem",
-           "cls_position_problem", "encoder_decoder_problem", "in_hub_cache", "load_auto_model", "load_backbone",
+           "cls_position_problem", "encoder_decoder_problem", "first_keys", "in_hub_cache", "load_auto_model", "load_backbone",
            "missing_weights_problem", "model_problem", "position_zero_sees_only_itself", "tokenizer_problem",
            "vocabulary_problem", "weights_file_problem"]

@@ -466,3 +466,17 @@ def test_every_method_resumed_halfway_ends_on_the_uninterrupted_runs_weights(met
     assert resumed.code == 0, resumed.err
     assert_resumed_run_ends_on_the_uninterrupted_runs_weights(tmp_path / "full", tmp_path / "resumed", 3, 6)
     assert not [message for message in said if "keys in the checkpoint" in message], said
+
+
+def test_the_restoring_flags_name_no_flag_where_the_run_recorded_no_value(tmp_path):
+    """A backbone difference with no recorded path, or a corpus whose recorded file is this command's own (edited
+    since): no flag restores it, so none is named (not ``no --model_name_or_path``); a setting the run left unset is
+    one to drop."""
+    from trainers.resume_settings import CheckpointRecords, restoring_flags
+
+    corpus = tmp_path / "corpus.txt"
+    records = CheckpointRecords(tmp_path, config={}, state={}, arguments={"train_file": str(corpus)})
+    ours = {"DataArguments": {"train_file": str(corpus)}}
+    differences = [("backbone model_type", "bert", "roberta"), ("--train_file's contents", "a", "b"),
+                   ("data_seed", None, 5), ("temperature", 0.05, 0.1)]
+    assert restoring_flags(records, ours, differences) == ["no --data_seed", "--temp 0.05"]

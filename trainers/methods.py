@@ -25,7 +25,7 @@ from data.augment import LengthExtender, MaskedLMFiller
 from data.collators import ContrastiveCollator
 from data.diffcse_collator import DiffCSECollator
 from data.prompt_templates import PromptCollator, template_token_ids, tokenize_template
-from eval.backbone import load_auto_model, tokenizer_problem
+from eval.backbone import first_keys, load_auto_model, tokenizer_problem
 from models.base import ContrastiveModel
 from models.config import DIFFCSE, SETTINGS, UNSUP, ContrastiveConfig, check_settings
 from models.diffcse import DiffCSEModel, check_generator_vocabulary
@@ -115,7 +115,7 @@ def load_masked_lm(flag: str, name: str, *, cache_dir: str | None = None) -> Pre
     if missing:
         raise UserError(
             f"{flag} {name}: not a trained masked LM: its checkpoint lacks {len(missing)} tensor(s) of "
-            f"{type(model).__name__} ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}), which would be "
+            f"{type(model).__name__} ({first_keys(missing)}), which would be "
             "initialised at random, so its predictions would be noise. Pass a masked-LM checkpoint with the "
             "encoder's vocabulary, e.g. distilbert-base-uncased for bert-base-uncased")
     return model

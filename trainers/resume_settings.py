@@ -207,13 +207,13 @@ def restoring_flags(records: CheckpointRecords, run_arguments: Mapping[str, Any]
             flag = "--model_name_or_path"
             value = recorded.get("model_name_or_path") or (records.config.get("encoder_config") or {}).get(
                 "_name_or_path")
+            if value is None:
+                continue  # no path recorded: no flag to name (``no --model_name_or_path`` would be wrong)
         else:  # the corpus: its file, where the run's was another path than this command's
             flag, value = "--train_file", recorded.get("train_file")
             ours = flat_arguments(run_arguments).get("train_file")
-            if value and ours and os.path.realpath(value) == os.path.realpath(ours):
-                value = None  # the same path, its contents edited since: no flag brings them back
-            if value is None:
-                continue
+            if not value or (ours and os.path.realpath(value) == os.path.realpath(ours)):
+                continue  # none recorded, or the same path, its contents edited since: no flag brings them back
         phrase = f"no {flag}" if value is None else f"{flag} {_command_line_value(value)}"
         if phrase not in flags:
             flags.append(phrase)
