@@ -24,7 +24,7 @@ from command_line.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArgu
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model, resolve_settings
 from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
-from command_line.preflight import preflight
+from command_line.preflight import preflight, resolve_backbone
 from command_line.backbone_checks import check_backbone, check_pooler, check_precision
 
 
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with reraise_as(UsageError, ValueError):
         settings = diffcse_args.explicit_settings()
         generator_name = resolve_settings("diffcse", settings)["generator_name"]
+    resolve_backbone(model_args, training_args)
     preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
                                          "--generator_name": generator_name},
               corpus_hint=UNSUP_HINT, cache_dir=model_args.cache_dir)

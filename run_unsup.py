@@ -21,7 +21,7 @@ from command_line.arguments import CLTrainingArguments, DataArguments, MethodArg
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model
 from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
-from command_line.preflight import preflight
+from command_line.preflight import preflight, resolve_backbone
 from command_line.backbone_checks import check_backbone, check_pooler, check_precision
 
 
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         (ModelArguments, DataArguments, MethodArguments, CLTrainingArguments), argv, description=__doc__)
     setup_logging(training_args)
     settings = method_args.explicit_settings()
+    resolve_backbone(model_args, training_args)
     preflight(training_args, data_args, {"--model_name_or_path": model_args.model_name_or_path,
                                          "--insert_mlm_name_or_path": settings.get("insert_mlm_name_or_path")},
               corpus_hint=SUP_HINT if method_args.method == "sup_simcse" else UNSUP_HINT,

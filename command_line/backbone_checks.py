@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval.backbone import (bf16_forward_problem, cls_position_problem, encoder_decoder_problem,
+from eval.backbone import (backbone_config, bf16_forward_problem, cls_position_problem, encoder_decoder_problem,
                            position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem)
 from models.base import ContrastiveModel
 from trainers.errors import UsageError, UserError
@@ -88,15 +88,13 @@ def check_backbone(model_args: Any, max_seq_length: int, method: str, settings: 
                    generator: str | None = None) -> None:
     """The checks that need no weights, for ``--model_name_or_path`` (its ``tokenizer``, already loaded, and its
     config) and DiffCSE's ``--generator_name`` (its config: it reads the same views)."""
-    from transformers import AutoConfig
-
     name = model_args.model_name_or_path
     check_tokenizer("--model_name_or_path", name, tokenizer)
     models = {"--model_name_or_path": name, "--generator_name": generator}
     added = template_tokens(method, settings, tokenizer)
     for flag, model in models.items():
         if model:
-            config = AutoConfig.from_pretrained(model, cache_dir=model_args.cache_dir)
+            config = backbone_config(model, cache_dir=model_args.cache_dir)
             if flag == "--model_name_or_path":
                 problem = encoder_decoder_problem(config)
                 if problem:

@@ -10,6 +10,8 @@ with one message instead of after minutes of loading (or, worse, after training 
 - :func:`check_evaluation_data`: the dev sets evaluation reads (STS-B dev and SICK-R dev) load, with SentEval's
   line counts, before the first training step.
 - :func:`command_line.writable.check_creatable`: ``--output_dir`` (and ``--export_dir``) can be created and written.
+
+Before them, :func:`resolve_backbone` reads ``--model_name_or_path`` as the folder the backbone loads from.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from eval.backbone import in_hub_cache, model_problem
+from eval.backbone import (ModelLoadingError, contrastive_checkpoint_method, in_hub_cache, model_problem,
+                           resolve_run_folder)
 from models.card import is_hub_name
 from trainers.checkpoints import (checkpoint_step, incomplete_checkpoint_error, newest_complete_checkpoint,
                                   resolve_latest)
@@ -36,6 +39,29 @@ SENTEVAL_HELP = ("Get it with `bash data/download_senteval.sh` (needs internet) 
 
 #: Files a finished (or started) run leaves in its output folder, besides its checkpoint-N folders and export.
 RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "run_arguments.json")
+
+
+# ------------------------------------------------------------------------------------------------ backbone
+
+
+def resolve_backbone(model_args: Any, training_args: Any) -> None:
+    """Set ``--model_name_or_path`` to the folder the backbone loads from: a finished run's folder (its
+    ``--output_dir``) or its ``export/`` folder is its export (:func:`eval.backbone.resolve_run_folder`, logged, as
+    ``python -m eval`` reads it), and an unfinished run's folder is refused, naming its newest checkpoint. A training
+    checkpoint (``checkpoint-N``) gives its encoder (:func:`eval.backbone.checkpoint_encoder`), as the official
+    SimCSE code starts from a checkpoint's weights, with a warning: the run starts at step 0 where
+    ``--resume_from_checkpoint`` would continue that run."""
+    name = model_args.model_name_or_path
+    try:
+        model_args.model_name_or_path = resolve_run_folder(name, "train")
+    except ModelLoadingError as exc:
+        raise UserError(f"--model_name_or_path {exc}") from None
+    method = contrastive_checkpoint_method(model_args.model_name_or_path)
+    if method is not None and training_args.should_log:
+        logger.warning("--model_name_or_path %s is a training checkpoint of a %s run: this run starts from its "
+                       "encoder's weights, at step 0, with new heads (projector, momentum encoder, generator), "
+                       "optimizer and learning-rate schedule; --resume_from_checkpoint %s would continue that run "
+                       "instead", name, method, name)
 
 
 # ------------------------------------------------------------------------------------------------ output folder
@@ -162,4 +188,4 @@ def preflight(training_args: Any, data_args: Any, models: Mapping[str, str | Non
 
 
 __all__ = ["QUICKSTART", "SENTEVAL_HELP", "check_evaluation_data", "check_output_dir", "check_resume_checkpoint",
-           "missing_inputs", "model_problem", "preflight", "previous_run"]
+           "missing_inputs", "model_problem", "preflight", "previous_run", "resolve_backbone"]

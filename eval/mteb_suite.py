@@ -67,8 +67,8 @@ def sentence_transformers_folder(path: str | Path) -> Path:
     """The sentence-transformers folder to score: ``path`` itself (it has ``modules.json``), the
     ``sentence-transformers/`` folder of an export (``<run>/export``) or of a run (``<run>``), or the one beside an
     export's plain ``hf/`` folder (``<run>/export/hf``, the folder the README's SentEval example evaluates). A run's
-    folder and an export's resolve as the SentEval suite resolves them (:func:`eval.loading.resolve_run_folder`)."""
-    from eval.loading import resolve_run_folder
+    folder and an export's resolve as the SentEval suite resolves them (:func:`eval.backbone.resolve_run_folder`)."""
+    from eval.backbone import resolve_run_folder
 
     path = Path(resolve_run_folder(str(path)))
     beside_hf = [path.parent / "sentence-transformers"] if path.name == "hf" else []

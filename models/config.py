@@ -262,6 +262,13 @@ class ContrastiveConfig(PreTrainedConfig):
         DistilBERT ``dim``): ``PreTrainedConfig`` maps these through ``attribute_map``."""
         return self.encoder_config.hidden_size
 
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PreTrainedConfig:
+        """The backbone's config, where transformers reads "the text model's" config: the Trainer's special-token
+        alignment (which, reading this config's absent ``pad_token_id``, set one here and warned on every run that
+        "the tokenizer has new PAD/BOS/EOS tokens" and the config was updated), token-embedding resizing, a module
+        initialiser's ``initializer_range``. This config itself while the backbone's is still a dict (building)."""
+        return self.encoder_config if isinstance(self.encoder_config, PreTrainedConfig) else self
+
     @property
     def projects_at_test(self) -> bool:
         """Whether the projector is part of the test-time embedding (supervised SimCSE keeps it; unsupervised
@@ -274,9 +281,10 @@ SETTINGS: dict[str, dataclasses.Field] = {
     f.name: f for f in dataclasses.fields(ContrastiveConfig) if "scripts" in f.metadata}
 
 #: Keys a ``config.json`` may carry that are neither a setting nor a PreTrainedConfig field (written by older
-#: transformers versions); anything else is refused as a misspelling.
-TOLERATED_EXTRA_KEYS = ("model_type", "_name_or_path", "_commit_hash", "_attn_implementation_autoset", "torch_dtype",
-                        "use_cache", "pad_token_id", "bos_token_id", "eos_token_id")
+#: transformers versions; ``name_or_path``: ``AutoConfig.from_pretrained`` passes it); anything else is refused as a
+#: misspelling.
+TOLERATED_EXTRA_KEYS = ("model_type", "_name_or_path", "name_or_path", "_commit_hash", "_attn_implementation_autoset",
+                        "torch_dtype", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id")
 
 
 def unknown_settings_message(names: Iterable[str], where: str) -> str:

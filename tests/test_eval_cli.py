@@ -272,13 +272,13 @@ def test_a_run_folder_is_evaluated_through_its_export(tiny_bert_dir: Path, tmp_p
     sentences = ["the cat sits .", "a dog runs in the park"]
     expected = load_encoder(exported["sentence-transformers"], device="cpu").encode(sentences)
     for folder in (run, run / "export"):
-        with caplog.at_level(logging.INFO, logger="eval.loading"):
+        with caplog.at_level(logging.INFO, logger="eval.backbone"):
             np.testing.assert_array_equal(load_encoder(folder, device="cpu").encode(sentences), expected)
         assert f"{folder} holds no model itself: evaluating its export {exported['sentence-transformers']}" in (
             caplog.text)
     shutil.rmtree(exported["sentence-transformers"])  # PromptBERT's export has only hf/
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="eval.loading"):
+    with caplog.at_level(logging.INFO, logger="eval.backbone"):
         load_encoder(run, device="cpu")
     assert f"{run} holds no model itself: evaluating its export {exported['hf']}" in caplog.text
     unfinished = tmp_path / "unfinished"

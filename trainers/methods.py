@@ -25,7 +25,7 @@ from data.augment import LengthExtender, MaskedLMFiller
 from data.collators import ContrastiveCollator
 from data.diffcse_collator import DiffCSECollator
 from data.prompt_templates import PromptCollator, template_token_ids, tokenize_template
-from eval.backbone import first_keys, load_auto_model, tokenizer_problem
+from eval.backbone import backbone_config, first_keys, load_auto_model, tokenizer_problem
 from models.base import ContrastiveModel
 from models.config import DIFFCSE, SETTINGS, UNSUP, ContrastiveConfig, check_settings
 from models.diffcse import DiffCSEModel, check_generator_vocabulary
@@ -100,7 +100,7 @@ def load_diffcse_generator(model_name_or_path: str, settings: dict[str, Any], *,
     if unreadable:
         raise UserError(unreadable)
     check_generator_vocabulary(tokenizer, generator_tokenizer,
-                               AutoConfig.from_pretrained(model_name_or_path, cache_dir=cache_dir),
+                               backbone_config(model_name_or_path, cache_dir=cache_dir),
                                AutoConfig.from_pretrained(generator_name, cache_dir=cache_dir))
     return {"generator": load_masked_lm("--generator_name", generator_name, cache_dir=cache_dir)}
 
