@@ -27,7 +27,7 @@ from models.config import SETTINGS, UNSUP, check_setting, check_value, number, v
 from trainers.errors import UsageError, reraise_as
 from trainers.fast_path import COMPILE_MODES, COMPILE_REGIONS, asynchronous_batches
 from trainers.methods import METHODS
-from trainers.precision import default_bf16
+from trainers.precision import mixed_precision_of, resolve_precision
 
 from .cli_help import USAGE, CompactHelpFormatter, hide_inherited_trainer_flags, move_group_first, move_to_front
 from .config_file import expand_config_file
@@ -271,9 +271,9 @@ class CLTrainingArguments(TrainingArguments):
         "help": "Skip non-finite step losses in the logged mean. Off here: the Trainer's check reads the loss on the "
                 "host after every step (a host-device sync per step on GPU)."})
     bf16: bool | None = field(
-        default=None, metadata={"help": "bf16 autocast for training (evaluation: --eval_dtype). Default: on with a "
-                                        "bf16-capable GPU, or on a CPU with native bf16 (AVX512-BF16 / AMX / Arm "
-                                        "BF16; trainers/precision.py), else fp32. --bf16 false trains in fp32."})
+        default=None, metadata={"help": "bf16 autocast for training (evaluation: --eval_dtype). Default: accelerate "
+                                        "launch's --mixed_precision bf16|fp16 if set, else on with a bf16 GPU or "
+                                        "a CPU with native bf16 (trainers/precision.py), else fp32."})
     tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls; default: on with an Ampere+ GPU."})
     eval_dtype: str = field(default="fp32", metadata={
         "help": "Every evaluation's precision (STS-B dev, final scores; recorded): fp32 (autocast, TF32 off: as "
@@ -339,8 +339,8 @@ class CLTrainingArguments(TrainingArguments):
         if not torch.accelerator.is_available():
             self.use_cpu = True  # the device it runs on anyway; the Trainer refuses bf16 on CPU unless told so
             self.dataloader_pin_memory = False  # nothing to pin for; torch would warn on every dataloader
-        if self.bf16 is None:
-            self.bf16 = default_bf16(on_cpu=bool(self.use_cpu)) and not self.fp16
+        self.bf16, self.fp16, self.precision_warning = resolve_precision(self.bf16, bool(self.fp16),
+                                                                         on_cpu=bool(self.use_cpu))
         if self.tf32 is None:
             self.tf32 = True if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else None
         if launched_world_size() > 1 and not torch.cuda.is_available():
@@ -352,6 +352,7 @@ class CLTrainingArguments(TrainingArguments):
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.take_over_torch_compile()
         super().__post_init__()
+        self.mixed_precision = mixed_precision_of(self.bf16, self.fp16)  # it read the launcher's, which may differ
         if self.fast_path:
             asynchronous_batches(self)
         refuse_data_parallel(self)

@@ -145,7 +145,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
                                 or incomplete_checkpoint_error(resume, training_args.world_size, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
     completed = completed_last_batch_warning(len(train_dataset), training_args)
-    warnings = (method_warnings(model) + ([completed] if completed else [])
+    precision = getattr(training_args, "precision_warning", None)  # the launcher's mixed precision overridden
+    warnings = (method_warnings(model) + ([completed] if completed else []) + ([precision] if precision else [])
                 + (resume_warnings(records, run_arguments) if records is not None else []))
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)
