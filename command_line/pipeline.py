@@ -96,6 +96,24 @@ def method_warnings(model: ContrastiveModel) -> list[str]:
     return warnings
 
 
+def accumulation_warning(model: ContrastiveModel, training_args) -> str | None:
+    """``--gradient_accumulation_steps`` above 1 averages the gradients of several micro-batches, but each
+    micro-batch's loss contrasts its own sentences only: the in-batch negatives are a micro-batch's, not the step's
+    (a researcher reaching batch 512 this way trains batch 64's objective). Said, with the flags that train the step's
+    objective in a micro-batch's memory (the cached step); ``None`` without accumulation."""
+    steps = training_args.gradient_accumulation_steps
+    if steps <= 1:
+        return None
+    batch, gather = training_args.per_device_train_batch_size, model.config.gather_negatives
+    contrast = batch * (training_args.world_size if gather else 1)
+    return (f"--gradient_accumulation_steps {steps}: each step averages the gradients of {steps} micro-batches, and "
+            f"each micro-batch's loss contrasts only its own {contrast} corpus rows "
+            f"({'per-device batch x processes' if gather else 'the per-device batch: --gather_negatives false'}), so "
+            f"the in-batch negatives are those of batch {contrast}, not of batch {contrast * steps}. For the loss of "
+            f"batch {contrast * steps} in a micro-batch's memory use --per_device_train_batch_size {batch * steps} "
+            f"--cache_chunk_size {batch} (docs/cached_training.md).")
+
+
 def best_metric_name(training_args) -> str:
     """The dev metric that picks the best checkpoint (``--metric_for_best_model``, without the Trainer's ``eval_``)."""
     return (training_args.metric_for_best_model or "stsb_spearman").removeprefix("eval_")
@@ -144,9 +162,10 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if records is not None and (error := resume_mismatch_error(records, model, run_arguments)
                                 or incomplete_checkpoint_error(resume, training_args.world_size, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
-    completed = completed_last_batch_warning(len(train_dataset), training_args)
-    precision = getattr(training_args, "precision_warning", None)  # the launcher's mixed precision overridden
-    warnings = (method_warnings(model) + ([completed] if completed else []) + ([precision] if precision else [])
+    run_warnings = (completed_last_batch_warning(len(train_dataset), training_args),
+                    accumulation_warning(model, training_args),
+                    getattr(training_args, "precision_warning", None))  # the launcher's mixed precision overridden
+    warnings = (method_warnings(model) + [warning for warning in run_warnings if warning]
                 + (resume_warnings(records, run_arguments) if records is not None else []))
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)

@@ -181,6 +181,49 @@ def test_supervised_simcse_trains_on_a_corpus_of_pairs_and_says_so(tmp_path, bac
     assert '"view_columns"' not in (tmp_path / "triples" / "export" / "hf" / "README.md").read_text()
 
 
+def test_gradient_accumulation_says_that_negatives_come_from_one_micro_batch(tmp_path, backbone, capsys):
+    """A step of 2 micro-batches of 8 trains on 16 rows, but each micro-batch's loss contrasts its own 8: the run
+    said nothing (a researcher reaching batch 512 this way trains batch 64's objective). The log and the summary say
+    it, with the cached step's flags that train the step's objective; no accumulation, nothing said."""
+    from tests.cli import in_process
+
+    corpus = tiny_corpus(tmp_path / "corpus.txt")
+
+    def run(name: str, *flags: str):
+        return in_process(run_unsup.main, [
+            "--method", "simcse", "--model_name_or_path", str(backbone), "--train_file", str(corpus), "--max_steps",
+            "1", "--eval_strategy", "no", "--output_dir", str(tmp_path / name), *FAST_TRAINING_ARGS, *flags], capsys)
+
+    result = run("accumulated", "--gradient_accumulation_steps", "2")
+    assert result.code == 0, result.err
+    summary = result.out.split("run summary ===", 1)[1]
+    assert ("warning: --gradient_accumulation_steps 2: each step averages the gradients of 2 micro-batches, and each "
+            "micro-batch's loss contrasts only its own 8 corpus rows (per-device batch x processes), so the in-batch "
+            "negatives are those of batch 8, not of batch 16. For the loss of batch 16 in a micro-batch's memory use "
+            "--per_device_train_batch_size 16 --cache_chunk_size 8") in summary
+    plain = run("plain")
+    assert plain.code == 0 and "gradient_accumulation_steps" not in plain.out
+
+
+@pytest.mark.parametrize("processes, gather, contrast, accumulated", [
+    (2, True, 16, 64),  # the negatives span the processes
+    (2, False, 8, 32),  # --gather_negatives false: each process's own
+    (1, True, 8, 32),
+])
+def test_the_accumulation_warning_counts_the_contrast_batch(processes, gather, contrast, accumulated):
+    from types import SimpleNamespace
+
+    from command_line.pipeline import accumulation_warning
+
+    model = SimpleNamespace(config=SimpleNamespace(gather_negatives=gather))
+    args = SimpleNamespace(gradient_accumulation_steps=4, per_device_train_batch_size=8, world_size=processes)
+    warning = accumulation_warning(model, args)
+    assert f"its own {contrast} corpus rows" in warning and f"not of batch {accumulated}." in warning, warning
+    assert (f"For the loss of batch {accumulated} in a micro-batch's memory use --per_device_train_batch_size 32 "
+            "--cache_chunk_size 8") in warning
+    assert accumulation_warning(model, SimpleNamespace(**{**vars(args), "gradient_accumulation_steps": 1})) is None
+
+
 def test_the_best_checkpoint_is_named_by_the_metric_that_picked_it(tmp_path, backbone, sts_fixture_dir, capsys):
     """``--metric_for_best_model avg_sts``: the summary and ``all_results.json`` give the best checkpoint's score of
     that metric under its own name (it was reported as "STS-B dev" and ``best_stsb_spearman``)."""
