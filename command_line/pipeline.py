@@ -18,6 +18,7 @@ import transformers
 from transformers import AutoTokenizer
 
 from data.corpus import CorpusStats
+from data.truncation import count_cut_sentences
 from models.base import ContrastiveModel
 from models.card_metadata import run_argument
 from models.export import export_model
@@ -169,11 +170,15 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
                 + (resume_warnings(records, run_arguments) if records is not None else []))
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)
+    collator = build_collator(model, tokenizer, data_args.max_seq_length)
+    cut = count_cut_sentences(collator, train_dataset)  # the tokens past --max_seq_length, counted, not silent
+    if cut is not None and training_args.should_log:
+        logger.info("training corpus: %s", cut.describe())
     trainer = CLTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        data_collator=build_collator(model, tokenizer, data_args.max_seq_length),
+        data_collator=collator,
         processing_class=tokenizer,
         senteval_dir=data_args.senteval_dir,
     )
@@ -199,6 +204,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
         if step_graph.failure:
             warnings.append(f"the step graph's capture failed ({step_graph.failure}): the run trained with the fast "
                             "path's compiled regions from there on")
+    metrics.update(cut.metrics() if cut is not None else {})
     metrics["train_precision"] = training_precision(training_args.bf16, training_args.fp16)
     metrics["evaluation_seconds"] = round(trainer.evaluation_seconds, 2)  # of train_runtime (not training throughput)
     metrics.update(peak_accelerator_memory())
@@ -227,6 +233,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
             step=describe_step(model.config, training_args, compile_failure,
                                step_graph.failure if step_graph is not None else None),
             precision=metrics["train_precision"], dev_embedding=model.dev_embedding_note(),
+            truncation=cut.describe() if cut is not None else None,
             best_metric=best_metric_name(training_args))),
             flush=True)
     return metrics

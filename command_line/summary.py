@@ -1,7 +1,8 @@
 """The end-of-run summary a training script prints at any log level: the numbers a user looks for first.
 
 STS-B (and SICK-R) dev before and after training, the best checkpoint, where the export went, how much of the
-corpus was used (and how many lines were skipped), wall time and throughput, and the warnings worth repeating.
+corpus was used (how many lines were skipped, how many sentences --max_seq_length cuts), wall time and throughput,
+and the warnings worth repeating.
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ class RunSummary:
     dev_embedding: str | None = None
     #: The dev metric that picked the best checkpoint (``--metric_for_best_model``; its value: ``best_<name>``).
     best_metric: str = "stsb_spearman"
+    #: How many training sentences ``--max_seq_length`` cuts (``data.truncation.SentenceCut.describe``).
+    truncation: str | None = None
 
 
 #: How the summary names a dev metric (``eval.sts.DEV_METRICS``; a transfer task's name is its dev accuracy).
@@ -99,6 +102,8 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"corpus: {used}{c.rows - c.skipped:,} rows of {c.file} (skipped {c.skipped:,} {c.skipped_what})")
     elif summary.train_rows is not None:
         lines.append(f"corpus: {summary.train_rows:,} training rows")
+    if summary.truncation:
+        lines.append(f"truncation: {summary.truncation}")
     steps, runtime = summary.steps, m.get("train_runtime")
     if runtime is not None:
         resumed = f" (resumed at step {summary.resumed_at})" if summary.resumed_at else ""

@@ -74,6 +74,15 @@ class ContrastiveCollator:
         """Token ids of ``texts`` (special tokens included), truncated to ``max_length``, unpadded."""
         return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
 
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        """The row fields this collator tokenises (each once)."""
+        return tuple(dict.fromkeys(self.view_columns))
+
+    def cut_count(self, texts: list[str]) -> int:
+        """How many of ``texts`` :meth:`tokenize` cuts: longer than ``max_length`` tokens, special tokens included."""
+        return sum(len(ids) > self.max_length for ids in self.tokenizer(texts)["input_ids"])
+
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Dataset rows -> ``input_ids`` / ``attention_mask`` [B, V, L] (+ ``token_type_ids``), padded per batch."""
         tokenized = {column: self.tokenize([row[column] for row in rows]) for column in dict.fromkeys(self.view_columns)}

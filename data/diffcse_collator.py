@@ -93,6 +93,16 @@ class DiffCSECollator(EpochDraws):
         """The widest view batch this collator can make (its views': ``max_length``)."""
         return self.views.max_width
 
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        """The row fields its SimCSE views tokenise."""
+        return self.views.text_columns
+
+    def cut_count(self, texts: list[str]) -> int:
+        """How many of ``texts`` its SimCSE views cut (:meth:`ContrastiveCollator.cut_count`); the edited sentences
+        are built from the cut views."""
+        return self.views.cut_count(texts)
+
     # ------------------------------------------------------------------ batch
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Dataset rows -> SimCSE's views plus the ``rtd_*`` keys of the edited sentences (module docstring)."""

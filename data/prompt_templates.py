@@ -107,6 +107,16 @@ class PromptCollator:
         return self.tokenizer(texts, add_special_tokens=False, truncation=True,
                               max_length=self.max_length)["input_ids"]
 
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        """The row field this collator reads."""
+        return (self.column,)
+
+    def cut_count(self, texts: list[str]) -> int:
+        """How many of ``texts`` :meth:`sentence_ids` cuts: more than ``max_length`` tokens of their own."""
+        return sum(len(ids) > self.max_length
+                   for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"])
+
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Rows -> ``input_ids`` / ``attention_mask`` [B, V, L], padded to the batch's longest view (no
         ``token_type_ids``: the code passes none)."""

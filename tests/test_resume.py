@@ -311,6 +311,26 @@ def test_a_longer_resume_of_the_same_corpus_moved_trains_on_and_says_what_it_doe
     assert recorded == {"train_file_sha256": hashlib.sha256(moved.read_bytes()).hexdigest(), "train_rows": 96}
 
 
+def test_a_resume_in_another_precision_trains_on_and_says_so(finished, tmp_path, capsys):
+    """The run trained in fp32 (--bf16 false); a resume in bf16 (another machine's default, or the flag) trained its
+    remaining steps in bf16 without a word. It still trains on (moving a run is legitimate), saying so with the flag
+    that goes on in fp32; with that flag, nothing is said."""
+    out = unfinished_run(finished, tmp_path / "out")
+    command = run_args(finished["backbone"], finished["corpus"], out) + ["--resume_from_checkpoint",
+                                                                        str(out / "checkpoint-2")]
+    result = in_process(run_unsup.main, command + ["--bf16", "true"], capsys)
+    assert result.code == 0, result.err
+    said = (f"warning: --resume_from_checkpoint {out / 'checkpoint-2'}: its run trained in fp32, this resume trains "
+            "in bf16 (this machine's default, or --bf16 / --fp16), so its remaining steps compute differently from "
+            "the uninterrupted run's; --bf16 false goes on in fp32")
+    assert said in result.out and "precision: bf16 training" in result.out
+    shutil.rmtree(out)
+    out = unfinished_run(finished, tmp_path / "out")
+    same = in_process(run_unsup.main, command + ["--bf16", "true", "--bf16", "false"], capsys)
+    assert same.code == 0, same.err
+    assert "this resume trains in" not in same.out and "precision: fp32 training" in same.out
+
+
 def test_a_resume_on_another_corpus_is_refused_at_its_path_or_another(finished, tmp_path, capsys):
     """Another corpus would skip the wrong batches of the resumed epoch (sentences trained twice or never): refused,
     naming the two digests, whether the file was edited in place or another path names it. Before the run recorded

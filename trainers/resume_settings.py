@@ -22,7 +22,8 @@ checkpoint's records with this run:
 
 :func:`resume_warnings` gathers the warnings: :func:`length_change_warning` above, :func:`corpus_change_warning` when
 ``--train_file`` names another file than the run's and the checkpoint records no corpus digest (written before it
-did: the file may be the same corpus, moved), :func:`lost_best_warning` when
+did: the file may be the same corpus, moved), :func:`precision_change_warning` when the resume trains in another
+precision (another machine's default, another ``--bf16``), :func:`lost_best_warning` when
 the run's best checkpoint is gone (the run can then only end on a later one). :func:`finished_at` says whether the
 checkpoint already holds the run's last step: the Trainer would train one step past ``--max_steps`` from it (its
 loop tests the limit after a step), so the pipeline evaluates and exports it instead. All of them read the
@@ -41,6 +42,7 @@ from eval.curves import BEFORE_PREFIX
 from models.config import SETTINGS, flag_of
 
 from .errors import UsageError
+from .precision import training_precision
 
 RUN_ARGUMENTS = "run_arguments.json"
 #: The ``run_arguments.json`` section that records the corpus a run trained on (:func:`corpus_record`).
@@ -232,6 +234,23 @@ def length_change_warning(records: CheckpointRecords, run_arguments: Mapping[str
             f"differs from both an uninterrupted run of the old length and one of the new")
 
 
+def precision_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
+    """When the resume trains in another precision than the checkpoint's run (``bf16`` / ``fp16`` / ``fp32``: a
+    resume on another machine, whose default differs, or another ``--bf16``): allowed, since moving a run is
+    legitimate, but said, with the flag that goes on in the run's precision. ``None`` when equal or not recorded."""
+    theirs, ours = records.arguments or {}, flat_arguments(run_arguments)
+    if "bf16" not in theirs or "bf16" not in ours:
+        return None
+    before = training_precision(bool(theirs["bf16"]), bool(theirs.get("fp16")))
+    now = training_precision(bool(ours["bf16"]), bool(ours.get("fp16")))
+    if before == now:
+        return None
+    restore = "--fp16 true" if before == "fp16" else f"--bf16 {str(before == 'bf16').lower()}"
+    return (f"--resume_from_checkpoint {records.folder}: its run trained in {before}, this resume trains in {now} "
+            f"(this machine's default, or --bf16 / --fp16), so its remaining steps compute differently from the "
+            f"uninterrupted run's; {restore} goes on in {before}")
+
+
 def corpus_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
     """When ``--train_file`` names another file than the checkpoint's run did (its ``run_arguments.json``; compared
     as real paths from here) and the checkpoint records no corpus digest to compare the contents with: if it is
@@ -261,9 +280,11 @@ def lost_best_warning(records: CheckpointRecords) -> str | None:
 
 
 def resume_warnings(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> list[str]:
-    """Every warning a resume from ``records``'s checkpoint gets (its length, its corpus file, its lost best)."""
+    """Every warning a resume from ``records``'s checkpoint gets (its length, its corpus file, its precision, its lost
+    best)."""
     return [warning for warning in (length_change_warning(records, run_arguments),
-                                    corpus_change_warning(records, run_arguments), lost_best_warning(records))
+                                    corpus_change_warning(records, run_arguments),
+                                    precision_change_warning(records, run_arguments), lost_best_warning(records))
             if warning is not None]
 
 
