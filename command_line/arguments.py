@@ -89,6 +89,30 @@ class ModelArguments:
     attn_implementation: str | None = field(default="sdpa", metadata={"help": "Backbone attention kernel."})
     cache_dir: str | None = field(default=None, metadata={"help": "Hugging Face cache directory."})
 
+    def __post_init__(self) -> None:
+        check_attention(self.attn_implementation)
+
+
+def attention_choices() -> list[str]:
+    """The attention implementations a backbone can be asked for: ``eager`` and those registered in transformers'
+    ``AttentionInterface`` (``sdpa``, flash attention, flex attention, ...), but this repo's own row-seeded dropout
+    attention, which the model installs itself."""
+    from transformers import AttentionInterface
+
+    from models.dropout import ROW_DROPOUT_ATTENTION
+
+    return ["eager", *(name for name in AttentionInterface().valid_keys() if name != ROW_DROPOUT_ATTENTION)]
+
+
+def check_attention(name: str | None) -> None:
+    """Refuse an ``--attn_implementation`` transformers does not know (the loader fell back to the architecture's
+    default attention without a word); a Hub kernel (``org/name``) is left to transformers."""
+    if name is None or "/" in name or name in attention_choices():
+        return
+    raise UsageError(f"--attn_implementation {name!r}: choose one of {', '.join(attention_choices())} (or a Hub "
+                     "kernel, org/name); the default sdpa falls back to the architecture's own attention where it "
+                     "has no SDPA")
+
 
 @dataclass
 class DataArguments:

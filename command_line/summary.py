@@ -107,7 +107,8 @@ def format_summary(summary: RunSummary) -> str:
     steps, runtime = summary.steps, m.get("train_runtime")
     if runtime is not None:
         resumed = f" (resumed at step {summary.resumed_at})" if summary.resumed_at else ""
-        lines.append(f"training: {duration(runtime)}" + (f" for {steps} steps{resumed}" if steps is not None else "")
+        counted = f" for {steps} step{'' if steps == 1 else 's'}{resumed}" if steps is not None else ""
+        lines.append(f"training: {duration(runtime)}" + counted
                      + (f" ({duration(summary.evaluation_seconds)} of it evaluating)" if summary.evaluation_seconds
                         else "") + throughput(m, summary.evaluation_seconds))
     elif summary.resumed_at:

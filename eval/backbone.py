@@ -37,6 +37,9 @@ class ModelLoadingError(RuntimeError):
     (``python -m eval``'s loader, :mod:`eval.loading`, and :func:`resolve_run_folder`)."""
 
 
+#: The attention implementation the loaders ask for unless told otherwise (training's ``--attn_implementation``).
+DEFAULT_ATTENTION = "sdpa"
+
 #: Where the backbone's pooler layer keeps its tensors: a checkpoint may lack them (one saved from a masked LM, or a
 #: model whose pooler was dropped), which training never reads (``models.base.drop_unused_pooler``) and the
 #: evaluation's ``--pooler cls`` refuses itself (:attr:`LoadedBackbone.pooler_missing`).
@@ -71,7 +74,8 @@ class LoadedBackbone:
     pooler_missing: bool
 
 
-def load_backbone(model_name_or_path: str, subfolder: str = "", *, attn_implementation: str | None = "sdpa",
+def load_backbone(model_name_or_path: str, subfolder: str = "", *,
+                  attn_implementation: str | None = DEFAULT_ATTENTION,
                   cache_dir: str | None = None) -> LoadedBackbone:
     """THE backbone loader (training and evaluation): ``AutoModel.from_pretrained`` with SDPA attention, falling
     back to the architecture's default attention where SDPA is unsupported; never remote code. A
@@ -109,8 +113,10 @@ def _with_attention(load: Callable[..., T], attn_implementation: str | None, nam
     except (ValueError, ImportError) as exc:
         if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
             raise
-        logger.info("%s attention unavailable for %s (%s); using the default attention", attn_implementation, name,
-                    exc)
+        # sdpa is the loaders' default request, which an architecture without it answers with its own attention;
+        # any other was asked for by name (--attn_implementation), so that its absence is said
+        logger.log(logging.INFO if attn_implementation == DEFAULT_ATTENTION else logging.WARNING,
+                   "%s attention unavailable for %s (%s); using the default attention", attn_implementation, name, exc)
         return load()
 
 

@@ -142,7 +142,7 @@ def test_every_method_resumes_a_complete_checkpoint_and_refuses_one_lacking_its_
     whole = in_process(main, run_args(backbone, corpus, tmp_path / "whole", max_steps=3) + extra + [
         "--resume_from_checkpoint", str(checkpoint)], capsys, prog=prog)
     assert whole.code == 0, whole.err
-    assert " for 1 steps (resumed at step 2)" in whole.out
+    assert " for 1 step (resumed at step 2)" in whole.out
 
     drop_tensors(checkpoint, prefixes)
     resumed = in_process(main, run_args(backbone, corpus, tmp_path / "resumed") + extra + [

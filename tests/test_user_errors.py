@@ -89,6 +89,35 @@ def test_a_logging_integration_that_cannot_start_is_refused_at_parse_time(integr
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("name", ["nonsense", "cse_row_dropout"])  # unknown; this repo's own, installed by it
+def test_an_attention_transformers_does_not_know_is_refused_at_parse_time(name, backbone, corpus, tmp_path, capsys):
+    """The loader fell back to the architecture's default attention when transformers refused the name, so a typo
+    trained with sdpa and said nothing."""
+    result = in_process(run_unsup.main, base_args(backbone, corpus, tmp_path / "out") + ["--attn_implementation",
+                                                                                         name], capsys)
+    assert result.code == 2 and "Traceback" not in result.err
+    assert result.err.startswith(f"run_unsup.py: error: --attn_implementation {name!r}: choose one of eager, "), (
+        result.err)
+    assert "sdpa" in result.err and "cse_row_dropout, " not in result.err and not (tmp_path / "out").exists()
+
+
+def test_an_attention_that_cannot_load_here_is_said_not_silently_replaced(backbone, corpus, tmp_path, capsys,
+                                                                          caplog):
+    """``--attn_implementation flash_attention_2`` without its package (any CPU machine): the backbone falls back to
+    its default attention, which was logged at INFO only; asked for by name, its absence is a warning."""
+    from transformers.utils.import_utils import is_flash_attn_2_available
+
+    if is_flash_attn_2_available():
+        pytest.skip("flash-attn is installed here")
+    with caplog.at_level("INFO", logger="eval.backbone"):
+        result = in_process(run_unsup.main, base_args(backbone, corpus, tmp_path / "out") + [
+            "--attn_implementation", "flash_attention_2", "--eval_strategy", "no", "--max_steps", "1"], capsys)
+    assert result.code == 0, result.err
+    fallbacks = [record for record in caplog.records if "attention unavailable" in record.getMessage()]
+    assert fallbacks and all(record.levelname == "WARNING" for record in fallbacks)
+    assert fallbacks[0].getMessage().startswith("flash_attention_2 attention unavailable for ")
+
+
 def test_invalid_method_settings_and_config_files_are_usage_errors(backbone, corpus, tmp_path, capsys):
     args = base_args(backbone, corpus, tmp_path / "out") + ["--eval_strategy", "no"]
     pooler = in_process(run_unsup.main, args + ["--pooler_type", "nope"], capsys)
