@@ -331,6 +331,24 @@ def test_a_resume_in_another_precision_trains_on_and_says_so(finished, tmp_path,
     assert "this resume trains in" not in same.out and "precision: fp32 training" in same.out
 
 
+def test_a_resume_that_picks_its_best_checkpoint_by_another_metric_is_refused(finished, tmp_path, capsys):
+    """A resume compares each new dev score with the run's best so far (trainer_state.json's best_metric): another
+    --metric_for_best_model compared, say, STS-B and SICK-R means with the run's best STS-B score, and kept the
+    wrong checkpoint without a word. Refused, naming the flag that sets it back; the Trainer's eval_ prefix is the
+    same metric."""
+    out = unfinished_run(finished, tmp_path / "out")
+    command = run_args(finished["backbone"], finished["corpus"], out) + ["--resume_from_checkpoint",
+                                                                        str(out / "checkpoint-2")]
+    for flags, named in ((["--metric_for_best_model", "avg_sts"], "--metric_for_best_model stsb_spearman"),
+                         (["--greater_is_better", "false"], "--greater_is_better true")):
+        refused = in_process(run_unsup.main, command + flags, capsys)
+        assert refused.code == 2, refused.err
+        assert "differs from that run in what it trains or how it picks its best checkpoint" in refused.err
+        assert f"set them back: {named})" in refused.err, refused.err
+    same = in_process(run_unsup.main, command + ["--metric_for_best_model", "eval_stsb_spearman"], capsys)
+    assert same.code == 0, same.err
+
+
 def test_a_resume_on_another_corpus_is_refused_at_its_path_or_another(finished, tmp_path, capsys):
     """Another corpus would skip the wrong batches of the resumed epoch (sentences trained twice or never): refused,
     naming the two digests, whether the file was edited in place or another path names it. Before the run recorded
@@ -350,8 +368,8 @@ def test_a_resume_on_another_corpus_is_refused_at_its_path_or_another(finished, 
         line = [line for line in result.err.splitlines() if "error:" in line][-1]
         ours = hashlib.sha256(train_file.read_bytes()).hexdigest()[:12]
         assert line.startswith("run_unsup.py: error: --resume_from_checkpoint ") and (
-            "this command differs from that run in what it trains (--train_file's contents: "
-            f"'96 rows, sha256 {theirs}' there, '96 rows, sha256 {ours}' here)") in line, line
+            "this command differs from that run in what it trains or how it picks its best checkpoint (--train_file's "
+            f"contents: '96 rows, sha256 {theirs}' there, '96 rows, sha256 {ours}' here)") in line, line
         # another path: the run's file is the flag that sets it back; the run's own file edited: none does
         restoring = f": --train_file {corpus}" if train_file == other else ""
         assert f"(drop the changed flags or set them back{restoring}), or start" in line, line

@@ -14,8 +14,9 @@ checkpoint's records with this run:
 - the training arguments that shape the optimisation and the data order (:data:`TRAINING_ARGUMENTS`), from the
   ``run_arguments.json`` each checkpoint holds (``trainers/trainer_adapter.py``); a checkpoint written before it did
   is compared on its ``trainer_state.json``'s batch size alone. A changed length (:data:`LENGTH_ARGUMENTS`) is
-  allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for.
-
+  allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for;
+- how the run picks its best checkpoint (:data:`SELECTION_ARGUMENTS`): each new dev score is compared with the run's
+  best so far, which another metric would compare with a different number;
 - the corpus: the SHA-256 of the ``--train_file`` bytes, which every run records in the ``corpus`` section of its
   ``run_arguments.json`` (:func:`corpus_record`): another corpus, at any path, would skip the wrong batches of the
   resumed epoch. The same corpus at another path is the same run.
@@ -60,6 +61,9 @@ TRAINING_ARGUMENTS = ("per_device_train_batch_size", "gradient_accumulation_step
                       "weight_decay", "optim", "optim_args", "adam_beta1", "adam_beta2", "adam_epsilon",
                       "max_grad_norm", "train_sampling_strategy", "dataloader_drop_last", "max_seq_length",
                       "max_train_samples")
+#: How the run picks its best checkpoint: a resume compares each new dev score with the run's best so far
+#: (``trainer_state.json``'s ``best_metric``), so another metric (or direction) would compare two different numbers.
+SELECTION_ARGUMENTS = ("metric_for_best_model", "greater_is_better")
 #: The run's length: a resume may lengthen (or shorten) it, with a warning, since the restored schedule then goes on
 #: as the new length's schedule from the checkpoint's step.
 LENGTH_ARGUMENTS = ("num_train_epochs", "max_steps")
@@ -144,8 +148,8 @@ def argument_differences(records: CheckpointRecords, run_arguments: Mapping[str,
     ours = _json(flat_arguments(run_arguments))
     if records.arguments is not None:
         theirs = records.arguments
-        return [(name, theirs[name], ours[name]) for name in TRAINING_ARGUMENTS + LENGTH_ARGUMENTS
-                if name in theirs and name in ours and theirs[name] != ours[name]]
+        return [(name, theirs[name], ours[name]) for name in TRAINING_ARGUMENTS + SELECTION_ARGUMENTS + LENGTH_ARGUMENTS
+                if name in theirs and name in ours and _compared(name, theirs[name]) != _compared(name, ours[name])]
     state, differences = records.state, []
     batch = ours.get("per_device_train_batch_size")
     if state.get("train_batch_size") not in (None, batch) and batch is not None:
@@ -153,6 +157,12 @@ def argument_differences(records: CheckpointRecords, run_arguments: Mapping[str,
     if (ours.get("max_steps") or 0) > 0 and state.get("max_steps") not in (None, ours["max_steps"]):
         differences.append(("max_steps", state["max_steps"], ours["max_steps"]))
     return differences
+
+
+def _compared(name: str, value: Any) -> Any:
+    """``value`` of the argument ``name`` as compared: a metric with or without the Trainer's ``eval_`` prefix is
+    the same metric."""
+    return value.removeprefix("eval_") if name == "metric_for_best_model" and isinstance(value, str) else value
 
 
 def _recorded_corpus(arguments: Mapping[str, Any] | None) -> tuple[str | None, Any]:
@@ -184,7 +194,7 @@ def resume_mismatch_error(records: CheckpointRecords, model: Any,
     flags = restoring_flags(records, run_arguments, differences)
     return UsageError(
         f"--resume_from_checkpoint {records.folder}: a resume continues the run that wrote it, and this command "
-        f"differs from that run in what it trains ({listed}). Resume with that run's values (drop the changed flags "
+        f"differs from that run in what it trains or how it picks its best checkpoint ({listed}). Resume with that run's values (drop the changed flags "
         f"or set them back{': ' + ', '.join(flags) if flags else ''}), or start a new run in another --output_dir.")
 
 
@@ -203,7 +213,7 @@ def restoring_flags(records: CheckpointRecords, run_arguments: Mapping[str, Any]
     corpus file; ``no --data_seed`` for a value the run left unset. None for a corpus edited in place."""
     recorded, flags = records.arguments or {}, []
     for name, theirs, _ in differences:
-        if name in SETTINGS or name in TRAINING_ARGUMENTS:
+        if name in SETTINGS or name in TRAINING_ARGUMENTS or name in SELECTION_ARGUMENTS:
             flag, value = (flag_of(name) if name in SETTINGS else f"--{name}"), theirs
         elif name.startswith("backbone "):
             flag = "--model_name_or_path"
@@ -298,6 +308,6 @@ def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) ->
     return step if isinstance(step, int) and isinstance(last, int) and 0 < last <= step else None
 
 
-__all__ = ["CORPUS_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "TRAINING_ARGUMENTS", "CheckpointRecords",
-           "corpus_differences", "corpus_record", "finished_at", "flat_arguments", "restoring_flags",
+__all__ = ["CORPUS_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "SELECTION_ARGUMENTS", "TRAINING_ARGUMENTS",
+           "CheckpointRecords", "corpus_differences", "corpus_record", "finished_at", "flat_arguments", "restoring_flags",
            "resume_mismatch_error", "resume_warnings", "write_run_arguments"]
