@@ -81,7 +81,8 @@ class ContrastiveCollator:
 
     def cut_count(self, texts: list[str]) -> int:
         """How many of ``texts`` :meth:`tokenize` cuts: longer than ``max_length`` tokens, special tokens included."""
-        return sum(len(ids) > self.max_length for ids in self.tokenizer(texts)["input_ids"])
+        kept = self.tokenizer(texts, truncation=True, max_length=self.max_length + 1)["input_ids"]  # one past: cut
+        return sum(len(ids) > self.max_length for ids in kept)
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Dataset rows -> ``input_ids`` / ``attention_mask`` [B, V, L] (+ ``token_type_ids``), padded per batch."""

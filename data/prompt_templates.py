@@ -114,8 +114,8 @@ class PromptCollator:
 
     def cut_count(self, texts: list[str]) -> int:
         """How many of ``texts`` :meth:`sentence_ids` cuts: more than ``max_length`` tokens of their own."""
-        return sum(len(ids) > self.max_length
-                   for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"])
+        kept = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.max_length + 1)
+        return sum(len(ids) > self.max_length for ids in kept["input_ids"])  # one token past the limit: cut
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Rows -> ``input_ids`` / ``attention_mask`` [B, V, L], padded to the batch's longest view (no

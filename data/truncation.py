@@ -9,8 +9,8 @@ from typing import Any, Protocol, Sequence
 
 #: The most corpus rows counted (evenly spaced over a larger corpus).
 COUNTED_ROWS = 10_000
-#: Sentences tokenised per call (bounds the memory of the count).
-BATCH = 1_000
+#: Sentences tokenised per call (bounds the memory of the count; each is kept to one token past the limit).
+BATCH = 256
 
 
 class CutCounter(Protocol):

@@ -56,6 +56,17 @@ def test_a_large_corpus_is_counted_on_evenly_spaced_rows(tokenizer):
     assert count_cut_sentences(collator, datasets.Dataset.from_dict({"other": texts})) is None
 
 
+def test_the_count_keeps_one_token_past_the_limit_of_a_long_line(tokenizer):
+    """A corpus of documents (a line of many thousand words) is counted without keeping all their tokens: each is
+    tokenised to one token past the limit, enough to tell a cut."""
+    document = " ".join(["cat"] * 20_000)
+    collator = ContrastiveCollator(tokenizer, max_length=5)
+    rows = datasets.Dataset.from_dict({"text": [document, "the cat", "a b c d", "the big red car"]})
+    assert count_cut_sentences(collator, rows).cut == 3  # the document, and twice 4 words + [CLS] + [SEP] = 6 > 5
+    template = tokenize_template("*cls*_*sent_0*_is*mask*.*sep+*", tokenizer)
+    assert count_cut_sentences(PromptCollator(tokenizer, [template], max_length=4), rows).cut == 1  # the document
+
+
 def test_the_run_says_how_many_sentences_max_seq_length_cuts(tmp_path, backbone, capsys, caplog):
     """The collator cut every sentence past --max_seq_length without a word; the log, the summary and
     all_results.json now count them (a corpus of long lines under the papers' 32 tokens loses most of its text)."""
