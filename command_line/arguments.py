@@ -363,8 +363,11 @@ class CLTrainingArguments(TrainingArguments):
         if not torch.accelerator.is_available():
             self.use_cpu = True  # the device it runs on anyway; the Trainer refuses bf16 on CPU unless told so
             self.dataloader_pin_memory = False  # nothing to pin for; torch would warn on every dataloader
-        self.bf16, self.fp16, self.precision_warning = resolve_precision(self.bf16, bool(self.fp16),
-                                                                         on_cpu=bool(self.use_cpu))
+        self.bf16, self.fp16, precision_warning = resolve_precision(self.bf16, bool(self.fp16),
+                                                                    on_cpu=bool(self.use_cpu))
+        #: What the command line resolved to that the run says at its start and repeats in its summary
+        #: (``command_line.pipeline.train_and_export``): the launcher's precision overridden, a checkpoint as backbone.
+        self.command_line_warnings = [precision_warning] if precision_warning else []
         if self.tf32 is None:
             self.tf32 = True if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else None
         if launched_world_size() > 1 and not torch.cuda.is_available():

@@ -164,9 +164,9 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
                                 or incomplete_checkpoint_error(resume, training_args.world_size, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
     run_warnings = (completed_last_batch_warning(len(train_dataset), training_args),
-                    accumulation_warning(model, training_args),
-                    getattr(training_args, "precision_warning", None))  # the launcher's mixed precision overridden
-    warnings = (method_warnings(model) + [warning for warning in run_warnings if warning]
+                    accumulation_warning(model, training_args))
+    warnings = (list(getattr(training_args, "command_line_warnings", ())) + method_warnings(model)
+                + [warning for warning in run_warnings if warning]
                 + (resume_warnings(records, run_arguments) if records is not None else []))
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)

@@ -49,19 +49,20 @@ def resolve_backbone(model_args: Any, training_args: Any) -> None:
     ``--output_dir``) or its ``export/`` folder is its export (:func:`eval.backbone.resolve_run_folder`, logged, as
     ``python -m eval`` reads it), and an unfinished run's folder is refused, naming its newest checkpoint. A training
     checkpoint (``checkpoint-N``) gives its encoder (:func:`eval.backbone.checkpoint_encoder`), as the official
-    SimCSE code starts from a checkpoint's weights, with a warning: the run starts at step 0 where
-    ``--resume_from_checkpoint`` would continue that run."""
+    SimCSE code starts from a checkpoint's weights, with a warning (``training_args.command_line_warnings``: said
+    at the run's start and in its summary): the run starts at step 0 where ``--resume_from_checkpoint`` would
+    continue that run."""
     name = model_args.model_name_or_path
     try:
         model_args.model_name_or_path = resolve_run_folder(name, "train")
     except ModelLoadingError as exc:
         raise UserError(f"--model_name_or_path {exc}") from None
     method = contrastive_checkpoint_method(model_args.model_name_or_path)
-    if method is not None and training_args.should_log:
-        logger.warning("--model_name_or_path %s is a training checkpoint of a %s run: this run starts from its "
-                       "encoder's weights, at step 0, with new heads (projector, momentum encoder, generator), "
-                       "optimizer and learning-rate schedule; --resume_from_checkpoint %s would continue that run "
-                       "instead", name, method, name)
+    if method is not None:  # said with the run's other warnings, at its start and in its summary
+        training_args.command_line_warnings.append(
+            f"--model_name_or_path {name} is a training checkpoint of a {method} run: this run starts from its "
+            f"encoder's weights, at step 0, with new heads (projector, momentum encoder, generator), optimizer and "
+            f"learning-rate schedule; --resume_from_checkpoint {name} would continue that run instead")
 
 
 # ------------------------------------------------------------------------------------------------ output folder

@@ -83,12 +83,13 @@ def test_accelerate_launchers_mixed_precision_is_taken_unless_a_flag_says_otherw
     flags = {"bf16": bf16} if bf16 is not None else {}
     args = CLTrainingArguments(output_dir="x", use_cpu=True, report_to="none", fp16=fp16, **flags)
     want_bf16, want_fp16, warned = expected
-    assert (args.bf16, args.fp16, args.precision_warning is not None) == (want_bf16, want_fp16, warned)
+    assert (args.bf16, args.fp16, bool(args.command_line_warnings)) == (want_bf16, want_fp16, warned)
     assert args.mixed_precision == ("fp16" if want_fp16 else "bf16" if want_bf16 else "no")  # what the Trainer uses
     if warned:
         asked = "fp16" if want_fp16 else "bf16" if want_bf16 else "fp32"
-        assert f"accelerate's mixed precision is {launcher}" in args.precision_warning
-        assert args.precision_warning.endswith(f"this run trains in {asked}, as the flag says")
+        [warning] = args.command_line_warnings
+        assert f"accelerate's mixed precision is {launcher}" in warning
+        assert warning.endswith(f"this run trains in {asked}, as the flag says")
 
 
 def test_a_launcher_precision_this_project_does_not_train_in_is_refused(monkeypatch):

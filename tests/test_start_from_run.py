@@ -80,6 +80,7 @@ def test_a_checkpoint_is_trained_from_its_encoder_with_a_warning(finished_run, t
     assert result.code == 0, result.err
     assert f"--model_name_or_path {checkpoint} is a training checkpoint of a simcse run" in caplog.text
     assert f"--resume_from_checkpoint {checkpoint} would continue that run instead" in caplog.text
+    assert f"warning: --model_name_or_path {checkpoint} is a training checkpoint" in result.out  # the summary's
     first = dev_scores(finished_run)
     assert dev_scores(out)[0] == first[2] != first[0]
 
