@@ -23,7 +23,7 @@ from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
 
 from eval.encoder import DEV_MAX_TOKENS
-from models.config import SETTINGS, UNSUP, check_setting, check_value, number, value_range
+from models.config import DIFFCSE, SETTINGS, UNSUP, check_setting, check_value, flag_of, number, value_range
 from trainers.errors import UsageError, reraise_as
 from trainers.fast_path import COMPILE_MODES, COMPILE_REGIONS, asynchronous_batches
 from trainers.methods import METHODS
@@ -461,10 +461,27 @@ def unknown_arguments_message(parser: HfArgumentParser, unknown: list[str]) -> s
     import difflib
 
     options = [option for action in parser._actions for option in action.option_strings]
-    guesses = [match for token in unknown if token.startswith("--")
-               for match in difflib.get_close_matches(token.split("=", 1)[0], options, n=1)]
+    flags = [token.split("=", 1)[0] for token in unknown if token.startswith("--")]
+    elsewhere = {flag: other_scripts_flag(flag) for flag in flags}
+    guesses = [match for flag in flags if not elsewhere[flag]
+               for match in difflib.get_close_matches(flag, options, n=1)]
     hint = f" (did you mean {', '.join(dict.fromkeys(guesses))}?)" if guesses else ""
+    hint += "".join(f"; {flag} is a flag of {scripts}" for flag, scripts in elsewhere.items() if scripts)
     return f"unknown argument(s): {' '.join(unknown)}{hint}; --help lists the flags, --help_all all of them"
+
+
+def other_scripts_flag(flag: str) -> str | None:
+    """The training script(s) whose flag ``flag`` is when the parser at hand does not know it (a method setting of
+    the other script: DiffCSE's ``--generator_name`` given to run_unsup.py; ``--method``, which run_diffcse.py does
+    not take), e.g. ``run_diffcse.py (DiffCSE)``; ``None`` for a flag no script has (a typo)."""
+    if flag == "--method":
+        return f"{UNSUP}.py (run_diffcse.py trains DiffCSE only)"
+    for name, declaration in SETTINGS.items():
+        metadata = declaration.metadata
+        if flag in {flag_of(name), f"--{name}", *(f"--{alias}" for alias in metadata["aliases"])}:
+            named = [f"{script}.py" + (" (DiffCSE)" if script == DIFFCSE else "") for script in metadata["scripts"]]
+            return " and ".join(named) or None
+    return None
 
 
 class ScriptArgumentParser(HfArgumentParser):
@@ -481,7 +498,9 @@ class ScriptArgumentParser(HfArgumentParser):
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if action.choices is not None and value not in action.choices:
             shown = ", ".join(str(getattr(c, "value", c)) for c in action.choices)
-            raise UsageError(f"{action.option_strings[0]} {value!r}: choose one of {shown}")
+            elsewhere = (f" (DiffCSE trains with {DIFFCSE}.py: {DIFFCSE}.py --generator_name "
+                         "distilbert-base-uncased)" if action.dest == "method" and value == "diffcse" else "")
+            raise UsageError(f"{action.option_strings[0]} {value!r}: choose one of {shown}{elsewhere}")
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}; --help lists the flags")

@@ -118,6 +118,26 @@ def test_an_attention_that_cannot_load_here_is_said_not_silently_replaced(backbo
     assert fallbacks[0].getMessage().startswith("flash_attention_2 attention unavailable for ")
 
 
+@pytest.mark.parametrize("script, argv, message", [
+    # the typo guess was "--generator_name ... (did you mean --temperature?)"
+    ("run_unsup", ["--generator_name", "g"], "unknown argument(s): --generator_name g; --generator_name is a flag of "
+                                             "run_diffcse.py (DiffCSE); --help lists"),
+    ("run_diffcse", ["--dup_rate", "0.3"], "unknown argument(s): --dup_rate 0.3; --dup_rate is a flag of "
+                                           "run_unsup.py; --help lists"),
+    ("run_diffcse", ["--method", "simcse"], "--method is a flag of run_unsup.py (run_diffcse.py trains DiffCSE only)"),
+    ("run_unsup", ["--method", "diffcse"], "--method 'diffcse': choose one of simcse, sup_simcse, esimcse, simcse_pp, "
+                                           "s_simcse, promptbert (DiffCSE trains with run_diffcse.py: run_diffcse.py "
+                                           "--generator_name distilbert-base-uncased)"),
+    ("run_unsup", ["--lerning_rate", "1"], "(did you mean --learning_rate?); --help lists"),  # a typo stays a typo
+])
+def test_a_flag_of_the_other_training_script_names_that_script(script, argv, message, capsys, tmp_path):
+    main = run_unsup.main if script == "run_unsup" else run_diffcse.main
+    result = in_process(main, argv + ["--output_dir", str(tmp_path / "out")], capsys, prog=f"{script}.py")
+    assert result.code == 2 and result.err.startswith(f"{script}.py: error: "), result.err
+    assert message in result.err, result.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_invalid_method_settings_and_config_files_are_usage_errors(backbone, corpus, tmp_path, capsys):
     args = base_args(backbone, corpus, tmp_path / "out") + ["--eval_strategy", "no"]
     pooler = in_process(run_unsup.main, args + ["--pooler_type", "nope"], capsys)
