@@ -24,36 +24,15 @@ from __future__ import annotations
 from typing import Any
 
 from eval.backbone import (backbone_config, bf16_forward_problem, cls_position_problem, encoder_decoder_problem,
-                           position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem)
+                           position_limit, position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem)
 from models.base import ContrastiveModel
 from trainers.errors import UsageError, UserError
-
-#: Model types whose position ids start at ``pad_token_id + 1`` (fairseq's ``make_positions``, transformers'
-#: ``create_position_ids_from_input_ids``): their table of ``max_position_embeddings`` rows holds
-#: ``max_position_embeddings - pad_token_id - 1`` positions (RoBERTa-base: 514 - 2 = 512).
-PADDING_OFFSET_MODEL_TYPES = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
-                              "data2vec-text", "xmod", "longformer", "mpnet", "ibert", "luke", "markuplm", "lilt",
-                              "layoutlmv3", "esm")
-
 
 def check_tokenizer(flag: str, name: str, tokenizer: Any) -> None:
     """:func:`eval.backbone.tokenizer_problem` as a :class:`UserError`."""
     problem = tokenizer_problem(flag, name, tokenizer)
     if problem:
         raise UserError(problem)
-
-
-def position_limit(config: Any) -> tuple[int, str] | None:
-    """How many positions the backbone reads and why (``None``: its config names no limit, or a table of -1 or 0:
-    XLNet's relative positions, for which transformers' config says -1)."""
-    table = getattr(config, "max_position_embeddings", None)
-    if not isinstance(table, int) or table <= 0:
-        return None
-    if config.model_type in PADDING_OFFSET_MODEL_TYPES and config.pad_token_id is not None:
-        offset = int(config.pad_token_id) + 1
-        return table - offset, (f"max_position_embeddings {table} minus the {offset} its position ids skip "
-                                f"({config.model_type} counts positions from pad_token_id + 1 = {offset})")
-    return table, f"max_position_embeddings {table}"
 
 
 def template_tokens(method: str, settings: dict[str, Any], tokenizer: Any) -> int:
@@ -139,5 +118,5 @@ def check_precision(model: ContrastiveModel, bf16: bool, eval_dtype: str, flag: 
                          f"its forward stops with \"{problem}\". Pass {fixes} (fp32).")
 
 
-__all__ = ["PADDING_OFFSET_MODEL_TYPES", "check_backbone", "check_pooler", "check_position_limit", "check_precision",
-           "check_tokenizer", "position_limit", "template_tokens"]
+__all__ = ["check_backbone", "check_pooler", "check_position_limit", "check_precision", "check_tokenizer",
+           "template_tokens"]

@@ -168,6 +168,27 @@ def saved_tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
+#: Model types whose position ids start at ``pad_token_id + 1`` (fairseq's ``make_positions``, transformers'
+#: ``create_position_ids_from_input_ids``): their table of ``max_position_embeddings`` rows holds
+#: ``max_position_embeddings - pad_token_id - 1`` positions (RoBERTa-base: 514 - 2 = 512).
+PADDING_OFFSET_MODEL_TYPES = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
+                              "data2vec-text", "xmod", "longformer", "mpnet", "ibert", "luke", "markuplm", "lilt",
+                              "layoutlmv3", "esm")
+
+
+def position_limit(config: Any) -> tuple[int, str] | None:
+    """How many positions the backbone reads and why (``None``: its config names no limit, or a table of -1 or 0:
+    XLNet's relative positions, for which transformers' config says -1)."""
+    table = getattr(config, "max_position_embeddings", None)
+    if not isinstance(table, int) or table <= 0:
+        return None
+    if config.model_type in PADDING_OFFSET_MODEL_TYPES and config.pad_token_id is not None:
+        offset = int(config.pad_token_id) + 1
+        return table - offset, (f"max_position_embeddings {table} minus the {offset} its position ids skip "
+                                f"({config.model_type} counts positions from pad_token_id + 1 = {offset})")
+    return table, f"max_position_embeddings {table}"
+
+
 def backbone_config(name: str, cache_dir: str | None = None) -> Any:
     """The config of the backbone ``name`` gives (:func:`load_backbone`): its own, or a training checkpoint's
     encoder's."""
@@ -364,8 +385,9 @@ def resolve_run_folder(model_name_or_path: str, purpose: Literal["evaluate", "tr
     return model_name_or_path
 
 
-__all__ = ["CLS_PROBE", "POOLER_PREFIX", "IncompleteWeightsError", "LoadedBackbone", "ModelLoadingError",
-           "backbone_config", "bf16_forward_problem", "checkpoint_encoder", "cls_position_problem",
+__all__ = ["CLS_PROBE", "PADDING_OFFSET_MODEL_TYPES", "POOLER_PREFIX", "IncompleteWeightsError", "LoadedBackbone",
+           "ModelLoadingError", "backbone_config", "bf16_forward_problem", "checkpoint_encoder", "cls_position_problem",
            "contrastive_checkpoint_method", "encoder_decoder_problem", "first_keys", "in_hub_cache", "load_auto_model",
-           "load_backbone", "missing_weights_problem", "model_problem", "position_zero_sees_only_itself",
-           "resolve_run_folder", "saved_tensors", "tokenizer_problem", "vocabulary_problem", "weights_file_problem"]
+           "load_backbone", "missing_weights_problem", "model_problem", "position_limit",
+           "position_zero_sees_only_itself", "resolve_run_folder", "saved_tensors", "tokenizer_problem",
+           "vocabulary_problem", "weights_file_problem"]

@@ -41,6 +41,8 @@ STS_COLUMNS: dict[str, str] = {
     "STSBenchmark": "STSB", "SICKRelatedness": "SICKR", "avg": "Avg.",
 }
 """Result key -> table header, in the papers' column order."""
+#: ``--tasks`` names the printed table uses for STS tasks whose result key differs (``STSB``, ``SICKR``).
+TASK_ALIASES: dict[str, str] = {header: key for key, header in STS_COLUMNS.items() if header != key and key != "avg"}
 
 
 class MissingComponentError(RuntimeError):
@@ -67,6 +69,17 @@ ANALYSES: tuple[Analysis, ...] = (
 
 
 # ----------------------------------------------------------------------------------------------- arguments
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of sentences or tokens)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,14 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the training run's --output_dir: its --fidelity preset, command line and resolved "
                              "settings (DIR/run_arguments.json) are recorded in --output_json (eval/provenance.py; "
                              "the table scripts pass it)")
-    parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass")
-    parser.add_argument("--max_tokens", type=int, default=None,
+    parser.add_argument("--batch_size", type=positive_int, default=128, help="sentences per forward pass")
+    parser.add_argument("--max_tokens", type=positive_int, default=None,
                         help="tokens per forward pass instead of --batch_size sentences: packed side by side in "
                              "rows where the backbone allows (eval/packing.py), else length-sorted and cut where "
                              "padding is fewest; the scores agree up to float rounding")
     parser.add_argument("--no_packing", dest="packing", action="store_false",
                         help="with --max_tokens: padded passes, never packed rows")
-    parser.add_argument("--max_length", type=int, default=None)
+    parser.add_argument("--max_length", type=positive_int, default=None,
+                        help="truncation length in tokens (default: the tokenizer's model_max_length)")
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--eval_dtype", choices=("fp32", "bf16"), default="fp32",
                         help="fp32 (default: autocast and TF32 off, as the papers evaluated) or bf16 autocast; "
@@ -137,8 +151,15 @@ def plan_tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pla
     """Resolve ``--tasks`` / ``--task_set`` / ``--mode`` into the tasks to run."""
     split = "dev" if args.mode == "dev" else "test"
     if args.tasks:
-        sts = tuple(task for task in args.tasks if task in STS_TASKS)
-        transfer = tuple(task for task in args.tasks if task not in STS_TASKS)
+        tasks = [TASK_ALIASES.get(task, task) for task in args.tasks]  # the table's headers name tasks too
+        from eval.transfer import TRANSFER_TASKS
+
+        unknown = [task for task in tasks if task not in STS_TASKS and task not in TRANSFER_TASKS]
+        if unknown:
+            parser.error(f"--tasks {' '.join(unknown)}: not a task; STS: {', '.join(STS_TASKS)} (or the table's "
+                         f"{', '.join(TASK_ALIASES)}); transfer: {', '.join(TRANSFER_TASKS)}")
+        sts = tuple(task for task in tasks if task in STS_TASKS)
+        transfer = tuple(task for task in tasks if task not in STS_TASKS)
         plan = Plan(sts, split, bool(transfer), transfer or None)
     else:
         sts = (DEV_TASKS if split == "dev" else STS_TASKS) if args.task_set in ("sts", "full") else ()

@@ -29,8 +29,8 @@ import torch
 from safetensors import SafetensorError
 
 from eval.backbone import (IncompleteWeightsError, ModelLoadingError, bf16_forward_problem, cls_position_problem,
-                           encoder_decoder_problem, load_backbone, position_zero_sees_only_itself, resolve_run_folder,
-                           tokenizer_problem, vocabulary_problem, weights_file_problem)
+                           encoder_decoder_problem, load_backbone, position_limit, position_zero_sees_only_itself,
+                           resolve_run_folder, tokenizer_problem, vocabulary_problem, weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.masks import prepare_attention_mask
 from models.poolers import POOLER_TYPES, POSITION_ZERO_POOLERS, needs_hidden_states, pool
@@ -298,6 +298,17 @@ def transformer_of(module: torch.nn.Module) -> torch.nn.Module | None:
     return next((part for part in module.modules() if isinstance(part, PreTrainedModel)), None)
 
 
+def check_max_length(module: torch.nn.Module, model_name_or_path: str, max_length: int | None) -> None:
+    """Refuse a ``--max_length`` longer than the backbone's position table (:func:`eval.backbone.position_limit`):
+    the first sentence that long stopped the evaluation with a tensor size error and a traceback."""
+    encoder = transformer_of(module)
+    limit = position_limit(encoder.config) if encoder is not None and max_length is not None else None
+    if limit is not None and max_length > limit[0]:
+        raise ModelLoadingError(f"--max_length {max_length} is more than {model_name_or_path} reads: {limit[0]} "
+                                f"positions ({limit[1]}); a sentence that long would stop the evaluation with a "
+                                f"tensor size error. Pass --max_length {limit[0]} or less")
+
+
 def check_bf16_forward(module: torch.nn.Module, model_name_or_path: str) -> None:
     """Refuse ``--eval_dtype bf16`` for a backbone whose forward cannot run under bf16 autocast
     (:func:`eval.backbone.bf16_forward_problem`: transformers' DeBERTa v1), before any sentence is encoded, rather
@@ -362,6 +373,7 @@ def load_encoder(
                            getattr(embeddings, "num_embeddings", None)))
     if unreadable:
         raise ModelLoadingError(unreadable)
+    check_max_length(backend.module, model_name_or_path, max_length)
     backend.module.to(device).eval()
     if eval_dtype == "bf16":
         check_bf16_forward(backend.module, model_name_or_path)

@@ -163,6 +163,42 @@ def test_cli_dev_mode_rejects_test_only_tasks(tiny_bert_dir: Path, sts_fixture_d
     assert info.value.code == 2
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--batch_size", "0"], "argument --batch_size: expected at least 1, got 0"),  # a ValueError traceback
+    (["--max_length", "0"], "argument --max_length: expected at least 1, got 0"),  # a tensor size traceback
+    (["--max_tokens", "x"], "argument --max_tokens: expected a whole number, got 'x'"),
+    # "STSB" is the table's own header: a traceback "unknown transfer task 'STSB'" (now an alias), and a typo:
+    (["--tasks", "STS-B", "MRX"], "--tasks STS-B MRX: not a task; STS: STS12, STS13, STS14, STS15, STS16, "
+                                  "STSBenchmark, SICKRelatedness (or the table's STSB, SICKR); transfer: MR, CR, "
+                                  "SUBJ, MPQA, SST2, TREC, MRPC"),
+])
+def test_cli_refuses_bad_counts_and_task_names_at_parse_time(flags, message, tiny_bert_dir: Path,
+                                                             sts_fixture_dir: Path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--model_name_or_path", str(tiny_bert_dir), "--senteval_dir", str(sts_fixture_dir), *flags])
+    assert info.value.code == 2
+    assert f"python -m eval: error: {message}" in capsys.readouterr().err
+
+
+def test_cli_takes_the_tables_task_names(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path):
+    args = ["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev", "--senteval_dir",
+            str(sts_fixture_dir)]
+    _, headers = run_cli(tmp_path / "headers", *args, "--tasks", "STSB", "SICKR")
+    _, keys = run_cli(tmp_path / "keys", *args, "--tasks", "STSBenchmark", "SICKRelatedness")
+    assert headers == keys and list(keys) == ["STSBenchmark", "SICKRelatedness", "avg"]
+
+
+def test_cli_refuses_a_max_length_past_the_position_table(tiny_bert_dir: Path, sts_fixture_dir: Path, capsys):
+    """The tiny BERT reads 70 positions: a longer --max_length stopped at the first long sentence with a tensor size
+    error; 70 itself evaluates."""
+    message = _expect_one_line_error(capsys, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg",
+                                     "--max_length", "71", "--senteval_dir", str(sts_fixture_dir))
+    assert message.startswith(f"error: --max_length 71 is more than {tiny_bert_dir} reads: 70 positions "
+                              "(max_position_embeddings 70)") and message.endswith("Pass --max_length 70 or less")
+    assert main(["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev", "--max_length", "70",
+                 "--senteval_dir", str(sts_fixture_dir), "--device", "cpu"])["STSBenchmark"] is not None
+
+
 def test_cli_dispatches_transfer_and_analyses(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path,
                                               monkeypatch):
     calls: list[tuple] = []
