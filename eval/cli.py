@@ -170,6 +170,31 @@ def plan_tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pla
     return plan
 
 
+def check_device_and_output(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse, before anything loads, a ``--device`` torch does not know or does not have here (a CUDA device on a
+    CPU build: an AssertionError traceback once the model moved), and an ``--output_json`` whose folder cannot be
+    written (a traceback after the whole evaluation)."""
+    from eval.writable import creatable_problem
+
+    if args.device is not None:
+        import torch
+
+        try:
+            device = torch.device(args.device)
+        except RuntimeError:
+            parser.error(f"--device {args.device}: not a device; pass cpu, cuda or cuda:N (or leave it out: CUDA "
+                         "when available, else the CPU)")
+        present = torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
+        if device.type == "cuda" and not present:
+            found = (f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else
+                     "no CUDA device" + ("" if torch.version.cuda else " (this torch is a CPU build)"))
+            parser.error(f"--device {args.device}: torch sees {found} here; pass --device cpu, or leave --device out")
+    if args.output_json is not None:
+        problem = creatable_problem(args.output_json.parent)
+        if problem:
+            parser.error(f"--output_json {args.output_json}: {problem}; choose a folder you can write to")
+
+
 # ----------------------------------------------------------------------------------------------- running
 
 
@@ -286,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = build_parser()
     args = parser.parse_args(argv)
     plan = plan_tasks(args, parser)
+    check_device_and_output(args, parser)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from eval.loading import ModelLoadingError  # torch/transformers: imported after argument errors are reported

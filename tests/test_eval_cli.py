@@ -180,6 +180,32 @@ def test_cli_refuses_bad_counts_and_task_names_at_parse_time(flags, message, tin
     assert f"python -m eval: error: {message}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--device", "nope"], "--device nope: not a device; pass cpu, cuda or cuda:N"),  # a RuntimeError traceback
+    (["--output_json", "/proc/results.json"], "--output_json /proc/results.json: no folder can be created in /proc"),
+])
+def test_cli_refuses_a_device_or_output_it_cannot_use_before_loading(flags, message, tiny_bert_dir: Path,
+                                                                     sts_fixture_dir: Path, capsys, monkeypatch):
+    """Found before the model loads: the output folder was found unwritable after the whole evaluation."""
+    import eval.loading
+
+    monkeypatch.setattr(eval.loading, "load_encoder", lambda *a, **k: pytest.fail("loaded the model"))
+    with pytest.raises(SystemExit) as info:
+        main(["--model_name_or_path", str(tiny_bert_dir), "--senteval_dir", str(sts_fixture_dir), *flags])
+    assert info.value.code == 2
+    assert f"python -m eval: error: {message}" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_cuda_device_it_does_not_have(tiny_bert_dir: Path, sts_fixture_dir: Path, capsys,
+                                                    monkeypatch):
+    """A CUDA device on a machine without one stopped with torch's AssertionError once the model moved."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as info:
+        main(["--model_name_or_path", str(tiny_bert_dir), "--senteval_dir", str(sts_fixture_dir), "--device", "cuda"])
+    assert info.value.code == 2
+    assert "python -m eval: error: --device cuda: torch sees no CUDA device" in capsys.readouterr().err
+
+
 def test_cli_takes_the_tables_task_names(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path):
     args = ["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev", "--senteval_dir",
             str(sts_fixture_dir)]
