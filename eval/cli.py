@@ -152,9 +152,12 @@ def plan_tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pla
     split = "dev" if args.mode == "dev" else "test"
     if args.tasks:
         tasks = [TASK_ALIASES.get(task, task) for task in args.tasks]  # the table's headers name tasks too
-        from eval.transfer import TRANSFER_TASKS
-
-        unknown = [task for task in tasks if task not in STS_TASKS and task not in TRANSFER_TASKS]
+        try:
+            from eval.transfer import TRANSFER_TASKS
+        except ImportError:  # the optional transfer module is absent: its run says so (MissingComponentError)
+            TRANSFER_TASKS = None
+        unknown = [task for task in tasks if task not in STS_TASKS and TRANSFER_TASKS is not None
+                   and task not in TRANSFER_TASKS]
         if unknown:
             parser.error(f"--tasks {' '.join(unknown)}: not a task; STS: {', '.join(STS_TASKS)} (or the table's "
                          f"{', '.join(TASK_ALIASES)}); transfer: {', '.join(TRANSFER_TASKS)}")
