@@ -9,14 +9,19 @@
   ``python -m data.standin --ordered_out`` builds) -> columns ``"text"`` and ``"next_text"`` (DiffCSE Table 3).
 
 Files are checked before ``datasets`` reads them, so that a bad file fails with a ``CorpusError`` that names the file
-(and line) and says how to fix it, instead of a deep traceback. Every filter logs how many rows it dropped: nothing
+(and line) and says how to fix it, instead of a deep traceback. A corpus compressed with gzip, bzip2 or xz (named
+``.gz`` / ``.bz2`` / ``.xz``, e.g. ``wiki1m_for_simcse.txt.gz``) is read as its contents (:data:`COMPRESSIONS`). Every filter logs how many rows it dropped: nothing
 is dropped silently. The sentence splitter of the stand-in corpora is ``data.sentences``.
 """
 from __future__ import annotations
 
+import bz2
 import csv
+import gzip
 import hashlib
+import io
 import logging
+import lzma
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +41,11 @@ SUP_HEADERS: tuple[tuple[str, ...], ...] = (("sent0", "sent1", "hard_neg"), ("se
 NEXT_COLUMN = "next_text"  # the column of a sentence's successor (load_next_sentence_corpus, DiffCSE source="next")
 
 _BLOCK_BYTES = 16 << 20  # read size for the UTF-8 check (rounded up to a whole line)
+
+#: A compressed corpus's name suffix -> (its format's name, the first bytes of such a file, the opener of its
+#: contents); ``datasets`` decompresses by the same suffix.
+COMPRESSIONS = {".gz": ("gzip", b"\x1f\x8b", gzip.open), ".bz2": ("bzip2", b"BZh", bz2.open),
+                ".xz": ("xz", b"\xfd7zXZ\x00", lzma.open)}
 
 
 class CorpusError(ValueError):
@@ -69,7 +79,7 @@ def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None,
             column or a row with the wrong number of fields.
     """
     file = _check_file(path, hint=UNSUP_HINT)
-    if file.suffix.lower() == ".csv":
+    if contents_suffix(file) == ".csv":
         header = _check_csv(file)
         if len(header) != 1:
             raise CorpusError(
@@ -121,7 +131,9 @@ def file_sha256(path: str | Path) -> str:
 def read_documents(path: str | Path) -> list[list[str]]:
     """An ordered corpus: one sentence per line in document order, documents separated by blank lines."""
     documents, current = [], []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    with open_corpus(Path(path)) as handle:
+        text = handle.read().decode("utf-8")
+    for line in text.splitlines():
         if line.strip():
             current.append(line.strip())
         elif current:
@@ -172,19 +184,49 @@ def _check_file(path: str | Path, *, hint: str) -> Path:
     return file
 
 
+def compression_of(file: Path) -> str | None:
+    """The compression suffix of ``file`` (:data:`COMPRESSIONS`), or ``None`` for plain text. Its name and its first
+    bytes must agree: ``datasets`` decompresses by the name, so a compressed file named ``.txt`` was read as bytes
+    (the UTF-8 check's refusal told the user to convert it from Latin-1), and a plain one named ``.gz`` would fail."""
+    with file.open("rb") as handle:
+        head = handle.read(6)
+    named = file.suffix.lower() if file.suffix.lower() in COMPRESSIONS else None
+    found = next((suffix for suffix, (_, magic, _) in COMPRESSIONS.items() if head.startswith(magic)), None)
+    if found is not None and found != named:
+        raise CorpusError(f"{file}: the file is {COMPRESSIONS[found][0]}-compressed but its name does not end in "
+                          f"{found}; rename it ({file.name}{found}) to read it compressed, or decompress it")
+    if named is not None and found is None:
+        raise CorpusError(f"{file}: the name ends in {named} but the file is not {COMPRESSIONS[named][0]}-compressed; "
+                          f"rename it without {named}")
+    return named
+
+
+def contents_suffix(file: Path) -> str:
+    """The suffix of what ``file`` holds: ``.csv`` for ``nli.csv`` and ``nli.csv.gz``."""
+    name = file.name[:-len(file.suffix)] if file.suffix.lower() in COMPRESSIONS else file.name
+    return Path(name).suffix.lower()
+
+
+def open_corpus(file: Path) -> BinaryIO:
+    """``file``'s contents as bytes, decompressed where it is compressed (:func:`compression_of`)."""
+    compression = compression_of(file)
+    return file.open("rb") if compression is None else COMPRESSIONS[compression][2](file, "rb")
+
+
 def _check_utf8(file: Path) -> None:
     """Raise ``CorpusError`` at the first byte that is not valid UTF-8, naming its line and byte offset."""
     first_line, first_byte = 1, 0
-    with file.open("rb") as handle:
+    with open_corpus(file) as handle:
         for block in _line_aligned_blocks(handle):
             try:
                 block.decode("utf-8")
             except UnicodeDecodeError as error:
                 line_start = block.rfind(b"\n", 0, error.start) + 1
                 line = first_line + block.count(b"\n", 0, error.start)
+                where = "" if compression_of(file) is None else " of its decompressed contents"
                 raise CorpusError(
                     f"{file}, line {line}: byte 0x{block[error.start]:02x} at byte offset {first_byte + error.start} "
-                    f"(byte {error.start - line_start + 1} of the line) is not valid UTF-8 ({error.reason}); "
+                    f"(byte {error.start - line_start + 1} of the line){where} is not valid UTF-8 ({error.reason}); "
                     f"the corpus must be UTF-8: convert it, e.g. `iconv -f latin1 -t utf8 {file} > {file}.utf8` "
                     f"if it is Latin-1"
                 ) from None
@@ -204,7 +246,7 @@ def _check_csv(file: Path) -> tuple[str, ...]:
     Blank lines are allowed here (they are read as empty rows, then skipped and counted by the loader).
     """
     rows = 0
-    with file.open(encoding="utf-8-sig", newline="") as handle:
+    with io.TextIOWrapper(open_corpus(file), encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = tuple(next(reader, ()))

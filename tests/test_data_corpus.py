@@ -125,6 +125,50 @@ def test_undecodable_bytes_in_csv(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------ supervised
 
 
+COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}  # suffix -> the stdlib module that writes it
+
+
+def compress(path: Path, suffix: str, name: str | None = None) -> Path:
+    """``path``'s bytes compressed as ``suffix`` says, written beside it as ``name`` (default: path + suffix)."""
+    import importlib
+
+    target = path.with_name(name or path.name + suffix)
+    target.write_bytes(importlib.import_module(COMPRESSED[suffix]).compress(path.read_bytes()))
+    return target
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESSED))
+def test_a_compressed_corpus_is_read_as_its_contents(tmp_path: Path, suffix: str) -> None:
+    """``wiki1m_for_simcse.txt.gz``: its UTF-8 check refused byte 0x8b and told the user to convert it from
+    Latin-1. Text and CSV corpora compressed with gzip, bzip2 or xz load as their plain files do."""
+    plain = write(tmp_path, "corpus.txt", "first sentence\n\n  second sentence \n")
+    assert load_unsup_corpus(compress(plain, suffix))["text"] == load_unsup_corpus(plain)["text"] == [
+        "first sentence", "second sentence"]
+    nli = write(tmp_path, "nli.csv", "sent0,sent1,hard_neg\na cat,a dog,a car\nthe sun,the moon,a song\n")
+    assert load_sup_corpus(compress(nli, suffix)).to_dict() == load_sup_corpus(nli).to_dict()
+    single = write(tmp_path, "single.csv", "sentence\nfirst one\nsecond one\n")  # .csv inside: its header read
+    assert load_unsup_corpus(compress(single, suffix))["text"] == ["first one", "second one"]
+
+
+def test_a_compressed_corpus_whose_name_says_otherwise_is_refused(tmp_path: Path) -> None:
+    """``datasets`` decompresses by the name: a gzip file named .txt was read as bytes, a plain one named .gz fails."""
+    plain = write(tmp_path, "corpus.txt", "a sentence\n")
+    hidden = compress(plain, ".gz", name="hidden.txt")
+    with pytest.raises(CorpusError, match=r"hidden.txt: the file is gzip-compressed but its name does not end in "
+                                          r"\.gz; rename it \(hidden.txt.gz\)"):
+        load_unsup_corpus(hidden)
+    named = write(tmp_path, "named.txt.xz", "a sentence\n")
+    with pytest.raises(CorpusError, match=r"named.txt.xz: the name ends in \.xz but the file is not xz-compressed"):
+        load_unsup_corpus(named)
+
+
+def test_undecodable_bytes_of_a_compressed_corpus_name_its_decompressed_offset(tmp_path: Path) -> None:
+    latin1 = write(tmp_path, "latin1.txt", "caf\xe9 au lait\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match=r"latin1.txt.gz, line 1: byte 0xe9 at byte offset 3 \(byte 4 of the "
+                                          r"line\) of its decompressed contents is not valid UTF-8"):
+        load_unsup_corpus(compress(latin1, ".gz"))
+
+
 def test_sup_triplets(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     content = (
         "sent0,sent1,hard_neg\n"

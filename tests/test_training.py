@@ -224,6 +224,23 @@ def test_the_accumulation_warning_counts_the_contrast_batch(processes, gather, c
     assert accumulation_warning(model, SimpleNamespace(**{**vars(args), "gradient_accumulation_steps": 1})) is None
 
 
+def test_a_gzip_compressed_corpus_trains_through_the_script(tmp_path, backbone, capsys):
+    """``--train_file wiki1m_for_simcse.txt.gz`` was refused as not UTF-8 (byte 0x8b), with advice to convert it from
+    Latin-1; it trains on its sentences."""
+    import gzip
+
+    from tests.cli import in_process
+
+    plain = tiny_corpus(tmp_path / "corpus.txt", n=24)
+    packed = tmp_path / "corpus.txt.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    result = in_process(run_unsup.main, [
+        "--method", "simcse", "--model_name_or_path", str(backbone), "--train_file", str(packed), "--max_steps", "1",
+        "--eval_strategy", "no", "--output_dir", str(tmp_path / "run"), *FAST_TRAINING_ARGS], capsys)
+    assert result.code == 0, result.err
+    assert f"corpus: 24 rows of {packed} (skipped 0 blank lines)" in result.out
+
+
 def test_the_best_checkpoint_is_named_by_the_metric_that_picked_it(tmp_path, backbone, sts_fixture_dir, capsys):
     """``--metric_for_best_model avg_sts``: the summary and ``all_results.json`` give the best checkpoint's score of
     that metric under its own name (it was reported as "STS-B dev" and ``best_stsb_spearman``)."""
