@@ -10,8 +10,9 @@
 
 Files are checked before ``datasets`` reads them, so that a bad file fails with a ``CorpusError`` that names the file
 (and line) and says how to fix it, instead of a deep traceback. A corpus compressed with gzip, bzip2 or xz (named
-``.gz`` / ``.bz2`` / ``.xz``, e.g. ``wiki1m_for_simcse.txt.gz``) is read as its contents (:data:`COMPRESSIONS`). Every filter logs how many rows it dropped: nothing
-is dropped silently. The sentence splitter of the stand-in corpora is ``data.sentences``.
+``.gz`` / ``.bz2`` / ``.xz``, e.g. ``wiki1m_for_simcse.txt.gz``) is read as its contents (:data:`COMPRESSIONS`).
+Every filter logs how many rows it dropped: nothing is dropped silently. The sentence splitter of the stand-in
+corpora is ``data.sentences``.
 """
 from __future__ import annotations
 
