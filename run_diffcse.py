@@ -18,7 +18,7 @@ from __future__ import annotations
 from safetensors import SafetensorError
 from transformers import set_seed
 
-from data.corpus import UNSUP_HINT, load_next_sentence_corpus
+from data.corpus import UNSUP_HINT
 from command_line.arguments import DataArguments, ModelArguments, parse_args
 from command_line.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
 from trainers.errors import UsageError, UserError, reraise_as, run_cli
@@ -53,14 +53,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     check_pooler(model, tokenizer, "--model_name_or_path", model_args.model_name_or_path)
     check_precision(model, training_args.bf16, training_args.eval_dtype, "--model_name_or_path",
                     model_args.model_name_or_path)
-    train_dataset = None
-    if model.config.rtd_source == "next":  # Table 3: pairs of consecutive sentences from an ordered corpus
-        train_dataset = load_next_sentence_corpus(data_args.train_file)
-        if data_args.max_train_samples is not None:
-            train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
     return train_and_export(model, tokenizer, training_args, data_args,
-                            describe_arguments(model_args, data_args, diffcse_args, training_args, argv=argv),
-                            train_dataset=train_dataset)
+                            describe_arguments(model_args, data_args, diffcse_args, training_args, argv=argv))
 
 
 if __name__ == "__main__":

@@ -49,10 +49,12 @@ def load_tokenizer(model_args):
 
 
 def load_train_dataset(model: ContrastiveModel, data_args, stats: CorpusStats | None = None) -> datasets.Dataset:
-    """The corpus the model's views read: one sentence a line, or the supervised CSV."""
-    from data.corpus import CorpusError, load_sup_corpus, load_unsup_corpus
+    """The corpus the model's views read: one sentence a line, the supervised CSV, or an ordered corpus's pairs of
+    consecutive sentences (:attr:`ContrastiveModel.reads_ordered_corpus`)."""
+    from data.corpus import CorpusError, load_next_sentence_corpus, load_sup_corpus, load_unsup_corpus
 
-    loader = load_unsup_corpus if set(model.view_columns) == {"text"} else load_sup_corpus
+    loader = (load_next_sentence_corpus if model.reads_ordered_corpus else
+              load_unsup_corpus if set(model.view_columns) == {"text"} else load_sup_corpus)
     dataset = loader(data_args.train_file, stats=stats)
     if model.read_views_from(dataset.column_names) and model.config.hard_negative_weight:
         raise UsageError(f"--hard_negative_weight {model.config.hard_negative_weight} weights each anchor's hard "

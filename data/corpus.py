@@ -38,6 +38,7 @@ UNSUP_HINT = (
     "`python -m data.standin`"
 )
 SUP_HINT = "download SimCSE's NLI triplets with `bash data/download_nli.sh`"
+ORDERED_HINT = "build an ordered corpus with `python -m data.standin --ordered_out PATH`"
 SUP_HEADERS: tuple[tuple[str, ...], ...] = (("sent0", "sent1", "hard_neg"), ("sent0", "sent1"))
 NEXT_COLUMN = "next_text"  # the column of a sentence's successor (load_next_sentence_corpus, DiffCSE source="next")
 
@@ -145,25 +146,31 @@ def read_documents(path: str | Path) -> list[list[str]]:
     return documents
 
 
-def load_next_sentence_corpus(path: str | Path) -> datasets.Dataset:
+def load_next_sentence_corpus(path: str | Path, *, stats: CorpusStats | None = None) -> datasets.Dataset:
     """``datasets.Dataset`` with columns ``text`` and ``next_text`` = every sentence that has a successor in its
-    document (the last sentence of each document is dropped, and logged). A shuffled corpus such as
+    document (the last sentence of each document is dropped, and counted). A shuffled corpus such as
     ``wiki1m_for_simcse.txt`` or the stand-in ``wiki_standin.txt`` has no order: building the pairs from it would
     pair unrelated sentences, so a file without any blank line (= one document) is refused.
 
     DiffCSE's Table 3 ("use next sent. for x'"): ``data.diffcse_collator.DiffCSECollator(source="next")`` edits
     ``next_text`` while the sentence embedding comes from ``text``.
+
+    Raises:
+        CorpusError: the file is missing, empty, not UTF-8, or not an ordered corpus.
     """
     import datasets
 
-    documents = read_documents(path)
+    file = _check_file(path, hint=ORDERED_HINT)
+    documents = read_documents(file)
     if len(documents) < 2:
-        raise ValueError(f"{path}: source='next' needs an ordered corpus with documents separated by blank lines "
-                         "(one sentence per line in document order); build one with "
-                         "`python -m data.standin --ordered_out PATH`")
+        raise CorpusError(f"{file}: source='next' needs an ordered corpus with documents separated by blank lines "
+                          f"(one sentence per line in document order); {ORDERED_HINT}")
     pairs = [(doc[i], doc[i + 1]) for doc in documents for i in range(len(doc) - 1)]
     logger.info("next-sentence corpus: %d pairs from %d documents (%d last sentences without successor dropped)",
                 len(pairs), len(documents), len(documents))
+    if stats is not None:
+        stats.file, stats.rows, stats.skipped = str(path), len(pairs) + len(documents), len(documents)
+        stats.skipped_what = "last sentences of a document, which have no next sentence"
     return datasets.Dataset.from_dict({"text": [a for a, _ in pairs], NEXT_COLUMN: [b for _, b in pairs]})
 
 

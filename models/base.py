@@ -17,6 +17,8 @@ A method is a subclass that overrides one or two of these small hooks, never the
   embedding where it is not the test-time one (PromptBERT's denoising), and what the run summary says of it.
 - :attr:`ContrastiveModel.optional_view_columns` — view columns a corpus may lack (supervised SimCSE's hard
   negatives), dropped from the views by :meth:`ContrastiveModel.read_views_from` once the corpus is read.
+- :attr:`ContrastiveModel.reads_ordered_corpus` — whether the corpus is read as documents of consecutive sentences
+  (DiffCSE's ``rtd_source="next"``, Table 3) instead of one sentence a line.
 
 ``embed_views`` = ``project_views(encode_views(...))``: encoding some sentences, and the projector on all of them.
 With ``contrastive_loss`` and the per-sentence part, these are all a training step needs to run the pieces in
@@ -313,6 +315,12 @@ class ContrastiveModel(PreTrainedModel):
         if dropped:
             self.view_columns = tuple(column for column in self.view_columns if column not in dropped)
         return dropped
+
+    @property
+    def reads_ordered_corpus(self) -> bool:
+        """Hook: whether the training corpus is an ordered one, read as pairs of consecutive sentences
+        (``data.corpus.load_next_sentence_corpus``); the base's: no, one sentence (or CSV row) a line."""
+        return False
 
     def dev_embedding_note(self) -> str | None:
         """Hook: how :meth:`dev_embed` (the run's STS dev scores) differs from :meth:`embed` (the export's embedding,

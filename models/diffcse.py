@@ -174,6 +174,11 @@ class DiffCSEModel(ContrastiveModel):
 
     method_defaults: ClassVar[dict[str, Any]] = {"projector": "batchnorm", "generator_name": "distilbert-base-uncased"}
 
+    @property
+    def reads_ordered_corpus(self) -> bool:
+        """``rtd_source="next"`` (Table 3): the edited sentence is the next one of the same document."""
+        return self.config.rtd_source == "next"
+
     def __init__(self, config: ContrastiveConfig, encoder: PreTrainedModel | None = None,
                  generator: PreTrainedModel | None = None) -> None:
         check_diffcse_config(config)

@@ -376,6 +376,38 @@ def test_next_sentence_corpus_and_edits(paths, tmp_path):
     assert torch.isfinite(model(**batch).loss)
 
 
+def test_run_diffcse_reads_an_ordered_corpus_as_the_other_corpora_are_read(paths, tmp_path, capsys):
+    """``--rtd_source next`` read its corpus outside the corpus checks: a Latin-1 byte stopped the run with a
+    UnicodeDecodeError traceback, a shuffled corpus with a ValueError traceback, and the summary said "corpus: 3
+    training rows" without the file or the dropped last sentences. Now the same one-line errors (exit 1) and the same
+    summary line as every corpus."""
+    from tests.cli import in_process
+
+    ordered = tmp_path / "ordered.txt"
+    ordered.write_text("the cat sits .\na dog runs .\nmusic is good .\n\nthe king reads .\nthe sun is red .\n")
+
+    def run(corpus: Path, name: str):
+        return in_process(run_diffcse.main, [
+            "--model_name_or_path", str(paths.encoder), "--generator_name", str(paths.generator), "--train_file",
+            str(corpus), "--rtd_source", "next", "--max_steps", "1", "--eval_strategy", "no", "--output_dir",
+            str(tmp_path / name), *FAST_TRAINING_ARGS, "--per_device_train_batch_size", "2"], capsys,
+            prog="run_diffcse.py")
+
+    result = run(ordered, "ordered")
+    assert result.code == 0, result.err
+    assert (f"corpus: 3 rows of {ordered} (skipped 2 last sentences of a document, which have no next sentence)"
+            in result.out)
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 au lait .\na dog .\n\nthe sun .\nthe moon .\n".encode("latin-1"))
+    shuffled = tmp_path / "shuffled.txt"
+    shuffled.write_text("the cat sits .\na dog runs .\n")
+    for corpus, message in ((latin1, f"{latin1}, line 1: byte 0xe9 at byte offset 3"),
+                            (shuffled, f"{shuffled}: source='next' needs an ordered corpus")):
+        refused = run(corpus, corpus.stem)
+        assert refused.code == 1 and "Traceback" not in refused.err, refused.err
+        assert f"run_diffcse.py: error: {message}" in refused.err, refused.err
+
+
 def test_task_profiles_and_flags():
     from command_line.arguments import DataArguments, ModelArguments, parse_args
     from command_line.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
