@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from eval.backbone import (ModelLoadingError, contrastive_checkpoint_method, in_hub_cache, model_problem,
-                           resolve_run_folder)
+                           resolve_run_folder, sentence_transformers_backbone)
 from models.card import is_hub_name
 from trainers.checkpoints import (checkpoint_step, incomplete_checkpoint_error, newest_complete_checkpoint,
                                   resolve_latest)
@@ -47,7 +47,9 @@ RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "run
 def resolve_backbone(model_args: Any, training_args: Any) -> None:
     """Set ``--model_name_or_path`` to the folder the backbone loads from: a finished run's folder (its
     ``--output_dir``) or its ``export/`` folder is its export (:func:`eval.backbone.resolve_run_folder`, logged, as
-    ``python -m eval`` reads it), and an unfinished run's folder is refused, naming its newest checkpoint. A training
+    ``python -m eval`` reads it), and an unfinished run's folder is refused, naming its newest checkpoint. An older
+    sentence-transformers folder is its transformer's module folder
+    (:func:`eval.backbone.sentence_transformers_backbone`, logged). A training
     checkpoint (``checkpoint-N``) gives its encoder (:func:`eval.backbone.checkpoint_encoder`), as the official
     SimCSE code starts from a checkpoint's weights, with a warning (``training_args.command_line_warnings``: said
     at the run's start and in its summary): the run starts at step 0 where ``--resume_from_checkpoint`` would
@@ -57,6 +59,11 @@ def resolve_backbone(model_args: Any, training_args: Any) -> None:
         model_args.model_name_or_path = resolve_run_folder(name, "train")
     except ModelLoadingError as exc:
         raise UserError(f"--model_name_or_path {exc}") from None
+    module = sentence_transformers_backbone(model_args.model_name_or_path)
+    if module is not None:  # said: the pooling modules beside it are not what the run trains
+        logger.warning("--model_name_or_path %s is a sentence-transformers folder whose transformer is in %s: training "
+                       "from that folder (its pooling modules are not used; the method's pooler is)", name, module)
+        model_args.model_name_or_path = str(module)
     method = contrastive_checkpoint_method(model_args.model_name_or_path)
     if method is not None:  # said with the run's other warnings, at its start and in its summary
         training_args.command_line_warnings.append(

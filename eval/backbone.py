@@ -189,6 +189,36 @@ def position_limit(config: Any) -> tuple[int, str] | None:
     return table, f"max_position_embeddings {table}"
 
 
+#: The ``Transformer`` module's class in a sentence-transformers folder's ``modules.json``, as each version writes it
+#: (``sentence_transformers.models.Transformer`` before 6; 6.x: ``sentence_transformers.base.modules.Transformer``,
+#: or its defining module's path, ``...base.modules.transformer.Transformer``, which this repo's exports hold).
+ST_PACKAGE, ST_TRANSFORMER = "sentence_transformers.", "Transformer"
+
+
+def transformer_module_path(modules: Any) -> str | None:
+    """The folder (relative; ``""`` = the root) of the ``Transformer`` module a sentence-transformers
+    ``modules.json`` (its parsed list) names, or ``None`` when it names none."""
+    for module in modules if isinstance(modules, list) else []:
+        kind = str(module.get("type", "")) if isinstance(module, dict) else ""
+        if kind.startswith(ST_PACKAGE) and kind.rsplit(".", 1)[-1] == ST_TRANSFORMER:
+            return str(module.get("path", "")).strip("/")
+    return None
+
+
+def sentence_transformers_backbone(folder: str | Path) -> Path | None:
+    """The local sentence-transformers ``folder``'s transformer folder when the root holds no model itself: an older
+    sentence-transformers save keeps it in a module folder (``0_Transformer/``, ``0_BERT/``) named by
+    ``modules.json``; ``None`` for anything else (a root with ``config.json`` loads as it is)."""
+    folder = Path(folder)
+    if not (folder / "modules.json").is_file() or (folder / "config.json").is_file():
+        return None
+    try:
+        subfolder = transformer_module_path(json.loads((folder / "modules.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+    return folder / subfolder if subfolder and (folder / subfolder / "config.json").is_file() else None
+
+
 def backbone_config(name: str, cache_dir: str | None = None) -> Any:
     """The config of the backbone ``name`` gives (:func:`load_backbone`): its own, or a training checkpoint's
     encoder's."""
@@ -385,9 +415,10 @@ def resolve_run_folder(model_name_or_path: str, purpose: Literal["evaluate", "tr
     return model_name_or_path
 
 
-__all__ = ["CLS_PROBE", "PADDING_OFFSET_MODEL_TYPES", "POOLER_PREFIX", "IncompleteWeightsError", "LoadedBackbone",
-           "ModelLoadingError", "backbone_config", "bf16_forward_problem", "checkpoint_encoder", "cls_position_problem",
-           "contrastive_checkpoint_method", "encoder_decoder_problem", "first_keys", "in_hub_cache", "load_auto_model",
-           "load_backbone", "missing_weights_problem", "model_problem", "position_limit",
-           "position_zero_sees_only_itself", "resolve_run_folder", "saved_tensors", "tokenizer_problem",
-           "vocabulary_problem", "weights_file_problem"]
+__all__ = ["CLS_PROBE", "PADDING_OFFSET_MODEL_TYPES", "POOLER_PREFIX", "ST_PACKAGE", "ST_TRANSFORMER",
+           "IncompleteWeightsError", "LoadedBackbone", "ModelLoadingError", "backbone_config", "bf16_forward_problem",
+           "checkpoint_encoder", "cls_position_problem", "contrastive_checkpoint_method", "encoder_decoder_problem",
+           "first_keys", "in_hub_cache", "load_auto_model", "load_backbone", "missing_weights_problem", "model_problem",
+           "position_limit", "position_zero_sees_only_itself", "resolve_run_folder", "saved_tensors",
+           "sentence_transformers_backbone", "tokenizer_problem", "transformer_module_path", "vocabulary_problem",
+           "weights_file_problem"]

@@ -30,7 +30,8 @@ from safetensors import SafetensorError
 
 from eval.backbone import (IncompleteWeightsError, ModelLoadingError, bf16_forward_problem, cls_position_problem,
                            encoder_decoder_problem, load_backbone, position_limit, position_zero_sees_only_itself,
-                           resolve_run_folder, tokenizer_problem, vocabulary_problem, weights_file_problem)
+                           resolve_run_folder, tokenizer_problem, transformer_module_path, vocabulary_problem,
+                           weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.masks import prepare_attention_mask
 from models.poolers import POOLER_TYPES, POSITION_ZERO_POOLERS, needs_hidden_states, pool
@@ -39,10 +40,6 @@ logger = logging.getLogger(__name__)
 
 ModelKind = Literal["cse_contrastive", "sentence_transformers", "huggingface"]
 
-#: The ``Transformer`` module's class in a sentence-transformers folder's ``modules.json``, as each version writes it
-#: (``sentence_transformers.models.Transformer`` before 6; 6.x: ``sentence_transformers.base.modules.Transformer``,
-#: or its defining module's path, ``...base.modules.transformer.Transformer``, which this repo's exports hold).
-_ST_PACKAGE, _ST_TRANSFORMER = "sentence_transformers.", "Transformer"
 _LOADING_ERRORS = (OSError, ValueError, ImportError, KeyError, SafetensorError)
 
 
@@ -234,11 +231,9 @@ def _huggingface_backend(
 
 def _st_transformer_subfolder(model_name_or_path: str) -> str:
     """The folder (relative, ``""`` = the root) of the ``Transformer`` module listed in ``modules.json``."""
-    modules = _read_json(_fetch_file(model_name_or_path, "modules.json"))
-    for module in modules if isinstance(modules, list) else []:
-        kind = str(module.get("type", ""))
-        if kind.startswith(_ST_PACKAGE) and kind.rsplit(".", 1)[-1] == _ST_TRANSFORMER:
-            return str(module.get("path", "")).strip("/")
+    subfolder = transformer_module_path(_read_json(_fetch_file(model_name_or_path, "modules.json")))
+    if subfolder is not None:
+        return subfolder
     raise ModelLoadingError(
         f"{model_name_or_path}/modules.json lists no sentence_transformers Transformer module, so --pooler cannot "
         f"be applied to it; run without --pooler to use the folder's own pipeline"

@@ -121,6 +121,34 @@ def test_an_unfinished_runs_folder_is_refused_naming_its_newest_checkpoint(finis
     assert "Traceback" not in result.err and not (tmp_path / "second").exists()
 
 
+def test_an_older_sentence_transformers_folder_trains_from_its_transformer_module(tmp_path, backbone,
+                                                                                   sts_fixture_dir, capsys, caplog):
+    """An older sentence-transformers save keeps its transformer in a module folder (``0_Transformer/``) that
+    ``modules.json`` names, with no ``config.json`` at the root: refused ("the folder has no config.json"), though
+    ``python -m eval`` reads it. The run trains from that module folder, saying so; its "before" score is the
+    transformer's own."""
+    import shutil
+
+    folder = tmp_path / "old-st"
+    shutil.copytree(backbone, folder / "0_Transformer")
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                  "pooling_mode_mean_tokens": True}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    common = ["--method", "simcse", "--train_file", str(tiny_corpus(tmp_path / "corpus.txt")), "--senteval_dir",
+              str(sts_fixture_dir), "--max_steps", "1", "--eval_steps", "1"]
+    with caplog.at_level(logging.WARNING, logger="cse_repro"):
+        result = run([*common, "--model_name_or_path", str(folder), "--output_dir", str(tmp_path / "old")], capsys)
+    assert result.code == 0, result.err
+    assert (f"--model_name_or_path {folder} is a sentence-transformers folder whose transformer is in "
+            f"{folder / '0_Transformer'}: training from that folder") in caplog.text
+    direct = run([*common, "--model_name_or_path", str(backbone), "--output_dir", str(tmp_path / "direct")], capsys)
+    assert direct.code == 0, direct.err
+    assert dev_scores(tmp_path / "old")[0] == dev_scores(tmp_path / "direct")[0]
+
+
 def test_the_trainer_finds_the_tokenizers_special_tokens_in_the_backbones_config(backbone):
     """The Trainer aligns the model's text config with the tokenizer's pad/bos/eos ids before training. It read the
     contrastive config, which has none, set one there and warned on every run: "The tokenizer has new PAD/BOS/EOS
