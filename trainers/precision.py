@@ -97,8 +97,10 @@ def resolve_precision(bf16: bool | None, fp16: bool, on_cpu: bool) -> tuple[bool
 
 
 def mixed_precision_of(bf16: bool, fp16: bool) -> str:
-    """The Accelerator's ``mixed_precision`` (``TrainingArguments.mixed_precision``) of a run in this precision."""
-    return "fp16" if fp16 else "bf16" if bf16 else "no"
+    """The Accelerator's ``mixed_precision`` (``TrainingArguments.mixed_precision``) of a run in this precision: its
+    :func:`training_precision`, with accelerate's ``no`` for fp32."""
+    precision = training_precision(bf16, fp16)
+    return "no" if precision == "fp32" else precision
 
 
 def training_precision(bf16: bool, fp16: bool) -> str:
