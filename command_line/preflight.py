@@ -49,11 +49,11 @@ def resolve_backbone(model_args: Any, training_args: Any) -> None:
     ``--output_dir``) or its ``export/`` folder is its export (:func:`eval.backbone.resolve_run_folder`, logged, as
     ``python -m eval`` reads it), and an unfinished run's folder is refused, naming its newest checkpoint. An older
     sentence-transformers folder is its transformer's module folder
-    (:func:`eval.backbone.sentence_transformers_backbone`, logged). A training
-    checkpoint (``checkpoint-N``) gives its encoder (:func:`eval.backbone.checkpoint_encoder`), as the official
-    SimCSE code starts from a checkpoint's weights, with a warning (``training_args.command_line_warnings``: said
-    at the run's start and in its summary): the run starts at step 0 where ``--resume_from_checkpoint`` would
-    continue that run."""
+    (:func:`eval.backbone.sentence_transformers_backbone`, logged). A training checkpoint (``checkpoint-N``) gives its
+    encoder (:func:`eval.backbone.checkpoint_encoder`; the official SimCSE train.py loads ``BertForCL``, encoder and
+    MLP, from any folder, a checkpoint included, and passes that folder to ``trainer.train(model_path=...)``: here the
+    encoder alone starts a new run), with a warning (``training_args.command_line_warnings``: said at the run's start
+    and in its summary): the run starts at step 0 where ``--resume_from_checkpoint`` would continue that run."""
     name = model_args.model_name_or_path
     try:
         model_args.model_name_or_path = resolve_run_folder(name, "train")

@@ -1,5 +1,5 @@
 """Training from this repo's own outputs, as a user types it: ``--model_name_or_path`` a training checkpoint
-(``checkpoint-N``: its encoder, as the official SimCSE code starts from a checkpoint's weights), a finished run's
+(``checkpoint-N``: its encoder; the official SimCSE train.py loads its BertForCL from any folder), a finished run's
 folder or its ``export/`` (its export, as ``python -m eval`` reads them), an unfinished run's folder (refused, naming
 the checkpoint to start from or resume)."""
 from __future__ import annotations
