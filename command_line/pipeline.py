@@ -30,6 +30,7 @@ from trainers.errors import UsageError
 from trainers.methods import build_collator
 from trainers.backbone_card import read_backbone_license
 from trainers.precision import training_precision
+from trainers.unused_parameters import choose_find_unused_parameters
 
 from .summary import RunSummary, describe_step, format_summary
 
@@ -155,6 +156,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if getattr(training_args, "gradient_checkpointing", False) and (
             refusal := model.gradient_checkpointing_refusal()):
         raise UsageError(refusal)  # the Trainer raised it inside train(), after the corpus and the first evaluation
+    choose_find_unused_parameters(model, training_args, tokenizer)  # DDP's search for unused parameters, only where needed
     run_arguments = {**run_arguments, "settings": model.config.settings()}  # what the preset and flags resolved to
     corpus = CorpusStats()
     if train_dataset is None:
