@@ -322,6 +322,12 @@ class ContrastiveModel(PreTrainedModel):
         (``data.corpus.load_next_sentence_corpus``); the base's: no, one sentence (or CSV row) a line."""
         return False
 
+    def process_local_buffers(self) -> list[str]:
+        """Hook: the names of buffers that hold each process's own state when several train together (not copies
+        of one state): a trainer must neither overwrite them with another process's nor keep only one process's in a
+        checkpoint. The base's: none."""
+        return []
+
     def dev_embedding_note(self) -> str | None:
         """Hook: how :meth:`dev_embed` (the run's STS dev scores) differs from :meth:`embed` (the export's embedding,
         what ``python -m eval`` scores), for the run summary to say; ``None``: they are the same (the base's)."""

@@ -203,6 +203,13 @@ class ESimCSEModel(ContrastiveModel):
             self.queue = None
 
     # --------------------------------------------------------------------------------------------- auxiliary
+    def process_local_buffers(self) -> list[str]:
+        """A per-process queue's buffers (``gather_queue=False``: each process enqueues its own keys, as the code's
+        queue); a gathered queue is the same on every process."""
+        if self.queue is None or self.config.gather_queue:
+            return []
+        return [f"queue.{name}" for name, _ in self.queue.named_buffers()]
+
     def sync_auxiliary_networks(self) -> None:
         if self.momentum_encoder is not None:
             self.momentum_encoder.copy_from(self.encoder, self.projector)

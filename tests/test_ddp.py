@@ -324,15 +324,21 @@ def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_
     assert max(float((one[n] - initial[n]).abs().max()) for n in initial if n in one) > 1e-4
 
 
-#: Methods whose two-process runs are resumed halfway (:func:`resumed_runs`).
-RESUMED_METHODS = ("simcse", "esimcse", "diffcse")
+#: Two-process runs resumed halfway (:func:`resumed_runs`): name -> (method, its flags). ``esimcse_own_queues``: each
+#: process keeps its own queue (``--gather_queue false``, the authors' code's), which no other process's may replace.
+RESUMED_RUNS = {
+    "simcse": ("simcse", ()),
+    "esimcse": ("esimcse", ("--queue_size", "8")),
+    "esimcse_own_queues": ("esimcse", ("--queue_size", "8", "--gather_queue", "false")),
+    "diffcse": ("diffcse", ()),
+}
 
 
 @pytest.fixture(scope="module")
 def resumed_runs(tmp_path_factory) -> Path:
-    """Each :data:`RESUMED_METHODS` method trained by two processes with dropout on: four steps in one run
-    (``<method>/full``), and steps 3-4 resumed by two processes from its checkpoint-2 (``<method>/resumed``), all
-    six runs through the entry points in one torchrun launch. Returns the root folder."""
+    """Each :data:`RESUMED_RUNS` run trained by two processes with dropout on: four steps in one run
+    (``<name>/full``), and steps 3-4 resumed by two processes from its checkpoint-2 (``<name>/resumed``), all
+    eight runs through the entry points in one torchrun launch. Returns the root folder."""
     return built_once(tmp_path_factory, "ddp_resumed", train_resumed_runs)
 
 
@@ -340,25 +346,71 @@ def train_resumed_runs(root: Path) -> None:
     model_dir = save_tiny_backbone(root / "model", seed=0)  # dropout 0.1
     corpus = tiny_corpus(root / "corpus.txt", n=48)
     runs = []
-    for method in RESUMED_METHODS:
-        script, method_flags = method_script(method, root / method)
-        common = [*method_flags, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
+    for name, (method, flags) in RESUMED_RUNS.items():
+        script, method_flags = method_script(method, root / name)
+        common = [*method_flags, *flags, "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
                   "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
                   "--save_total_limit", "2", "--load_best_model_at_end", "false", "--disable_tqdm", "true",
                   "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false",
-                  "--per_device_train_batch_size", "4", *(("--queue_size", "8") if method == "esimcse" else ())]
-        full = root / method / "full"
+                  "--per_device_train_batch_size", "4"]
+        full = root / name / "full"
         runs += [[script, [*common, "--output_dir", str(full)]],
-                 [script, [*common, "--output_dir", str(root / method / "resumed"), "--resume_from_checkpoint",
+                 [script, [*common, "--output_dir", str(root / name / "resumed"), "--resume_from_checkpoint",
                            str(full / "checkpoint-2")]]]
     run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(runs)})
 
 
-@pytest.mark.parametrize("method", RESUMED_METHODS)
-def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(resumed_runs, method):
+@pytest.mark.parametrize("name", RESUMED_RUNS)
+def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(resumed_runs, name):
     """Two processes with dropout on (stream masks, each process's RNG state in its own ``rng_state_<rank>.pth``;
-    ESimCSE's gathered queue and momentum encoder; DiffCSE's generator sampling each process's edits): steps 3-4
-    resumed by two processes from checkpoint-2 end on the uninterrupted run's weights (:func:`resumed_runs`)."""
-    runs = resumed_runs / method
+    ESimCSE's gathered queue and momentum encoder, or each process's own queue in its ``process_state_<rank>``;
+    DiffCSE's generator sampling each process's edits): steps 3-4 resumed by two processes from checkpoint-2 end on
+    the uninterrupted run's weights (:func:`resumed_runs`)."""
+    runs = resumed_runs / name
     assert_resumed_run_ends_on_the_uninterrupted_runs_weights(runs / "full", runs / "resumed", 2, 4)
     assert_complete_for(runs / "full" / "checkpoint-2", processes=2)
+
+
+def test_each_process_keeps_and_checkpoints_its_own_queue(resumed_runs, tmp_path):
+    """``--gather_queue false`` under two processes: each process's queue holds its own keys. DDP broadcast every
+    buffer from rank 0 at every forward, so both processes trained with rank 0's queue, and a checkpoint held rank
+    0's alone. Now each process's queue is its own (the two differ), each checkpoint holds each process's, the
+    weights file rank 0's, and a resume restores each (the resumed run's queues at step 4 are the uninterrupted
+    run's). A checkpoint missing a process's file is refused for a resume by two processes."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from trainers.checkpoints import checkpoint_problems
+    from trainers.process_state import process_state_file
+
+    runs = resumed_runs / "esimcse_own_queues"
+    full, resumed = runs / "full" / "checkpoint-4", runs / "resumed" / "checkpoint-4"
+    own = [load_file(full / process_state_file(rank)) for rank in range(2)]
+    assert sorted(own[0]) == ["queue.count", "queue.embeddings", "queue.ptr"]
+    assert int(own[0]["queue.count"]) == 8 and int(own[1]["queue.count"]) == 8  # 4 steps x 4 keys, 8 kept
+    assert (own[0]["queue.embeddings"] - own[1]["queue.embeddings"]).abs().max() > 1e-3  # each process's own keys
+    weights = load_file(full / "model.safetensors")
+    for name, tensor in own[0].items():
+        assert torch.equal(weights[name], tensor), name
+    for rank in range(2):
+        again = load_file(resumed / process_state_file(rank))
+        for name, tensor in own[rank].items():
+            torch.testing.assert_close(again[name], tensor, rtol=0, atol=1e-6, msg=f"rank {rank}: {name}")
+    model = build_model("esimcse", str(resumed_runs / "model"), attn_implementation="eager", queue_size=8,
+                        gather_queue=False)
+    assert checkpoint_problems(full, 2, model) == []
+    copy = tmp_path / "checkpoint-4"
+    shutil.copytree(full, copy)
+    (copy / process_state_file(1)).unlink()
+    assert checkpoint_problems(copy, 2, model)[0].startswith("missing process_state_1.safetensors")
+    # a checkpoint written before the processes' own files (none, no marker) resumes with rank 0's queue everywhere
+    from trainers.checkpoints import MARKER
+    from trainers.process_state import load_process_state
+
+    (copy / process_state_file(0)).unlink()
+    (copy / MARKER).unlink()
+    assert checkpoint_problems(copy, 2, model) == []
+    assert load_process_state(model, copy, 1) is False and load_process_state(model, full, 1) is True
+    torch.testing.assert_close(model.queue.embeddings, own[1]["queue.embeddings"], rtol=0, atol=0)
+    assert not list((resumed_runs / "esimcse" / "full" / "checkpoint-4").glob("process_state_*"))  # one queue

@@ -17,14 +17,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("owner, member, parameters", RELIED_ON, ids=lambda v: getattr(v, "__name__", str(v)))
 def test_the_library_still_has_what_the_adapter_relies_on(owner, member, parameters):
+    import importlib
+
+    library = importlib.import_module(owner.__module__.split(".")[0])  # transformers, or torch for DDP's
+    installed = f"{library.__name__} {library.__version__}"
     function = getattr(owner, member, None)
     assert function is not None, (
-        f"transformers {transformers.__version__} has no {owner.__name__}.{member}; trainers/trainer_adapter.py was "
-        f"written for {WRITTEN_FOR} and must be adapted")
+        f"{installed} has no {owner.__name__}.{member}; trainers/trainer_adapter.py was written for transformers "
+        f"{WRITTEN_FOR} and must be adapted")
     found = tuple(inspect.signature(function).parameters)
     assert found == parameters, (
-        f"transformers {transformers.__version__} changed {owner.__name__}.{member}{found} (was {parameters} in "
-        f"{WRITTEN_FOR}); adapt trainers/trainer_adapter.py")
+        f"{installed} changed {owner.__name__}.{member}{found} (was {parameters} in transformers {WRITTEN_FOR}'s "
+        "time); adapt trainers/trainer_adapter.py")
 
 
 def test_the_tensorboard_callback_still_reads_its_folder_from_logging_dir():

@@ -29,6 +29,7 @@ from typing import Any
 from eval.model_files import SHARD_INDEX, archive_problem, safetensors_header, safetensors_problem, shard_names
 
 from .errors import UserError
+from .process_state import process_state_files
 
 #: Written last into a checkpoint folder: ``{"processes": N, "files": {name: size in bytes}}``.
 MARKER = "checkpoint_complete.json"
@@ -102,6 +103,9 @@ def checkpoint_problems(folder: str | Path, processes: int, model: Any = None) -
         return ["no such folder"]
     listed = marker_files(folder) or {}
     loaded = [TRAINER_STATE, *weights_files(folder), *OPTIMIZATION_STATE, *rng_state_files(processes)]
+    # each process's own buffers: required where the checkpoint was written with them (an older one has none)
+    loaded += [name for name in (process_state_files(model, processes) if model is not None else ())
+               if name in listed or any(folder.glob("process_state_*"))]
     wanted = list(dict.fromkeys([*listed, *loaded]))
     missing = [name for name in wanted if not (folder / name).is_file()]
     problems = [f"missing {', '.join(missing)}{rng_state_note(folder, processes, missing)}"] if missing else []

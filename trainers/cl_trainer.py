@@ -38,8 +38,9 @@ from .errors import UsageError
 from .fast_path import (CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator,
                         regions_under)
 from .keyed_dropout import keyed_step, step_draws
+from .process_state import load_process_state, process_state_files, save_process_state
 from .step_graph import StepGraph, StepOutputs, step_graph_refusal, step_graph_wanted
-from .trainer_adapter import TrainerAdapter, pin_tensorboard_dir
+from .trainer_adapter import TrainerAdapter, exclude_from_ddp, pin_tensorboard_dir
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ class CLTrainer(TrainerAdapter):
             keys = model.fixed_width_keys() if hasattr(model, "fixed_width_keys") else ()
             kwargs["data_collator"] = fixed_shape_collator(kwargs["data_collator"], keys)
         super().__init__(*args, **kwargs)
+        if self.args.world_size > 1 and (own := self.model.process_local_buffers()):
+            exclude_from_ddp(self.model, own)  # each process's own (trainers/process_state.py), not rank 0's
         self.args.step_graph = self.wants_step_graph()  # resolved: the compile mode and the summary read it
         self.compiled_backbone = self.compile_backbone() if fast_path else None
         self.step_graph = StepGraph(self.model, listed_parameters(self.model)) if self.args.step_graph else None
@@ -114,6 +117,18 @@ class CLTrainer(TrainerAdapter):
             refuse_persistent_workers(self.args)
             self.add_callback(CollatorEpochHook(self.data_collator))
         pin_tensorboard_dir(self)
+
+    # ---------------------------------------------------------------- each process's own state in checkpoints
+    def write_process_files(self, folder: str) -> None:
+        if process_state_files(self.model, self.args.world_size):
+            save_process_state(self.model, folder, self.args.process_index)
+
+    def after_checkpoint_load(self, folder: str) -> None:
+        if (process_state_files(self.model, self.args.world_size)
+                and not load_process_state(self.model, folder, self.args.process_index) and self.args.should_log):
+            logger.warning("%s holds no process_state_<rank>.safetensors (written before each process's own buffers "
+                           "were kept): every process resumes with rank 0's %s", folder,
+                           ", ".join(self.model.process_local_buffers()))
 
     # ---------------------------------------------------------------- the fast path
     def compile_backbone(self) -> CompiledBackbone | None:

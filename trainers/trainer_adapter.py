@@ -29,6 +29,11 @@ member when the installed library changes one of them (:data:`RELIED_ON`).
 - ``Trainer._load_from_checkpoint(resume_from_checkpoint, model)`` and ``Trainer._load_best_model()``: a resume of a
   run's last checkpoint loads it, and the best one, without training (:meth:`TrainerAdapter.load_finished_run`):
   ``train()`` would take one step past ``max_steps`` from there.
+- ``DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)`` (torch's way, private
+  until https://github.com/pytorch/pytorch/issues/43690 settles an API): buffers a model names as each process's own
+  (ESimCSE's per-process queue) are left out of DDP's broadcasts from rank 0 (:func:`exclude_from_ddp`). Each process
+  writes its own into every checkpoint (:meth:`TrainerAdapter.write_process_files`, before the processes meet) and
+  a resume loads them back (:meth:`TrainerAdapter.after_checkpoint_load`, after ``Trainer._load_from_checkpoint``).
 - ``TensorBoardCallback.logging_dir`` and ``transformers.integrations.integration_utils.default_logdir``: the
   callback picks its folder at ``on_train_begin``, but a run's 'before training' evaluation logs earlier;
   :func:`pin_tensorboard_dir` gives it the folder the Trainer would, up front.
@@ -44,6 +49,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import DistributedType
+from torch.nn.parallel import DistributedDataParallel
 from transformers import Trainer
 from transformers.integrations import TensorBoardCallback
 from transformers.integrations.integration_utils import default_logdir
@@ -66,6 +72,7 @@ RELIED_ON: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (Trainer, "_prepare_inputs", ("self", "inputs")),
     (Trainer, "_load_from_checkpoint", ("self", "resume_from_checkpoint", "model")),
     (Trainer, "_load_best_model", ("self",)),
+    (DistributedDataParallel, "_set_params_and_buffers_to_ignore_for_model", ("module", "params_and_buffers_to_ignore")),
 )
 #: Where ``accelerate``'s ``clip_grad_norm_`` is torch's ``clip_grad_norm_`` over ``list(model.parameters())`` after
 #: ``unscale_gradients()`` (one process, DDP): the runs :meth:`TrainerAdapter._clip_grad_norm` lists once.
@@ -92,6 +99,17 @@ class TrainerAdapter(Trainer):
 
     def before_checkpoint(self) -> None:
         """Hook: runs before every checkpoint is written (``checkpoint-<global_step>``). Does nothing here."""
+
+    def write_process_files(self, folder: str) -> None:
+        """Hook: runs on every process once the Trainer wrote its files into the checkpoint ``folder``, before the
+        processes meet and the marker is written. Does nothing here."""
+
+    def after_checkpoint_load(self, folder: str) -> None:
+        """Hook: runs on every process after a checkpoint's weights were loaded for a resume. Does nothing here."""
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.after_checkpoint_load(resume_from_checkpoint)
 
     def _lists_parameters(self, model) -> bool:
         """Whether the gradient norm can be torch's ``clip_grad_norm_`` over the listed parameters (what
@@ -127,10 +145,11 @@ class TrainerAdapter(Trainer):
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
-        self.accelerator.wait_for_everyone()  # every process's rng_state_<rank>.pth is written
+        run_dir = self.args.output_dir
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        self.write_process_files(folder)
+        self.accelerator.wait_for_everyone()  # every process's rng_state_<rank>.pth (and own files) are written
         if self.args.should_save:
-            run_dir = self.args.output_dir
-            folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             if self.run_arguments is not None:
                 write_run_arguments(folder, self.run_arguments)
             write_completion_marker(folder, processes=self.args.world_size)
@@ -145,6 +164,12 @@ class TrainerAdapter(Trainer):
         best = self.state.best_model_checkpoint
         if self.args.load_best_model_at_end and best and os.path.isdir(best):
             self._load_best_model()
+
+
+def exclude_from_ddp(model: torch.nn.Module, names: list[str]) -> None:
+    """Leave the parameters and buffers ``names`` of ``model`` (not yet wrapped) out of DDP's synchronisation: its
+    broadcast from rank 0 when it wraps the model and at every forward."""
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
 
 
 def _sagemaker_mp() -> bool:
