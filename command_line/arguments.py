@@ -88,6 +88,10 @@ class ModelArguments:
         default="bert-base-uncased", metadata={"help": "Backbone: any AutoModel name or local folder."})
     attn_implementation: str | None = field(default="sdpa", metadata={"help": "Backbone attention kernel."})
     cache_dir: str | None = field(default=None, metadata={"help": "Hugging Face cache directory."})
+    config_overrides: str | None = field(default=None, metadata={"help": (
+        "Backbone config settings changed before it loads, e.g. attention_dropout=0.1,embedding_dropout=0.1,"
+        "mlp_dropout=0.1 (a ModernBERT's rates are 0, so SimCSE's two views would be one); transformers' "
+        "update_from_string syntax, recorded with the run.")})
 
     def __post_init__(self) -> None:
         check_attention(self.attn_implementation)

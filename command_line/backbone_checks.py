@@ -13,6 +13,8 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
   T5's has none), where it holds the first word; ``--pooler_type avg`` is the one to pass (decided: refused, not
   switched, so that a run trains the pooler its command line says; docs/errors.md).
 
+- :func:`config_override_values`: ``--config_overrides`` read against the backbone's config (its keys must be
+  settings of that config), as the values the loader passes to ``from_pretrained``.
 - :func:`check_precision`: a backbone whose forward cannot run under bf16 autocast (transformers' DeBERTa v1) is
   refused under ``--bf16`` or ``--eval_dtype bf16``, with ``--bf16 false`` / ``--eval_dtype fp32`` as the fix.
 
@@ -82,6 +84,34 @@ def check_backbone(model_args: Any, max_seq_length: int, method: str, settings: 
                 if problem:
                     raise UserError(problem)
             check_position_limit(flag, model, config, max_seq_length, added if flag == "--model_name_or_path" else 0)
+
+
+def config_override_values(model_args: Any) -> dict[str, Any]:
+    """``--config_overrides k=v,...`` as ``{k: v}`` typed as the backbone's config types them (transformers'
+    ``update_from_string``, one pair at a time so that a refusal names its pair); a pair that is not ``key=value``,
+    a key the config does not have or a value of another type is refused, naming the config's dropout settings."""
+    import copy
+
+    overrides = model_args.config_overrides
+    if not overrides:
+        return {}
+    name = model_args.model_name_or_path
+    config = copy.deepcopy(backbone_config(name, cache_dir=model_args.cache_dir))
+    values: dict[str, Any] = {}
+    for pair in overrides.split(","):
+        key, equals, _ = pair.partition("=")
+        try:
+            if not key.strip() or not equals:
+                raise ValueError("expected key=value pairs separated by commas")
+            config.update_from_string(pair)
+        except ValueError as exc:
+            dropout = [setting for setting, value in config.to_dict().items()
+                       if "dropout" in setting and isinstance(value, float)]
+            where = f"--config_overrides {overrides!r}" + (f", {pair!r}" if pair != overrides else "")
+            raise UsageError(f"{where}: {exc} (the config of --model_name_or_path {name}; its dropout settings: "
+                             f"{', '.join(dropout) or 'none'})") from None
+        values[key] = getattr(config, key)
+    return values
 
 
 def check_pooler(model: ContrastiveModel, tokenizer: Any, flag: str, name: str) -> None:

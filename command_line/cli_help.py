@@ -19,9 +19,10 @@ SHOWN_TRAINER_FLAGS = frozenset({
 
 HIDDEN_REDECLARED = frozenset({"remove_unused_columns", "logging_nan_inf_filter", "greater_is_better",
                                "torch_compile", "eval_max_tokens", "eval_packing", "step_graph",
-                               "torch_compile_regions"})
+                               "torch_compile_regions", "config_overrides"})
 """Redeclared only to pin a value the pipeline needs, or a speed knob that changes no score (``eval_max_tokens``,
-``eval_packing``, ``step_graph``, ``torch_compile_regions``, declared here): hidden from ``--help`` like the inherited flags;
+``eval_packing``, ``step_graph``, ``torch_compile_regions``, declared here), or a backbone knob that the run names
+where it is needed (``config_overrides``: the no-dropout warning): hidden from ``--help`` like the inherited flags;
 ``--help_all`` lists them."""
 
 SHORT_HELP = {

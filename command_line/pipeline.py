@@ -20,6 +20,7 @@ from transformers import AutoTokenizer
 from data.corpus import CorpusStats
 from data.truncation import count_cut_sentences
 from models.base import ContrastiveModel
+from models.dropout import applies_dropout
 from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
@@ -92,12 +93,35 @@ def method_warnings(model: ContrastiveModel) -> list[str]:
         warnings.append("--queue_size 0 turns ESimCSE's momentum contrast off (no queue, so no momentum encoder "
                         "either): this run is the 'repetition only' ablation (ESimCSE Table 4), not ESimCSE. Say so "
                         "with --momentum_contrast false, or use the paper's --queue_size 160.")
+    if (warning := no_dropout_warning(model)) is not None:
+        warnings.append(warning)
     if "hard_neg" in model.optional_view_columns and "hard_neg" not in model.view_columns:
         warnings.append("the corpus has no hard_neg column, so supervised SimCSE trains on its (sent0, sent1) pairs "
                         "without hard negatives: Eq. 1 with sent1 as the positive, the paper's Table 4 rows without "
                         "'+ hard neg' (the official code's two-column CSV), not Eq. 5. For Eq. 5 give the file a "
                         "hard_neg column (header sent0,sent1,hard_neg).")
     return warnings
+
+
+def no_dropout_warning(model: ContrastiveModel) -> str | None:
+    """An unsupervised method on a backbone that applies no dropout (a ModernBERT's config sets every rate to 0): its
+    positive pair, two dropout-noised encodings of each sentence, is one encoding twice (beside ESimCSE's repetition
+    or PromptBERT's second template): SimCSE Table 3's 'no dropout' row, 'a dramatic performance degradation'
+    (Sec. 3). Names the ``--config_overrides`` that gives the papers' p = 0.1. ``None`` where dropout applies, and for
+    supervised SimCSE (its positives are NLI pairs)."""
+    config = model.config
+    if config.method == "sup_simcse" or applies_dropout(model.encoder, sampled_rates=config.dropout_dist != "none"):
+        return None
+    zero = [key for key, value in model.encoder.config.to_dict().items()
+            if "dropout" in key and isinstance(value, float) and value == 0.0
+            and not key.startswith(("classifier", "summary"))]
+    views = {"esimcse": " (they differ only by the repetition)", "promptbert": " (they differ only by the template)"}
+    return (f"the backbone applies no dropout ({', '.join(zero) or 'no dropout module'} "
+            f"{'is' if len(zero) == 1 else 'are'} 0 in its config), and {config.method}'s positive pair is two "
+            f"dropout-noised encodings of each sentence: here the two are the same encoding"
+            f"{views.get(config.method, '')}, SimCSE Table 3's 'no dropout' row (a dramatic degradation, Sec. 3)."
+            + (f" For the papers' p = 0.1 add --config_overrides {','.join(f'{key}=0.1' for key in zero)}."
+               if zero else ""))
 
 
 def accumulation_warning(model: ContrastiveModel, training_args) -> str | None:

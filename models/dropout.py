@@ -401,6 +401,14 @@ def needs_row_dropout(config) -> bool:
     return config.dropout_dist != "none" or bool(config.off_dropout) or config.dropout_masks == "row_seeded"
 
 
+def applies_dropout(encoder: nn.Module, sampled_rates: bool = False) -> bool:
+    """Whether a training-mode pass of ``encoder`` is noised by any dropout: an ``nn.Dropout`` with ``p > 0``, or a
+    :class:`RowDropout` whose rate is ``p > 0`` or drawn per pass (``sampled_rates``: S-SimCSE's distributions, which
+    replace ``p``). ``False`` for a backbone whose config sets every rate to 0 (ModernBERT's)."""
+    return any(isinstance(module, RowDropout) and (module.p > 0 or sampled_rates)
+               or isinstance(module, nn.Dropout) and module.p > 0 for module in encoder.modules())
+
+
 def controller_for(config) -> RowDropoutController:
     return RowDropoutController(config.dropout_dist, config.dropout_low, config.dropout_high,
                                 sentence_wise=config.sentence_wise_dropout, per_op=config.dropout_sample_per_op,
@@ -426,5 +434,5 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
 
 
 __all__ = ["Call", "KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION",
-           "RowDropout", "RowDropoutController", "UNIFORMS", "controller_for", "install_row_dropout",
-           "needs_row_dropout", "rates_from_uniform", "row_dropout_attention", "sample_dropout_rates"]
+           "RowDropout", "RowDropoutController", "UNIFORMS", "applies_dropout", "controller_for",
+           "install_row_dropout", "needs_row_dropout", "rates_from_uniform", "row_dropout_attention", "sample_dropout_rates"]

@@ -187,9 +187,10 @@ def load_backbone_tokenizer(model_name_or_path: str, cache_dir: str | None = Non
 
 def build_model(method: str, model_name_or_path: str | Path, *, attn_implementation: str | None = "sdpa",
                 cache_dir: str | None = None, tokenizer=None, cache_chunk_size: int | None = None,
-                **settings: Any) -> ContrastiveModel:
+                config_overrides: dict[str, Any] | None = None, **settings: Any) -> ContrastiveModel:
     """THE model builder of the scripts and tests: load the pretrained backbone ``model_name_or_path`` (a name or
-    folder) and the method's extra networks, then :func:`assemble_model`."""
+    folder; ``config_overrides``: settings of its config changed before it is built) and the method's extra
+    networks, then :func:`assemble_model`."""
     spec = method_spec(method)
     networks = {}
     if spec.derive_settings is not None:
@@ -197,7 +198,8 @@ def build_model(method: str, model_name_or_path: str | Path, *, attn_implementat
     if spec.load_networks is not None:
         networks = spec.load_networks(str(model_name_or_path), resolve_settings(method, settings),
                                       tokenizer=tokenizer, cache_dir=cache_dir)
-    encoder = load_auto_model(str(model_name_or_path), attn_implementation=attn_implementation, cache_dir=cache_dir)
+    encoder = load_auto_model(str(model_name_or_path), attn_implementation=attn_implementation, cache_dir=cache_dir,
+                              config_overrides=config_overrides)
     return assemble_model(method, encoder, **networks, tokenizer=tokenizer, cache_chunk_size=cache_chunk_size,
                           **settings)
 

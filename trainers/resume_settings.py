@@ -55,12 +55,13 @@ FREE_SETTINGS = frozenset({"test_denoising", "dev_denoising", "eval_add_period",
 #: The backbone's config entries compared (its kind and sizes), where both configs have them.
 BACKBONE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                  "vocab_size", "max_position_embeddings")
-#: Training and data arguments that define the optimisation and the data order of a run.
+#: Training and data arguments that define the optimisation and the data order of a run (and the backbone's config
+#: settings it changed, e.g. its dropout rates).
 TRAINING_ARGUMENTS = ("per_device_train_batch_size", "gradient_accumulation_steps", "seed", "data_seed",
                       "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
                       "weight_decay", "optim", "optim_args", "adam_beta1", "adam_beta2", "adam_epsilon",
                       "max_grad_norm", "train_sampling_strategy", "dataloader_drop_last", "max_seq_length",
-                      "max_train_samples")
+                      "max_train_samples", "config_overrides")
 #: How the run picks its best checkpoint: a resume compares each new dev score with the run's best so far
 #: (``trainer_state.json``'s ``best_metric``), so another metric (or direction) would compare two different numbers.
 SELECTION_ARGUMENTS = ("metric_for_best_model", "greater_is_better")

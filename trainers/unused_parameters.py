@@ -69,7 +69,9 @@ def choose_find_unused_parameters(model: nn.Module, training_args: Any, tokenize
     """Set ``training_args.ddp_find_unused_parameters`` for a multi-process run that leaves it to the Trainer:
     ``True`` exactly when a backbone parameter is unused (logged, named). Refuses ``false`` from the command line
     where one is. A single process, or gradient checkpointing (the Trainer's own ``False``), is left alone."""
-    if training_args.world_size <= 1 or getattr(training_args, "gradient_checkpointing", False):
+    checkpointing = (getattr(training_args, "activation_checkpointing", False)  # transformers' new name
+                     or getattr(training_args, "gradient_checkpointing", False))
+    if training_args.world_size <= 1 or checkpointing:
         return
     given = training_args.ddp_find_unused_parameters
     if given is True:
