@@ -142,6 +142,24 @@ def accumulation_warning(model: ContrastiveModel, training_args) -> str | None:
             f"--cache_chunk_size {batch} (docs/cached_training.md).")
 
 
+def queue_warning(model: ContrastiveModel, training_args) -> str | None:
+    """ESimCSE's queue shorter than the momentum keys one step enqueues (the contrast batch of several processes
+    with the gathered queue, or a per-device batch above it): it then holds only the last ``queue_size`` keys of the
+    previous step, none older, where the paper's holds 2.5 batches (Table 10: 1-3). ``None`` otherwise."""
+    queue = getattr(model, "queue", None)
+    if queue is None:
+        return None
+    processes = training_args.world_size if model.config.gather_queue else 1
+    enqueued = training_args.per_device_train_batch_size * processes
+    if queue.size >= enqueued:
+        return None
+    how = f"{processes} processes x {training_args.per_device_train_batch_size}, gathered" if processes > 1 else (
+        "--per_device_train_batch_size")
+    return (f"--queue_size {queue.size} is less than the {enqueued} momentum keys each step enqueues ({how}): the "
+            f"queue holds only the last {queue.size} keys of the previous step, none older, where ESimCSE's holds "
+            f"2.5 batches (Table 10 tries 1-3): for 2.5 x {enqueued} pass --queue_size {int(2.5 * enqueued)}")
+
+
 def best_metric_name(training_args) -> str:
     """The dev metric that picks the best checkpoint (``--metric_for_best_model``, without the Trainer's ``eval_``)."""
     return (training_args.metric_for_best_model or "stsb_spearman").removeprefix("eval_")
@@ -192,7 +210,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
                                 or incomplete_checkpoint_error(resume, training_args.world_size, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
     run_warnings = (completed_last_batch_warning(len(train_dataset), training_args),
-                    accumulation_warning(model, training_args))
+                    accumulation_warning(model, training_args), queue_warning(model, training_args))
     warnings = (list(getattr(training_args, "command_line_warnings", ())) + method_warnings(model)
                 + [warning for warning in run_warnings if warning]
                 + (resume_warnings(records, run_arguments) if records is not None else []))

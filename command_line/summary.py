@@ -130,11 +130,17 @@ def format_summary(summary: RunSummary) -> str:
 
 def describe_step(config: Any, training_args: Any, compile_failure: str | None = None,
                   step_graph_failure: str | None = None) -> str | None:
-    """The summary's ``step:`` line from the model's config and the training arguments (and why the fast path's
-    compiled step, or the step graph's capture, was given up, if it was), or ``None`` for the plain step (uncached,
-    stream masks, eager)."""
+    """The summary's ``step:`` line from the model's config and the training arguments (the processes and their
+    contrast batch; why the fast path's compiled step, or the step graph's capture, was given up, if it was), or
+    ``None`` for the plain step (one process, uncached, stream masks, eager)."""
     dropout_masks, cache_chunk_size = config.dropout_masks, getattr(training_args, "cache_chunk_size", None)
     parts = []
+    processes = getattr(training_args, "world_size", 1)
+    if processes > 1:
+        batch = training_args.per_device_train_batch_size
+        parts.append(f"{processes} processes x {batch} sentences, negatives gathered: contrast batch {processes * batch}"
+                     if config.gather_negatives else
+                     f"{processes} processes x {batch} sentences, each contrasting its own (--gather_negatives false)")
     if cache_chunk_size:
         parts.append(f"cached, {cache_chunk_size} sentences per backbone pass (--cache_chunk_size)")
     if dropout_masks != "stream":

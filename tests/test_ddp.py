@@ -309,6 +309,7 @@ def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_
         [["run_unsup", argv("two", 4)], ["run_unsup", argv("two_drop_last", 4, drop_last)]])})
     warning = "2 processes x 4: the 36 training rows leave 4 for each epoch's last step, which accelerate completes"
     assert output.count(warning) == 2, output[-4000:]  # the log's line and the summary's
+    assert "step: 2 processes x 4 sentences, negatives gathered: contrast batch 8" in output
     assert "--max_train_samples 32) or --dataloader_drop_last true" in output
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -179,3 +179,49 @@ def test_an_esimcse_run_without_a_queue_says_it_is_an_ablation(backbone, tmp_pat
     warning = "--queue_size 0 turns ESimCSE's momentum contrast off"
     assert any(warning in r.message and r.levelname == "WARNING" for r in caplog.records)  # logged at the start
     assert f"warning: {warning}" in result.out  # and repeated in the summary
+
+
+@pytest.mark.parametrize("queue_size, batch, warned", [("4", "8", True), ("8", "8", False), ("160", "8", False)])
+def test_an_esimcse_queue_shorter_than_a_steps_keys_is_said(backbone, tmp_path, capsys, queue_size, batch, warned):
+    """A queue shorter than the keys one step enqueues holds only part of the previous step (none older): said in
+    the summary with the queue of 2.5 batches; a queue as long as a step's keys, or longer, is not."""
+    result = in_process(run_unsup.main, [
+        "--method", "esimcse", "--queue_size", queue_size, "--model_name_or_path", str(backbone), "--train_file",
+        str(tiny_corpus(tmp_path / "c.txt")), "--output_dir", str(tmp_path / "run"), "--max_steps", "1",
+        "--eval_strategy", "no", "--per_device_train_batch_size", batch, "--use_cpu", "true", "--disable_tqdm",
+        "true", "--dataloader_pin_memory", "false"], capsys)
+    assert result.code == 0, result.err[-2000:]
+    warning = ("warning: --queue_size 4 is less than the 8 momentum keys each step enqueues "
+               "(--per_device_train_batch_size): the queue holds only the last 4 keys of the previous step, none "
+               "older, where ESimCSE's holds 2.5 batches (Table 10 tries 1-3): for 2.5 x 8 pass --queue_size 20")
+    assert (warning in result.out) is warned
+    assert ("is less than the" in result.out) is warned
+
+
+def test_the_queue_warning_counts_the_gathered_keys_of_every_process():
+    from types import SimpleNamespace
+
+    from command_line.pipeline import queue_warning
+
+    model = SimpleNamespace(queue=SimpleNamespace(size=160), config=SimpleNamespace(gather_queue=True))
+    args = SimpleNamespace(world_size=4, per_device_train_batch_size=64)
+    assert queue_warning(model, args).startswith("--queue_size 160 is less than the 256 momentum keys each step "
+                                                 "enqueues (4 processes x 64, gathered)")
+    assert queue_warning(model, args).endswith("pass --queue_size 640")
+    model.config.gather_queue = False  # each process enqueues its own 64
+    assert queue_warning(model, args) is None
+    assert queue_warning(SimpleNamespace(queue=None), args) is None
+
+
+def test_the_step_line_names_the_processes_and_the_contrast_batch():
+    from types import SimpleNamespace
+
+    from command_line.summary import describe_step
+
+    config = SimpleNamespace(dropout_masks="stream", gather_negatives=True)
+    args = SimpleNamespace(world_size=2, per_device_train_batch_size=64)
+    assert describe_step(config, args) == "2 processes x 64 sentences, negatives gathered: contrast batch 128"
+    config.gather_negatives = False
+    assert describe_step(config, args) == ("2 processes x 64 sentences, each contrasting its own "
+                                           "(--gather_negatives false)")
+    assert describe_step(config, SimpleNamespace(world_size=1, per_device_train_batch_size=64)) is None
