@@ -107,14 +107,16 @@ def no_dropout_warning(model: ContrastiveModel) -> str | None:
     """An unsupervised method on a backbone that applies no dropout (a ModernBERT's config sets every rate to 0): its
     positive pair, two dropout-noised encodings of each sentence, is one encoding twice (beside ESimCSE's repetition
     or PromptBERT's second template): SimCSE Table 3's 'no dropout' row, 'a dramatic performance degradation'
-    (Sec. 3). Names the ``--config_overrides`` that gives the papers' p = 0.1. ``None`` where dropout applies, and for
-    supervised SimCSE (its positives are NLI pairs)."""
+    (Sec. 3). Names the ``--config_overrides`` that gives the papers' p = 0.1. ``None`` where dropout applies (a
+    dropout module with a rate above 0, S-SimCSE's drawn rates, or a rate above 0 in the backbone's config, which an
+    architecture may apply without a module), and for supervised SimCSE (its positives are NLI pairs)."""
     config = model.config
-    if config.method == "sup_simcse" or applies_dropout(model.encoder, sampled_rates=config.dropout_dist != "none"):
+    rates = {key: value for key, value in model.encoder.config.to_dict().items()  # a head's rates aside
+             if "dropout" in key and isinstance(value, float) and not key.startswith(("classifier", "summary"))}
+    if config.method == "sup_simcse" or any(rates.values()) or applies_dropout(
+            model.encoder, sampled_rates=config.dropout_dist != "none"):  # a rate > 0 in its config or its modules
         return None
-    zero = [key for key, value in model.encoder.config.to_dict().items()
-            if "dropout" in key and isinstance(value, float) and value == 0.0
-            and not key.startswith(("classifier", "summary"))]
+    zero = list(rates)
     views = {"esimcse": " (they differ only by the repetition)", "promptbert": " (they differ only by the template)"}
     return (f"the backbone applies no dropout ({', '.join(zero) or 'no dropout module'} "
             f"{'is' if len(zero) == 1 else 'are'} 0 in its config), and {config.method}'s positive pair is two "

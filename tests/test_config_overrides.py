@@ -139,3 +139,11 @@ def test_a_resume_without_the_runs_overrides_is_refused(tmp_path, modernbert_wit
     assert "set them back: --config_overrides mlp_dropout=0.1)" in refused.err
     resumed = run(2, "--resume_from_checkpoint", "latest", "--config_overrides", "mlp_dropout=0.1")
     assert resumed.code == 0, resumed.err
+
+
+def test_a_rate_in_the_config_counts_where_no_module_holds_it(tmp_path):
+    """An architecture may apply a config rate functionally (no ``nn.Dropout`` module holds it): a rate above 0 in
+    the backbone's config is dropout applied, not warned of."""
+    model = build_model("simcse", str(save_tiny_backbone(tmp_path / "bert0", dropout=0.0)))
+    model.encoder.config.attention_probs_dropout_prob = 0.1  # as if a functional dropout read it
+    assert not applies_dropout(model.encoder) and no_dropout_warning(model) is None
