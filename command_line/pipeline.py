@@ -118,8 +118,9 @@ def no_dropout_warning(model: ContrastiveModel) -> str | None:
         return None
     zero = list(rates)
     views = {"esimcse": " (they differ only by the repetition)", "promptbert": " (they differ only by the template)"}
-    return (f"the backbone applies no dropout ({', '.join(zero) or 'no dropout module'} "
-            f"{'is' if len(zero) == 1 else 'are'} 0 in its config), and {config.method}'s positive pair is two "
+    rates_said = (f"{', '.join(zero)} {'is' if len(zero) == 1 else 'are'} 0 in its config" if zero else
+                  "its config has no dropout rate and it has no dropout module")
+    return (f"the backbone applies no dropout ({rates_said}), and {config.method}'s positive pair is two "
             f"dropout-noised encodings of each sentence: here the two are the same encoding"
             f"{views.get(config.method, '')}, SimCSE Table 3's 'no dropout' row (a dramatic degradation, Sec. 3)."
             + (f" For the papers' p = 0.1 add --config_overrides {','.join(f'{key}=0.1' for key in zero)}."
@@ -200,7 +201,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if getattr(training_args, "gradient_checkpointing", False) and (
             refusal := model.gradient_checkpointing_refusal()):
         raise UsageError(refusal)  # the Trainer raised it inside train(), after the corpus and the first evaluation
-    choose_find_unused_parameters(model, training_args, tokenizer)  # DDP's search for unused parameters, only where needed
+    choose_find_unused_parameters(model, training_args, tokenizer)  # DDP's search for unused parameters: where needed
     run_arguments = {**run_arguments, "settings": model.config.settings()}  # what the preset and flags resolved to
     corpus = CorpusStats()
     if train_dataset is None:

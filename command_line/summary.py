@@ -138,9 +138,9 @@ def describe_step(config: Any, training_args: Any, compile_failure: str | None =
     processes = getattr(training_args, "world_size", 1)
     if processes > 1:
         batch = training_args.per_device_train_batch_size
-        parts.append(f"{processes} processes x {batch} sentences, negatives gathered: contrast batch {processes * batch}"
-                     if config.gather_negatives else
-                     f"{processes} processes x {batch} sentences, each contrasting its own (--gather_negatives false)")
+        sentences = f"{processes} processes x {batch} sentences"
+        parts.append(f"{sentences}, negatives gathered: contrast batch {processes * batch}" if config.gather_negatives
+                     else f"{sentences}, each contrasting its own (--gather_negatives false)")
     if cache_chunk_size:
         parts.append(f"cached, {cache_chunk_size} sentences per backbone pass (--cache_chunk_size)")
     if dropout_masks != "stream":

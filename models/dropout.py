@@ -435,4 +435,5 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
 
 __all__ = ["Call", "KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION",
            "RowDropout", "RowDropoutController", "UNIFORMS", "applies_dropout", "controller_for",
-           "install_row_dropout", "needs_row_dropout", "rates_from_uniform", "row_dropout_attention", "sample_dropout_rates"]
+           "install_row_dropout", "needs_row_dropout", "rates_from_uniform", "row_dropout_attention",
+           "sample_dropout_rates"]

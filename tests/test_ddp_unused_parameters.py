@@ -126,4 +126,5 @@ def test_two_processes_search_for_unused_parameters_only_where_there_are_some(tm
                            returncode=1)
     assert (f"run_unsup.py: error: --ddp_find_unused_parameters false: {unused}, so DDP would stop at the second "
             "step") in refused
-    assert "[rank0]: Traceback" not in refused and "RuntimeError" not in refused  # the workers' (torchrun prints its own)
+    # no worker's traceback (torchrun prints its own)
+    assert "[rank0]: Traceback" not in refused and "RuntimeError" not in refused

@@ -72,7 +72,8 @@ RELIED_ON: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (Trainer, "_prepare_inputs", ("self", "inputs")),
     (Trainer, "_load_from_checkpoint", ("self", "resume_from_checkpoint", "model")),
     (Trainer, "_load_best_model", ("self",)),
-    (DistributedDataParallel, "_set_params_and_buffers_to_ignore_for_model", ("module", "params_and_buffers_to_ignore")),
+    (DistributedDataParallel, "_set_params_and_buffers_to_ignore_for_model",
+     ("module", "params_and_buffers_to_ignore")),
 )
 #: Where ``accelerate``'s ``clip_grad_norm_`` is torch's ``clip_grad_norm_`` over ``list(model.parameters())`` after
 #: ``unscale_gradients()`` (one process, DDP): the runs :meth:`TrainerAdapter._clip_grad_norm` lists once.

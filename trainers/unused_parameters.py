@@ -10,8 +10,9 @@ method under torchrun with the value decided here); only a backbone can hold a p
 So one forward of a four-token row through each trainable backbone of the model, with the inputs training gives it
 (``token_type_ids`` when the tokenizer produces them: XLNet's segment parameters are used only then), in eval mode
 (no dropout draw) and differentiated with ``torch.autograd.grad`` (no ``.grad`` written), lists the backbone
-parameters left without a gradient: the search stays on exactly when there are some. ``--ddp_find_unused_parameters`` given on the command
-line wins; ``false`` where a backbone parameter is unused is refused at the start instead of at the second step.
+parameters left without a gradient: the search stays on exactly when there are some. ``--ddp_find_unused_parameters``
+given on the command line wins; ``false`` where a backbone parameter is unused is refused at the start instead of at
+the second step.
 """
 from __future__ import annotations
 
