@@ -28,6 +28,7 @@ from typing import Any
 from eval.backbone import (backbone_config, bf16_forward_problem, cls_position_problem, encoder_decoder_problem,
                            position_limit, position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem)
 from models.base import ContrastiveModel
+from models.dropout import config_dropout_rates
 from trainers.errors import UsageError, UserError
 
 def check_tokenizer(flag: str, name: str, tokenizer: Any) -> None:
@@ -105,8 +106,7 @@ def config_override_values(model_args: Any) -> dict[str, Any]:
                 raise ValueError("expected key=value pairs separated by commas")
             config.update_from_string(pair)
         except ValueError as exc:
-            dropout = [setting for setting, value in config.to_dict().items()
-                       if "dropout" in setting and isinstance(value, float)]
+            dropout = list(config_dropout_rates(config, heads=True))
             where = f"--config_overrides {overrides!r}" + (f", {pair!r}" if pair != overrides else "")
             raise UsageError(f"{where}: {exc} (the config of --model_name_or_path {name}; its dropout settings: "
                              f"{', '.join(dropout) or 'none'})") from None

@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 from data.corpus import CorpusStats
 from data.truncation import count_cut_sentences
 from models.base import ContrastiveModel
-from models.dropout import applies_dropout
+from models.dropout import applies_dropout, config_dropout_rates
 from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
@@ -111,8 +111,7 @@ def no_dropout_warning(model: ContrastiveModel) -> str | None:
     dropout module with a rate above 0, S-SimCSE's drawn rates, or a rate above 0 in the backbone's config, which an
     architecture may apply without a module), and for supervised SimCSE (its positives are NLI pairs)."""
     config = model.config
-    rates = {key: value for key, value in model.encoder.config.to_dict().items()  # a head's rates aside
-             if "dropout" in key and isinstance(value, float) and not key.startswith(("classifier", "summary"))}
+    rates = config_dropout_rates(model.encoder.config)  # a head's rates aside
     if config.method == "sup_simcse" or any(rates.values()) or applies_dropout(
             model.encoder, sampled_rates=config.dropout_dist != "none"):  # a rate > 0 in its config or its modules
         return None

@@ -341,27 +341,29 @@ def position_zero_sees_only_itself(encoder: torch.nn.Module) -> bool:
     (decoder-only) backbone such as GPT-2: two rows that share their first token and differ after it are encoded
     (eval mode, no gradient) and their position-0 states compared. Then a pooler that reads position 0 gives every
     sentence that starts with the same token the same vector."""
-    ids = _probe_ids(encoder, 9)
+    ids = probe_ids(encoder, 9)
     input_ids = torch.tensor([ids[:5], [ids[0], *ids[5:9]]], device=encoder.device)
-    states = _probe_forward(encoder, input_ids, torch.ones_like(input_ids)).last_hidden_state
+    states = probe_forward(encoder, input_ids, torch.ones_like(input_ids)).last_hidden_state
     return torch.allclose(states[0, 0].float(), states[1, 0].float(), rtol=1e-4, atol=1e-5)
 
 
-def _probe_ids(encoder: torch.nn.Module, count: int) -> list[int]:
+def probe_ids(encoder: torch.nn.Module, count: int) -> list[int]:
     """``count`` token ids of ``encoder``'s vocabulary other than its pad id (the probes' words)."""
     vocab_size = int(encoder.get_input_embeddings().num_embeddings)
     pad_token_id = getattr(encoder.config, "pad_token_id", None)
     return [i for i in range(min(vocab_size, 64)) if i != pad_token_id][:count]
 
 
-def _probe_forward(encoder: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+def probe_forward(encoder: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                  with_grad: bool = False, **inputs: torch.Tensor) -> Any:
     """The probes' forward of ``encoder``: eval mode (no dropout, so no draw from the run's generators), no
-    gradient, its training mode restored after."""
+    gradient (``with_grad``: an autograd graph, for a probe that differentiates it), its training mode restored
+    after. ``inputs``: further model inputs (``token_type_ids``)."""
     was_training = encoder.training
     encoder.eval()
     try:
-        with torch.no_grad():
-            return encoder(input_ids=input_ids, attention_mask=attention_mask)
+        with torch.enable_grad() if with_grad else torch.no_grad():
+            return encoder(input_ids=input_ids, attention_mask=attention_mask, **inputs)
     finally:
         encoder.train(was_training)
 
@@ -369,17 +371,17 @@ def _probe_forward(encoder: torch.nn.Module, input_ids: torch.Tensor, attention_
 def bf16_forward_problem(encoder: torch.nn.Module) -> str | None:
     """Why ``encoder`` cannot run a forward under bf16 autocast (the first line of its error), or ``None``: two rows,
     one padded, through the mask the models give it (:func:`models.masks.prepare_attention_mask`), in eval mode
-    without a gradient (:func:`_probe_forward`), on its device. transformers' DeBERTa (v1) fills masked attention
+    without a gradient (:func:`probe_forward`), on its device. transformers' DeBERTa (v1) fills masked attention
     scores with float32's minimum, which a bf16 score cannot hold: its first bf16 step stopped with a traceback."""
     from models.masks import prepare_attention_mask
 
-    ids = _probe_ids(encoder, 5)
+    ids = probe_ids(encoder, 5)
     pad_token_id = getattr(encoder.config, "pad_token_id", None) or 0
     input_ids = torch.tensor([ids, ids[:3] + [pad_token_id] * 2], device=encoder.device)
     mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], device=encoder.device)
     try:
         with torch.autocast(encoder.device.type, dtype=torch.bfloat16):
-            _probe_forward(encoder, input_ids, prepare_attention_mask(encoder, mask))
+            probe_forward(encoder, input_ids, prepare_attention_mask(encoder, mask))
     except RuntimeError as error:
         return (str(error).strip().splitlines() or [type(error).__name__])[0]
     return None

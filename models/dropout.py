@@ -401,6 +401,13 @@ def needs_row_dropout(config) -> bool:
     return config.dropout_dist != "none" or bool(config.off_dropout) or config.dropout_masks == "row_seeded"
 
 
+def config_dropout_rates(config: Any, heads: bool = False) -> dict[str, float]:
+    """A backbone config's dropout rates by setting name (``hidden_dropout_prob``, ModernBERT's ``mlp_dropout``...);
+    a task head's (``classifier_*``, ``summary_*``) only with ``heads``."""
+    return {key: value for key, value in config.to_dict().items() if "dropout" in key and isinstance(value, float)
+            and (heads or not key.startswith(("classifier", "summary")))}
+
+
 def applies_dropout(encoder: nn.Module, sampled_rates: bool = False) -> bool:
     """Whether a training-mode pass of ``encoder`` is noised by any dropout: an ``nn.Dropout`` with ``p > 0``, or a
     :class:`RowDropout` whose rate is ``p > 0`` or drawn per pass (``sampled_rates``: S-SimCSE's distributions, which
@@ -434,6 +441,6 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
 
 
 __all__ = ["Call", "KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION",
-           "RowDropout", "RowDropoutController", "UNIFORMS", "applies_dropout", "controller_for",
-           "install_row_dropout", "needs_row_dropout", "rates_from_uniform", "row_dropout_attention",
+           "RowDropout", "RowDropoutController", "UNIFORMS", "applies_dropout", "config_dropout_rates",
+           "controller_for", "install_row_dropout", "needs_row_dropout", "rates_from_uniform", "row_dropout_attention",
            "sample_dropout_rates"]

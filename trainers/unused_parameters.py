@@ -23,13 +23,11 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from eval.backbone import probe_forward, probe_ids
+
 from .errors import UsageError
 
 logger = logging.getLogger("cse_repro")
-
-#: The probe's one row of token ids (any ids below the vocabulary size; no special token is needed).
-PROBE_IDS = (1, 2, 3, 4)
-
 
 def trainable_backbones(model: nn.Module) -> dict[str, PreTrainedModel]:
     """The model's backbones with trainable parameters, by attribute name (the encoder; DiffCSE's discriminator;
@@ -39,24 +37,17 @@ def trainable_backbones(model: nn.Module) -> dict[str, PreTrainedModel]:
 
 
 def parameters_without_gradient(backbone: nn.Module, token_type_ids: bool = False) -> list[str]:
-    """Names of the trainable parameters of ``backbone`` that one forward of :data:`PROBE_IDS` (with all-zero
+    """Names of the trainable parameters of ``backbone`` that one forward of 4 of its token ids (with all-zero
     ``token_type_ids`` if asked) leaves out of its last hidden state's autograd graph (what DDP would find unused).
-    Leaves no trace: eval mode for the forward (restored after), no dropout draw, no ``.grad`` written."""
+    Leaves no trace: the checks' probe forward (:func:`eval.backbone.probe_forward`: eval mode, restored after, no
+    dropout draw), differentiated with ``torch.autograd.grad`` (no ``.grad`` written)."""
     named = [(name, param) for name, param in backbone.named_parameters() if param.requires_grad]
     if not named:
         return []
-    input_ids = torch.tensor([PROBE_IDS], device=named[0][1].device)
-    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-    if token_type_ids:
-        inputs["token_type_ids"] = torch.zeros_like(input_ids)
-    was_training = backbone.training
-    backbone.eval()
-    try:
-        with torch.enable_grad():
-            hidden = backbone(**inputs)[0]
-            gradients = torch.autograd.grad(hidden.float().sum(), [param for _, param in named], allow_unused=True)
-    finally:
-        backbone.train(was_training)
+    input_ids = torch.tensor([probe_ids(backbone, 4)], device=named[0][1].device)
+    extra = {"token_type_ids": torch.zeros_like(input_ids)} if token_type_ids else {}
+    hidden = probe_forward(backbone, input_ids, torch.ones_like(input_ids), with_grad=True, **extra)[0]
+    gradients = torch.autograd.grad(hidden.float().sum(), [param for _, param in named], allow_unused=True)
     return [name for (name, _), gradient in zip(named, gradients) if gradient is None]
 
 
