@@ -25,7 +25,7 @@ from trainers.errors import UsageError, UserError, reraise_as, run_cli
 from trainers.methods import build_model, resolve_settings
 from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
 from command_line.preflight import preflight, resolve_backbone
-from command_line.backbone_checks import check_backbone, check_pooler, check_precision, config_override_values
+from command_line.backbone_checks import check_backbone, check_built_model, config_override_values
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -51,9 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                             attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
                             tokenizer=tokenizer, cache_chunk_size=training_args.cache_chunk_size,
                             config_overrides=config_override_values(model_args), **settings)
-    check_pooler(model, tokenizer, "--model_name_or_path", model_args.model_name_or_path)
-    check_precision(model, training_args.bf16, training_args.eval_dtype, "--model_name_or_path",
-                    model_args.model_name_or_path)
+    check_built_model(model, tokenizer, training_args, model_args.model_name_or_path)
     return train_and_export(model, tokenizer, training_args, data_args,
                             describe_arguments(model_args, data_args, diffcse_args, training_args, argv=argv))
 

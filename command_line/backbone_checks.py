@@ -17,18 +17,23 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
   settings of that config), as the values the loader passes to ``from_pretrained``.
 - :func:`check_precision`: a backbone whose forward cannot run under bf16 autocast (transformers' DeBERTa v1) is
   refused under ``--bf16`` or ``--eval_dtype bf16``, with ``--bf16 false`` / ``--eval_dtype fp32`` as the fix.
+- :func:`check_row_dropout`: per-row dropout (S-SimCSE's rates, SimCSE++'s dropout-off negatives, row-seeded masks)
+  is refused on a backbone whose dropout modules do not see the rows first (XLNet: length-first states).
 
-The first three run after the tokenizer and config are read and before the weights load; the last two need the
-loaded backbone (a forward of two 5-token rows each) and run before the corpus loads.
+The first three run after the tokenizer and config are read and before the weights load; the last three need the
+loaded backbone (a forward of two rows each) and run before the corpus loads (:func:`check_built_model`).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from transformers import PreTrainedModel
+
 from eval.backbone import (backbone_config, bf16_forward_problem, cls_position_problem, encoder_decoder_problem,
-                           position_limit, position_zero_sees_only_itself, tokenizer_problem, vocabulary_problem)
+                           position_limit, position_zero_sees_only_itself, rows_first_problem, tokenizer_problem,
+                           vocabulary_problem)
 from models.base import ContrastiveModel
-from models.dropout import config_dropout_rates
+from models.dropout import RowDropout, config_dropout_rates, row_dropout_reasons
 from trainers.errors import UsageError, UserError
 
 def check_tokenizer(flag: str, name: str, tokenizer: Any) -> None:
@@ -148,5 +153,32 @@ def check_precision(model: ContrastiveModel, bf16: bool, eval_dtype: str, flag: 
                          f"its forward stops with \"{problem}\". Pass {fixes} (fp32).")
 
 
-__all__ = ["check_backbone", "check_pooler", "check_position_limit", "check_precision", "check_tokenizer",
-           "template_tokens"]
+def check_row_dropout(model: ContrastiveModel, flag: str, name: str) -> None:
+    """Refuse per-row dropout on a backbone whose dropout modules do not see the batch's rows first (XLNet holds its
+    states length-first, ``[length, batch, hidden]``): the first training step would stop with "row dropout
+    planned for 16 rows but a dropout call has 12", after the corpus and the first evaluation
+    (:func:`eval.backbone.rows_first_problem`)."""
+    reasons = row_dropout_reasons(model.config)
+    backbones = [backbone for backbone in model.children() if isinstance(backbone, PreTrainedModel)
+                 and any(isinstance(module, RowDropout) for module in backbone.modules())]
+    for backbone in backbones if reasons else ():
+        problem = rows_first_problem(backbone, RowDropout)
+        if problem:
+            raise UsageError(f"{flag} {name}: {type(backbone).__name__} {problem}, so the per-row dropout of "
+                             f"{' and '.join(reasons)} cannot tell its rows apart. Train it without (stream masks: no "
+                             f"--dropout_masks row_seeded, no --cache_chunk_size; --method simcse, esimcse or "
+                             f"promptbert), or use a backbone that holds the batch first (BERT, RoBERTa, MPNet...).")
+
+
+def check_built_model(model: ContrastiveModel, tokenizer: Any, training_args: Any, name: str) -> None:
+    """The checks of the built model of ``--model_name_or_path name``, before the corpus loads: its pooler
+    (:func:`check_pooler`), its precision (:func:`check_precision`), its per-row dropout
+    (:func:`check_row_dropout`)."""
+    flag = "--model_name_or_path"
+    check_pooler(model, tokenizer, flag, name)
+    check_precision(model, training_args.bf16, training_args.eval_dtype, flag, name)
+    check_row_dropout(model, flag, name)
+
+
+__all__ = ["check_backbone", "check_built_model", "check_pooler", "check_position_limit", "check_precision",
+           "check_row_dropout", "check_tokenizer", "template_tokens"]

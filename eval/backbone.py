@@ -368,6 +368,34 @@ def probe_forward(encoder: torch.nn.Module, input_ids: torch.Tensor, attention_m
         encoder.train(was_training)
 
 
+def rows_first_problem(encoder: torch.nn.Module, module_type: type[torch.nn.Module]) -> str | None:
+    """How ``encoder``'s ``module_type`` modules (the row dropout) see a batch's rows elsewhere than in the first
+    dimension of their input (``holds [3, 2, 8] at layer.0.dropout, its rows in dimension 1``), or ``None``: a
+    forward of two 3-token rows (:func:`probe_forward`), each such module's input shape recorded by a hook."""
+    ids = probe_ids(encoder, 3)
+    input_ids = torch.tensor([ids, ids], device=encoder.device)
+    shapes: dict[str, torch.Size] = {}
+
+    def recorder(name: str) -> Callable[..., None]:
+        def record(_: torch.nn.Module, args: tuple[Any, ...]) -> None:
+            if args and torch.is_tensor(args[0]):
+                shapes.setdefault(name, args[0].shape)
+        return record
+
+    hooks = [module.register_forward_pre_hook(recorder(name))
+             for name, module in encoder.named_modules() if isinstance(module, module_type)]
+    try:
+        probe_forward(encoder, input_ids, torch.ones_like(input_ids))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for name, shape in shapes.items():
+        if shape[0] != 2:
+            where = f", its rows in dimension {list(shape).index(2)}" if 2 in shape else ""
+            return f"holds {list(shape)} at {name} for 2 rows of 3 tokens{where}"
+    return None
+
+
 def bf16_forward_problem(encoder: torch.nn.Module) -> str | None:
     """Why ``encoder`` cannot run a forward under bf16 autocast (the first line of its error), or ``None``: two rows,
     one padded, through the mask the models give it (:func:`models.masks.prepare_attention_mask`), in eval mode

@@ -157,9 +157,17 @@ class ContrastiveModel(PreTrainedModel):
         super()._set_gradient_checkpointing(enable=enable, **kwargs)
 
     def gradient_checkpointing_refusal(self) -> str | None:
-        """Why ``--gradient_checkpointing`` would train another network than the step without it, or ``None``: stream
+        """Why ``--gradient_checkpointing`` would not run, or would train another network than the step without it,
+        or ``None``: a trainable backbone transformers has no checkpointing for (ALBERT, MPNet, XLNet in 5.x: the
+        Trainer's call stopped the run with "SimCSEModel is not compatible with gradient checkpointing"); stream
         dropout that follows a per-row plan (S-SimCSE's sampled rates, SimCSE++'s dropout-off rows), whose
         recomputation runs after the plan's block has ended and would draw plain-rate masks."""
+        unsupported = [f"{type(backbone).__name__} (the {name})" for name, backbone
+                       in self.trainable_backbones().items() if not backbone.supports_gradient_checkpointing]
+        if unsupported:
+            return (f"--gradient_checkpointing: transformers has none for {', '.join(unsupported)}, whose class sets "
+                    f"supports_gradient_checkpointing = False, so the run would stop at its first step. Use "
+                    f"--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
         if self.dropout_controller is not None and not self.dropout_controller.row_seeded:
             return ("--gradient_checkpointing cannot be combined with per-row dropout from the generator stream "
                     "(S-SimCSE's --dropout_dist, SimCSE++'s --off_dropout): the recomputed layers would not see the "
@@ -321,6 +329,12 @@ class ContrastiveModel(PreTrainedModel):
         """Hook: whether the training corpus is an ordered one, read as pairs of consecutive sentences
         (``data.corpus.load_next_sentence_corpus``); the base's: no, one sentence (or CSV row) a line."""
         return False
+
+    def trainable_backbones(self) -> dict[str, PreTrainedModel]:
+        """The backbones with trainable parameters, by attribute name (the encoder; DiffCSE's discriminator; not
+        ESimCSE's momentum encoder nor DiffCSE's generator, which are frozen)."""
+        return {name: child for name, child in self.named_children()
+                if isinstance(child, PreTrainedModel) and any(p.requires_grad for p in child.parameters())}
 
     def process_local_buffers(self) -> list[str]:
         """Hook: the names of buffers that hold each process's own state when several train together (not copies

@@ -395,10 +395,22 @@ AttentionInterface.register(ROW_DROPOUT_ATTENTION, row_dropout_attention)
 AttentionMaskInterface.register(ROW_DROPOUT_ATTENTION, eager_mask)
 
 
+def row_dropout_reasons(config) -> list[str]:
+    """What in a :class:`ContrastiveConfig` asks for per-row dropout, as the flags that do (S-SimCSE's sampled
+    rates, SimCSE++'s dropout-off rows, row-seeded masks); empty: none."""
+    reasons = []
+    if config.dropout_dist != "none":
+        reasons.append(f"S-SimCSE's sampled rates (--dropout_dist {config.dropout_dist})")
+    if config.off_dropout:
+        reasons.append("SimCSE++'s dropout-off negatives (--off_dropout)")
+    if config.dropout_masks == "row_seeded":
+        reasons.append("row-seeded masks (--dropout_masks row_seeded, which --cache_chunk_size implies)")
+    return reasons
+
+
 def needs_row_dropout(config) -> bool:
-    """Whether a :class:`ContrastiveConfig` asks for per-row dropout (S-SimCSE sampling, SimCSE++ off rows, or
-    row-seeded masks)."""
-    return config.dropout_dist != "none" or bool(config.off_dropout) or config.dropout_masks == "row_seeded"
+    """Whether a :class:`ContrastiveConfig` asks for per-row dropout (:func:`row_dropout_reasons`)."""
+    return bool(row_dropout_reasons(config))
 
 
 def config_dropout_rates(config: Any, heads: bool = False) -> dict[str, float]:
@@ -443,4 +455,4 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
 __all__ = ["Call", "KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION",
            "RowDropout", "RowDropoutController", "UNIFORMS", "applies_dropout", "config_dropout_rates",
            "controller_for", "install_row_dropout", "needs_row_dropout", "rates_from_uniform", "row_dropout_attention",
-           "sample_dropout_rates"]
+           "row_dropout_reasons", "sample_dropout_rates"]

@@ -52,10 +52,8 @@ def test_the_probe_leaves_no_trace(tmp_path):
 
 def test_only_trainable_backbones_are_probed(tmp_path):
     """ESimCSE's momentum encoder is frozen (never in DDP's reduction): only the encoder is probed."""
-    from trainers.unused_parameters import trainable_backbones
-
     model = build_model("esimcse", str(save_tiny_backbone(tmp_path / "bert")), attn_implementation="eager")
-    assert list(trainable_backbones(model)) == ["encoder"]
+    assert list(model.trainable_backbones()) == ["encoder"]
 
 
 def args(world_size: int, given: bool | None = None, checkpointing: bool = False) -> SimpleNamespace:

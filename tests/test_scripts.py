@@ -154,7 +154,7 @@ def patched_training_mains():
 
     patch = pytest.MonkeyPatch()
     for module in (run_unsup, run_diffcse):
-        for name in ("setup_logging", "preflight", "check_backbone", "check_pooler"):
+        for name in ("setup_logging", "preflight", "check_backbone", "check_built_model"):
             patch.setattr(module, name, lambda *args, **kwargs: None)
         patch.setattr(module, "parse_args", recording_parse_args(module.parse_args))
         patch.setattr(module, "load_tokenizer", lambda *args, **kwargs: None)

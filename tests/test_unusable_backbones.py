@@ -3,8 +3,10 @@ and the backbone half of item 4): a folder without tokenizer files or with anoth
 table), a causal backbone under a position-0 pooler, a
 tokenizer that puts no [CLS] token at position 0 (XLNet's, T5's) under one, an encoder-decoder model (T5), a
 backbone whose forward cannot run under bf16 autocast (DeBERTa v1), DiffCSE on factorised embeddings (ALBERT), a
-``--max_seq_length`` (plus PromptBERT's template) past the position table, a truncated ``model.safetensors``. One
-line, a non-zero exit, no traceback; docs/errors.md lists the messages."""
+``--max_seq_length`` (plus PromptBERT's template) past the position table, a truncated ``model.safetensors``,
+``--gradient_checkpointing`` on a backbone transformers has none for (ALBERT, MPNet, XLNet), per-row dropout on a
+backbone that holds its rows in another dimension than the first (XLNet). One line, a non-zero exit, no traceback;
+docs/errors.md lists the messages."""
 from __future__ import annotations
 
 import shutil
@@ -321,6 +323,66 @@ def test_diffcse_on_factorised_embeddings_is_refused(corpus, tmp_path, capsys):
             "place of the discriminator's position-0 token embedding, which holds 16 values in AlbertModel (its "
             "embedding_size, mapped to the hidden size after the embeddings). Pass a backbone (--model_name_or_path) "
             "whose token embeddings are as wide as its hidden states (BERT, RoBERTa, DistilBERT, MiniLM, ...)")
+
+
+# ------------------------------------------------------------------------------------------ gradient checkpointing
+@pytest.mark.parametrize("arch", ["albert", "mpnet", "xlnet"])
+def test_gradient_checkpointing_is_refused_on_a_backbone_transformers_has_none_for(arch, corpus, tmp_path, capsys):
+    """transformers 5.x gives ALBERT, MPNet and XLNet no gradient checkpointing (their class sets
+    ``supports_gradient_checkpointing = False``): the Trainer's call stopped the run inside ``train()``, after the
+    corpus, with "SimCSEModel is not compatible with gradient checkpointing" and a traceback."""
+    path = tiny_xlnet(tmp_path / arch) if arch == "xlnet" else save_tiny_backbone(tmp_path / arch, arch=arch)
+    out = tmp_path / "out"
+    args = base_args(path, corpus, out) + ["--eval_strategy", "no", "--pooler_type", "avg"]
+    result = in_process(run_unsup.main, args + ["--gradient_checkpointing", "true"], capsys)
+    assert result.code == 2
+    name = {"albert": "AlbertModel", "mpnet": "MPNetModel", "xlnet": "XLNetModel"}[arch]
+    assert one_line_error(result) == (
+        f"run_unsup.py: error: --gradient_checkpointing: transformers has none for {name} (the encoder), whose class "
+        "sets supports_gradient_checkpointing = False, so the run would stop at its first step. Use "
+        "--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
+    assert not (out / "export").exists()
+
+
+# ------------------------------------------------------------------------------------------ per-row dropout
+def test_rows_first_problem_names_where_a_backbone_holds_its_rows(tmp_path):
+    """BERT's dropout modules see [rows, ...]; XLNet's see [length, rows, hidden] (and [length, length, rows,
+    heads] in its attention)."""
+    from eval.backbone import rows_first_problem
+    from models.dropout import RowDropout, RowDropoutController, install_row_dropout
+
+    for path in (save_tiny_backbone(tmp_path / "bert"), tiny_xlnet(tmp_path / "xlnet")):
+        encoder = AutoModel.from_pretrained(path)
+        install_row_dropout(encoder, RowDropoutController(masks="row_seeded"))
+        problem = rows_first_problem(encoder, RowDropout)
+        if path.name == "bert":
+            assert problem is None
+        else:
+            assert problem == "holds [3, 2, 32] at dropout for 2 rows of 3 tokens, its rows in dimension 1"
+
+
+@pytest.mark.parametrize("flags, feature", [
+    (["--method", "s_simcse"], "S-SimCSE's sampled rates (--dropout_dist uniform)"),
+    (["--method", "simcse_pp"], "SimCSE++'s dropout-off negatives (--off_dropout)"),
+    (["--cache_chunk_size", "4"], "row-seeded masks (--dropout_masks row_seeded, which --cache_chunk_size implies)"),
+])
+def test_per_row_dropout_on_a_length_first_backbone_is_refused_and_stream_masks_train(flags, feature, corpus, tmp_path,
+                                                                                      capsys):
+    """XLNet holds its states [length, batch, hidden]: the first step stopped with "row dropout planned for 16 rows
+    but a dropout call has 12" and a traceback, after the corpus and the first evaluation."""
+    path = tiny_xlnet(tmp_path / "xlnet")
+    out = tmp_path / "out"
+    args = base_args(path, corpus, out) + ["--eval_strategy", "no", "--pooler_type", "avg"]
+    refused = in_process(run_unsup.main, args + flags, capsys)
+    assert refused.code == 2
+    assert one_line_error(refused) == (
+        f"run_unsup.py: error: --model_name_or_path {path}: XLNetModel holds [3, 2, 32] at dropout for 2 rows of 3 "
+        f"tokens, its rows in dimension 1, so the per-row dropout of {feature} cannot tell its rows apart. Train it "
+        "without (stream masks: no --dropout_masks row_seeded, no --cache_chunk_size; --method simcse, esimcse or "
+        "promptbert), or use a backbone that holds the batch first (BERT, RoBERTa, MPNet...).")
+    assert not (out / "export").exists()
+    trained = in_process(run_unsup.main, args, capsys)  # SimCSE with stream masks
+    assert trained.code == 0, trained.err
 
 
 # ------------------------------------------------------------------------------------------ position table

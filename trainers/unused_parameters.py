@@ -21,20 +21,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 
 from eval.backbone import probe_forward, probe_ids
 
 from .errors import UsageError
 
 logger = logging.getLogger("cse_repro")
-
-def trainable_backbones(model: nn.Module) -> dict[str, PreTrainedModel]:
-    """The model's backbones with trainable parameters, by attribute name (the encoder; DiffCSE's discriminator;
-    not ESimCSE's momentum encoder nor DiffCSE's generator, which are frozen)."""
-    return {name: child for name, child in model.named_children()
-            if isinstance(child, PreTrainedModel) and any(p.requires_grad for p in child.parameters())}
-
 
 def parameters_without_gradient(backbone: nn.Module, token_type_ids: bool = False) -> list[str]:
     """Names of the trainable parameters of ``backbone`` that one forward of 4 of its token ids (with all-zero
@@ -51,13 +43,14 @@ def parameters_without_gradient(backbone: nn.Module, token_type_ids: bool = Fals
     return [name for (name, _), gradient in zip(named, gradients) if gradient is None]
 
 
-def unused_backbone_parameters(model: nn.Module, token_type_ids: bool = False) -> list[str]:
-    """:func:`parameters_without_gradient` of every :func:`trainable_backbones` backbone, named from the model."""
-    return [f"{attribute}.{name}" for attribute, backbone in trainable_backbones(model).items()
+def unused_backbone_parameters(model: Any, token_type_ids: bool = False) -> list[str]:
+    """:func:`parameters_without_gradient` of every backbone of
+    :meth:`~models.base.ContrastiveModel.trainable_backbones`, named from the model."""
+    return [f"{attribute}.{name}" for attribute, backbone in model.trainable_backbones().items()
             for name in parameters_without_gradient(backbone, token_type_ids)]
 
 
-def choose_find_unused_parameters(model: nn.Module, training_args: Any, tokenizer: Any) -> None:
+def choose_find_unused_parameters(model: Any, training_args: Any, tokenizer: Any) -> None:
     """Set ``training_args.ddp_find_unused_parameters`` for a multi-process run that leaves it to the Trainer:
     ``True`` exactly when a backbone parameter is unused (logged, named). Refuses ``false`` from the command line
     where one is. A single process, or gradient checkpointing (the Trainer's own ``False``), is left alone."""
