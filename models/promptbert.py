@@ -294,10 +294,11 @@ class PromptBERTModel(ContrastiveModel):
     def gradient_checkpointing_refusal(self) -> str | None:
         """Also with row-seeded masks and denoising: a recomputed layer of the sentence pass would meet the template
         pass's plan."""
-        if self.config.template_denoising and getattr(self.dropout_controller, "row_seeded", False):
+        refusal = super().gradient_checkpointing_refusal()
+        if refusal is None and self.config.template_denoising and getattr(self.dropout_controller, "row_seeded", False):
             return ("--gradient_checkpointing with PromptBERT's template denoising needs --dropout_masks stream; use "
                     "--cache_chunk_size N to bound the memory instead")
-        return super().gradient_checkpointing_refusal()
+        return refusal
 
 
 __all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",
