@@ -6,6 +6,7 @@ and the warnings worth repeating.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -49,6 +50,12 @@ METRIC_LABELS = {"stsb_spearman": "STS-B dev", "sickr_spearman": "SICK-R dev", "
                  "transfer_avg": "transfer dev mean"}
 
 
+#: Said under a nan dev score: Spearman's correlation of a constant (or non-finite) list of similarities.
+NAN_SCORE_NOTE = ("nan: the model gives every dev pair the same cosine similarity (or a non-finite one), so Spearman's "
+                  "correlation is undefined: its embeddings do not tell the sentences apart. A nan score is never "
+                  "the best checkpoint's.")
+
+
 def duration(seconds: float) -> str:
     """``42.0 s`` / ``6 min 43 s`` / ``2 h 05 min``."""
     seconds = float(seconds)
@@ -86,6 +93,9 @@ def format_summary(summary: RunSummary) -> str:
     lines = [f"=== {summary.method}: run summary ==="]
     lines += [line for line in (_score_line("STS-B", "stsb_spearman", m, after),
                                 _score_line("SICK-R", "sickr_spearman", m, after)) if line]
+    if any(isinstance(m.get(f"{when}_{key}"), float) and math.isnan(m[f"{when}_{key}"])
+           for when in ("before", "eval") for key in ("stsb_spearman", "sickr_spearman")):
+        lines.append(NAN_SCORE_NOTE)
     if m.get("best_model_checkpoint"):
         label = METRIC_LABELS.get(summary.best_metric, f"{summary.best_metric} dev accuracy")
         best = m.get(f"best_{summary.best_metric}")

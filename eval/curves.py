@@ -15,6 +15,7 @@ last step; :attr:`RunHistory.complete` says so, and the untrained model's STS-B 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,9 +83,9 @@ def curves_from_history(log_history: Sequence[Mapping[str, Any]], best_step: int
             del curves.terms[name]
     if best_step is not None and best_step in evaluated:
         curves.best = (best_step, evaluated[best_step])
-    elif evaluated:
-        top = max(evaluated.values())
-        curves.best = next((step, value) for step, value in sorted(evaluated.items()) if value == top)
+    elif scored := {step: value for step, value in evaluated.items() if not math.isnan(value)}:
+        top = max(scored.values())  # a nan score is never best (the Trainer's ``np.greater`` is false for it)
+        curves.best = next((step, value) for step, value in sorted(scored.items()) if value == top)
     return curves
 
 

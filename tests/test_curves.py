@@ -70,6 +70,17 @@ def test_curves_from_history() -> None:
     assert curves.same_as_loss == []
 
 
+def test_a_nan_dev_score_is_drawn_but_never_best() -> None:
+    """A model whose embeddings give every dev pair the same cosine scores nan (Spearman undefined): drawing the
+    curves stopped on StopIteration (``max`` of a list led by nan is nan, equal to no score)."""
+    nan = float("nan")
+    history = [{"eval_stsb_spearman": nan, "step": 2}, {"eval_stsb_spearman": 40.0, "step": 4},
+               {"eval_stsb_spearman": 50.0, "step": 6}, {"eval_stsb_spearman": nan, "step": 8}]
+    curves = curves_from_history(history)
+    assert curves.best == (6, 50.0) and len(curves.dev) == 4
+    assert curves_from_history([history[0], history[3]]).best is None
+
+
 def test_a_term_equal_to_the_loss_is_not_drawn_twice() -> None:
     history = [{"loss": 0.5, "contrastive_loss": 0.5, "dcl_loss": 3.0, "step": 1},
                {"loss": 0.25, "contrastive_loss": 0.25001, "dcl_loss": 2.0, "step": 2}]

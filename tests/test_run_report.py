@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 import run_diffcse
 import run_unsup
@@ -71,6 +72,33 @@ def finished_run(tmp_path, monkeypatch):
     corpus = tiny_corpus(tmp_path / "corpus.txt")
     corpus.write_text(corpus.read_text() + "\n  \n")
     return tmp_path, corpus, write_sts_fixture(tmp_path / "senteval")
+
+
+def test_a_nan_dev_score_is_explained_and_the_curves_are_drawn(finished_run, backbone, capsys):
+    """A backbone whose last LayerNorm has zero weights gives every token its bias: every dev pair the same cosine, a
+    nan Spearman. The summary said ``before nan`` without a word, and drawing the curves failed (StopIteration)."""
+    from shutil import copytree
+
+    from safetensors.torch import load_file, save_file
+
+    tmp, corpus, senteval = finished_run
+    flat = copytree(backbone, tmp / "flat")
+    weights = load_file(flat / "model.safetensors")
+    last_norm = max(name for name in weights if name.endswith("output.LayerNorm.weight") and ".attention." not in name)
+    save_file({**weights, last_norm: torch.zeros_like(weights[last_norm])}, flat / "model.safetensors",
+              metadata={"format": "pt"})
+    out = tmp / "run"
+    result = in_process(run_unsup.main, [
+        "--model_name_or_path", str(flat), "--train_file", str(corpus), "--senteval_dir", str(senteval),
+        "--output_dir", str(out), "--max_steps", "2", "--eval_steps", "2", "--per_device_train_batch_size", "8",
+        "--learning_rate", "1e-9", "--pooler_type", "avg", "--use_cpu", "true", "--dataloader_pin_memory", "false"],
+        capsys)  # avg: position 0 reads as causal (it sees only the first token, as every position)
+    assert result.code == 0, result.err[-3000:]
+    summary = result.out[result.out.index("=== simcse: run summary ==="):]
+    assert "STS-B dev Spearman x100: before nan -> " in summary
+    assert ("nan: the model gives every dev pair the same cosine similarity (or a non-finite one), so Spearman's "
+            "correlation is undefined: its embeddings do not tell the sentences apart.") in summary
+    assert "could not draw" not in result.err and (out / "training_curves.png").is_file()
 
 
 def test_a_run_ends_with_a_summary_cards_and_tensorboard_logs(finished_run, backbone, capsys, monkeypatch):
