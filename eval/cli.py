@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="this repo's checkpoint, a sentence-transformers folder, or a Hugging Face model")
     parser.add_argument("--pooler", choices=POOLER_TYPES, default=None,
                         help="default: the checkpoint's own embedding / the sentence-transformers pipeline / "
-                             "pooler_output ('cls') for a plain Hugging Face model")
+                             "the run's own for this repo's hf/ export / pooler_output ('cls') for another plain "
+                             "Hugging Face model")
     parser.add_argument("--suite", choices=("senteval", "mteb"), default="senteval",
                         help="senteval (default): this repo's SentEval protocol; mteb: MTEB's English STS tasks "
                              "through mteb's evaluator (optional package; eval/mteb_suite.py)")

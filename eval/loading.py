@@ -10,7 +10,8 @@ Three kinds of model are recognised, in this order:
    loaded with ``AutoModel`` and pooled with :func:`models.poolers.pool`.
 3. **a plain Hugging Face model** (folder or hub name) - ``AutoModel`` with SDPA attention when the architecture
    supports it. The default pooler is ``cls``, which for a plain model means its own ``pooler_output`` (BERT's
-   Linear+Tanh over [CLS]) - exactly what SimCSE's ``evaluation.py --pooler cls`` reads.
+   Linear+Tanh over [CLS]) - exactly what SimCSE's ``evaluation.py --pooler cls`` reads; for this repo's plain export
+   it is the run's test-time pooler, which its ``config.json`` names (``sentence_embedding``, ``models/export.py``).
 
 Remote code is never trusted. The model is put in eval mode (dropout off) here.
 """
@@ -222,8 +223,14 @@ def _huggingface_backend(
             return _Backend(model, embed, _load_tokenizer(model_name_or_path, subfolder), preprocess=preprocess)
         logger.warning("%s is a PromptBERT export (the [MASK] state in its template); --pooler %s ignores the "
                        "template", model_name_or_path, pooler)
-    pooler = pooler or "cls"
-    logger.info("%s: Hugging Face %s, pooler %s", model_name_or_path, type(model).__name__, pooler)
+    own = embedding.get("pooling") if isinstance(embedding, dict) else None
+    if own in POOLER_TYPES and pooler in (None, own):
+        pooler, source = own, f" (this repo's {embedding.get('method')} export: the run's test-time pooler)"
+    elif own in POOLER_TYPES:
+        source = f" (given; the run that exported it encodes with --pooler {own})"
+    else:
+        pooler, source = pooler or "cls", ""
+    logger.info("%s: Hugging Face %s, pooler %s%s", model_name_or_path, type(model).__name__, pooler, source)
     tokenizer = _load_tokenizer(model_name_or_path, subfolder)
     embed = _transformer_embed_fn(model, tokenizer, pooler, model_name_or_path, loaded.pooler_missing)
     return _Backend(model, embed, tokenizer, backbone=model)

@@ -32,6 +32,17 @@ logger = logging.getLogger(__name__)
 ST_POOLING = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
 
 
+def plain_export_config(model: ContrastiveModel) -> dict[str, Any]:
+    """The entries the plain folder's ``config.json`` adds (:meth:`ContrastiveModel.export_config`), its
+    ``sentence_embedding`` entry always naming the method and the test-time pooler (``pooling``) that encode as the
+    run's own embedding, so ``python -m eval`` on the folder, without ``--pooler``, scores what the run scored
+    (for a plain model it reads ``pooler_output``: [CLS] + the MLP where the method drops it at test time)."""
+    entries = dict(model.export_config())
+    entries["sentence_embedding"] = {"method": model.config.method, "pooling": test_time_pooler(model.config),
+                                     **entries.get("sentence_embedding", {})}
+    return entries
+
+
 def export_plain(model: ContrastiveModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
     """Write the backbone (+ MLP in the pooler slot where one exists) as a plain ``AutoModel`` folder."""
     out_dir = Path(out_dir)
@@ -47,7 +58,7 @@ def export_plain(model: ContrastiveModel, tokenizer: PreTrainedTokenizerBase, ou
             logger.warning("export: %s has no pooler layer to hold the trained MLP, so %s gives [CLS] without it; "
                            "the method's embedding ([CLS] + MLP) is the sentence-transformers folder's (its card "
                            "says so)", type(plain).__name__, out_dir)
-    for key, value in model.export_config().items():
+    for key, value in plain_export_config(model).items():
         setattr(plain.config, key, value)
     plain.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)

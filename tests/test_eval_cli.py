@@ -315,6 +315,42 @@ def test_this_repos_sentence_transformers_export_takes_a_pooler(module_type, tin
                                    load_encoder(exported["hf"], pooler, device="cpu").encode(sentences), atol=1e-6)
 
 
+@pytest.mark.parametrize("arch", ["bert", "electra"])
+def test_this_repos_plain_export_is_scored_with_the_runs_pooler_by_default(arch, tmp_path: Path, sts_fixture_dir: Path,
+                                                                          caplog):
+    """``python -m eval`` on a run's ``export/hf`` without ``--pooler`` read a plain model's ``pooler_output``: on
+    BERT the trained MLP (SimCSE drops it at test time: another embedding than the run scored), on a backbone without
+    a pooler layer (ELECTRA, ModernBERT, XLNet) a refusal. Its ``config.json`` now names the run's pooler; a folder
+    without that entry (an older export, another plain model) keeps ``cls``."""
+    import logging
+
+    from transformers import AutoTokenizer
+
+    from models.export import export_model
+    from tests.tiny import save_tiny_backbone
+    from trainers.methods import build_model
+
+    backbone = save_tiny_backbone(tmp_path / arch, arch=arch)
+    hf = export_model(build_model("simcse", str(backbone)).eval(), AutoTokenizer.from_pretrained(str(backbone)),
+                      tmp_path / "export")["hf"]
+    config = json.loads((hf / "config.json").read_text())
+    assert config["sentence_embedding"] == {"method": "simcse", "pooling": "cls_before_pooler"}
+    args = ["--mode", "dev", "--senteval_dir", str(sts_fixture_dir)]
+    with caplog.at_level(logging.INFO, logger="eval.loading"):
+        default = run_cli(tmp_path / "default", "--model_name_or_path", str(hf), *args)[1]
+    assert (f"{hf}: Hugging Face {'BertModel' if arch == 'bert' else 'ElectraModel'}, pooler cls_before_pooler "
+            "(this repo's simcse export: the run's test-time pooler)") in caplog.text
+    assert default == run_cli(tmp_path / "given", "--model_name_or_path", str(hf), "--pooler", "cls_before_pooler",
+                              *args)[1]
+    if arch == "bert":  # the MLP in the pooler slot: another embedding
+        assert default != run_cli(tmp_path / "cls", "--model_name_or_path", str(hf), "--pooler", "cls", *args)[1]
+        del config["sentence_embedding"]
+        (hf / "config.json").write_text(json.dumps(config))
+        with caplog.at_level(logging.INFO, logger="eval.loading"):
+            older = run_cli(tmp_path / "older", "--model_name_or_path", str(hf), *args)[1]
+        assert f"{hf}: Hugging Face BertModel, pooler cls\n" in caplog.text + "\n" and older != default
+
+
 def test_a_run_folder_is_evaluated_through_its_export(tiny_bert_dir: Path, tmp_path: Path, caplog):
     """``--model_name_or_path`` a run's ``--output_dir`` (or its ``export/``), which holds no model itself: its
     export's sentence-transformers folder (the test-time pooling built in), else its plain ``hf/`` folder, logged. A
