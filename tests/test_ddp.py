@@ -245,6 +245,29 @@ def assert_two_processes_export_one_process_weights(root, method: str, run: str)
 
 
 # ------------------------------------------------------------------------- the epoch's last step, completed
+def test_every_process_picks_the_best_checkpoint_from_the_first_processs_dev_scores(tmp_path, sts_fixture_dir):
+    """``--projector batchnorm --mlp_only_train false`` keeps the BatchNorm projector in the test-time embedding, and
+    its running statistics are each process's own (updated by its own batch): the two processes scored the dev sets
+    apart (23.79 and 23.53 at step 6), chose different best checkpoints, and the run stopped on a gloo collective
+    mismatch. Every evaluation now returns the first process's scores on both."""
+    model_dir = save_tiny_backbone(tmp_path / "model")
+    argv = ["--model_name_or_path", str(model_dir), "--train_file", str(tiny_corpus(tmp_path / "corpus.txt", n=64)),
+            "--output_dir", str(tmp_path / "run"), "--max_steps", "6", "--eval_steps", "2",
+            "--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--projector", "batchnorm",
+            "--mlp_only_train", "false", "--senteval_dir", str(sts_fixture_dir), "--disable_tqdm", "true",
+            "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
+    run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps([["run_unsup", argv]]),
+                                                  "RECORD_EVALUATIONS": str(tmp_path)})
+    first, second = ([{key: value for key, value in json.loads(line).items() if not key.endswith("_runtime")}
+                      for line in (tmp_path / f"evaluations_{rank}.jsonl").read_text().splitlines()]
+                     for rank in range(2))  # the time each process took is its own
+    assert first == second and [entry["step"] for entry in first] == [0, 2, 4, 6, 6]
+    scores = [entry.get("eval_stsb_spearman") for entry in first[1:]]
+    assert len(set(scores)) > 1, "training did not move the scores, so their agreement proves little"
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["best_model_checkpoint"] is not None
+
+
 @pytest.mark.parametrize("rows, batch, processes", [(36, 4, 2), (32, 4, 2), (33, 4, 2), (5, 4, 2), (37, 3, 4),
                                                     (100, 7, 3), (8, 8, 1)])
 def test_the_warning_counts_what_accelerate_adds_to_the_last_step(rows, batch, processes):

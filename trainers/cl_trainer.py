@@ -38,7 +38,7 @@ from .errors import UsageError
 from .fast_path import (CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator,
                         regions_under)
 from .keyed_dropout import keyed_step, step_draws
-from .process_state import load_process_state, process_state_files, save_process_state
+from .process_state import first_process_values, load_process_state, process_state_files, save_process_state
 from .step_graph import StepGraph, StepOutputs, step_graph_refusal, step_graph_wanted
 from .trainer_adapter import TrainerAdapter, exclude_from_ddp, pin_tensorboard_dir
 
@@ -344,8 +344,12 @@ class CLTrainer(TrainerAdapter):
         return self._dev_encoder
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """STS-B dev (+ SICK-R dev) Spearman x 100; every process computes it (4k sentences), so all agree on
-        the best checkpoint without a broadcast."""
+        """STS-B dev (+ SICK-R dev) Spearman x 100. Every process computes it (4k sentences; a missing file stops
+        them all alike), then takes the first process's values (:func:`first_process_values`): a test-time embedding
+        can read process-local state (the running statistics of ``--projector batchnorm --mlp_only_train false``,
+        which each process updates with its own batch), and processes that scored apart chose different best
+        checkpoints, then stopped on a collective mismatch; the first process's are the scores of the weights its
+        checkpoints hold."""
         from eval.sts import evaluate_sts_dev
 
         self.check_finite(before=f"the evaluation at step {self.state.global_step}" if self.is_in_train else None)
@@ -363,7 +367,8 @@ class CLTrainer(TrainerAdapter):
                 metrics.update(evaluate_transfer_dev(encoder, self.senteval_dir))
         finally:
             model.train(was_training)
-        metrics = {f"{metric_key_prefix}_{name}": round(float(value), 4) for name, value in metrics.items()}
+        metrics = first_process_values({f"{metric_key_prefix}_{name}": round(float(value), 4)
+                                        for name, value in metrics.items()}, self.args.world_size)
         metrics[f"{metric_key_prefix}_runtime"] = round(time.perf_counter() - started, 2)
         if self.is_in_train:
             self.evaluation_seconds += time.perf_counter() - started

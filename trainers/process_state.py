@@ -8,6 +8,10 @@ names (``ContrastiveModel.process_local_buffers``) the trainer leaves them out o
 (``trainers.trainer_adapter.exclude_from_ddp``), every process writes its own into each checkpoint
 (:func:`save_process_state`: ``process_state_<rank>.safetensors``), and a resume loads each process's back
 (:func:`load_process_state`).
+
+The other way round, what must be one value on every process is taken from the first (:func:`first_process_values`):
+the dev scores that pick the best checkpoint, which a test-time embedding reading process-local state (BatchNorm's
+running statistics) makes differ between processes.
 """
 from __future__ import annotations
 
@@ -47,3 +51,13 @@ def load_process_state(model: nn.Module, folder: str | Path, rank: int) -> bool:
     for name in model.process_local_buffers():
         model.get_buffer(name).copy_(saved[name])
     return True
+
+
+def first_process_values(values: dict[str, float], processes: int) -> dict[str, float]:
+    """``values`` as the first process computed them, on every process (one broadcast of the small dict; ``values``
+    itself with one process)."""
+    if processes <= 1:
+        return values
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([values], from_process=0)[0]

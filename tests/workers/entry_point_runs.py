@@ -2,7 +2,9 @@
 (each launch costs two interpreters and a process group; the runs share them).
 
 ``$ENTRY_POINT_RUNS`` is a JSON list of ``[script, argv]`` pairs, script ``run_unsup`` or ``run_diffcse``; each runs
-to its end (training, export) on every rank, in order. Then every rank meets and exits, as the scripts do.
+to its end (training, export) on every rank, in order. Then every rank meets and exits, as the scripts do. With
+``$RECORD_EVALUATIONS`` (a folder), every rank appends what each ``CLTrainer.evaluate`` returned to
+``evaluations_<rank>.jsonl`` there.
 """
 import json
 import os
@@ -18,7 +20,24 @@ from trainers.errors import exit_distributed_run  # noqa: E402
 SCRIPTS = {"run_unsup": run_unsup.main, "run_diffcse": run_diffcse.main}
 
 
+def record_evaluations(folder: Path) -> None:
+    """Wrap ``CLTrainer.evaluate`` to append each result, with its step, to ``folder/evaluations_<rank>.jsonl``."""
+    from trainers.cl_trainer import CLTrainer
+
+    evaluate = CLTrainer.evaluate
+
+    def recorded(self, *args, **kwargs):
+        metrics = evaluate(self, *args, **kwargs)
+        with open(folder / f"evaluations_{os.environ['RANK']}.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"step": self.state.global_step, **metrics}) + "\n")
+        return metrics
+
+    CLTrainer.evaluate = recorded
+
+
 def main() -> None:
+    if os.environ.get("RECORD_EVALUATIONS"):
+        record_evaluations(Path(os.environ["RECORD_EVALUATIONS"]))
     for script, argv in json.loads(os.environ["ENTRY_POINT_RUNS"]):
         SCRIPTS[script](argv)
     exit_distributed_run()
