@@ -21,6 +21,8 @@ import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 METHODS_WORKER = Path(__file__).parent / "workers" / "methods_ddp_steps.py"
+#: Several trainings through the entry points in one torchrun launch (``$ENTRY_POINT_RUNS``).
+ENTRY_POINTS_WORKER = Path(__file__).parent / "workers" / "entry_point_runs.py"
 
 
 def torchrun_timeout() -> float:

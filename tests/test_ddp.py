@@ -14,15 +14,13 @@ import torch
 
 import run_diffcse
 import run_unsup
-from tests.launch import run_torchrun
+from tests.launch import ENTRY_POINTS_WORKER, run_torchrun
 from tests.shared_folders import built_once
 from tests.tiny import WORDS, method_script, save_tiny_backbone, save_tiny_generator, tiny_corpus
 from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
 from trainers.methods import build_model
 
 WORKER = Path(__file__).parent / "workers" / "ddp_step.py"
-#: Several trainings through the entry points in one torchrun launch.
-ENTRY_POINTS_WORKER = Path(__file__).parent / "workers" / "entry_point_runs.py"
 SCRIPTS = {"run_unsup": run_unsup.main, "run_diffcse": run_diffcse.main}
 
 
