@@ -172,11 +172,15 @@ def check_row_dropout(model: ContrastiveModel, flag: str, name: str) -> None:
 
 def check_built_model(model: ContrastiveModel, tokenizer: Any, training_args: Any, name: str) -> None:
     """The checks of the built model of ``--model_name_or_path name``, before the corpus loads: its pooler
-    (:func:`check_pooler`), its precision (:func:`check_precision`), its per-row dropout
-    (:func:`check_row_dropout`)."""
+    (:func:`check_pooler`), its precision (:func:`check_precision`), ``--gradient_checkpointing``
+    (:meth:`ContrastiveModel.gradient_checkpointing_refusal`: before the row layout, whose advice keeps it), its
+    per-row dropout (:func:`check_row_dropout`)."""
     flag = "--model_name_or_path"
     check_pooler(model, tokenizer, flag, name)
     check_precision(model, training_args.bf16, training_args.eval_dtype, flag, name)
+    if getattr(training_args, "gradient_checkpointing", False) and (
+            refusal := model.gradient_checkpointing_refusal()):
+        raise UsageError(refusal)  # the Trainer raised it inside train(), after the corpus and the first evaluation
     check_row_dropout(model, flag, name)
 
 

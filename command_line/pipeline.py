@@ -197,9 +197,6 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     the final metrics. ``train_dataset``: a corpus the script built itself (DiffCSE's ordered next-sentence pairs);
     default: the file."""
     check_contrast_batch(model, training_args)
-    if getattr(training_args, "gradient_checkpointing", False) and (
-            refusal := model.gradient_checkpointing_refusal()):
-        raise UsageError(refusal)  # the Trainer raised it inside train(), after the corpus and the first evaluation
     choose_find_unused_parameters(model, training_args, tokenizer)  # DDP's search for unused parameters: where needed
     run_arguments = {**run_arguments, "settings": model.config.settings()}  # what the preset and flags resolved to
     corpus = CorpusStats()
