@@ -159,9 +159,12 @@ def check_row_dropout(model: ContrastiveModel, flag: str, name: str) -> None:
     planned for 16 rows but a dropout call has 12", after the corpus and the first evaluation
     (:func:`eval.backbone.rows_first_problem`)."""
     reasons = row_dropout_reasons(model.config)
-    backbones = [backbone for backbone in model.children() if isinstance(backbone, PreTrainedModel)
-                 and any(isinstance(module, RowDropout) for module in backbone.modules())]
-    for backbone in backbones if reasons else ():
+    if not reasons:
+        return
+    for backbone in model.children():
+        if not isinstance(backbone, PreTrainedModel) or not any(
+                isinstance(module, RowDropout) for module in backbone.modules()):
+            continue
         problem = rows_first_problem(backbone, RowDropout)
         if problem:
             raise UsageError(f"{flag} {name}: {type(backbone).__name__} {problem}, so the per-row dropout of "
