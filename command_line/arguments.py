@@ -382,12 +382,32 @@ class CLTrainingArguments(TrainingArguments):
             # the fast tokenizer's own threads in forked workers: off (its warning, and a deadlock risk, otherwise)
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.take_over_torch_compile()
+        self.adopt_activation_checkpointing()
         super().__post_init__()
         self.mixed_precision = mixed_precision_of(self.bf16, self.fp16)  # it read the launcher's, which may differ
         if self.fast_path:
             asynchronous_batches(self)
         refuse_data_parallel(self)
         refuse_silent_single_process(self)
+
+    def adopt_activation_checkpointing(self) -> None:
+        """``--gradient_checkpointing`` (and its ``_kwargs``), this repo's flag and transformers 5.20's only name, as
+        ``activation_checkpointing`` where transformers has that name (5.23 on): given under the old name, the
+        Trainer's arguments warned on every run that it is deprecated (removed in transformers 6, which
+        requirements.txt excludes). The Trainer then mirrors the new name back into the old, which this repo reads."""
+        for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+            if hasattr(self, new) and getattr(self, new) is None and getattr(self, old) is not None:
+                setattr(self, new, getattr(self, old))
+                setattr(self, old, None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The Trainer's record of these arguments (``run_arguments.json``, the model card), with what
+        ``--torch_compile`` resolved to (``fast_path``, ``fast_path_mode``, ``fast_path_backend``): the Trainer's own
+        ``torch_compile``, which this class turns off on the fast path, alone would say a fast-path run did not
+        compile, and a resume could not tell (``trainers.resume_settings.fast_path_change_warning``)."""
+        return {**super().to_dict(), "fast_path": self.fast_path, "fast_path_mode": self.fast_path_mode,
+                "fast_path_backend": self.fast_path_backend}
 
     def take_over_torch_compile(self) -> None:
         """``--torch_compile`` (or a ``--torch_compile_mode`` / ``_backend``) turns on the fast path

@@ -331,6 +331,44 @@ def test_a_resume_in_another_precision_trains_on_and_says_so(finished, tmp_path,
     assert "this resume trains in" not in same.out and "precision: fp32 training" in same.out
 
 
+def test_a_resume_that_turns_the_fast_path_on_or_off_under_stream_masks_says_so(finished, tmp_path, capsys):
+    """The fast path pads every batch to a fixed width, and stream dropout masks are drawn over the padded width: a
+    resume on or off it (another machine's default: one GPU in bf16 runs it, a CPU does not) trained its remaining
+    steps with other masks than the uninterrupted run's without a word (measured through run_unsup.py on a tiny BERT:
+    checkpoint-4 1.1e-3 from the uninterrupted run's after 2 steps at lr 1e-3; resumed as it ran: 0). The run
+    records its resolved fast path, and such a resume trains on, saying so with the flag that goes on as it ran."""
+    out = unfinished_run(finished, tmp_path / "out")
+    checkpoint = out / "checkpoint-2"
+    assert json.loads((checkpoint / "run_arguments.json").read_text())["CLTrainingArguments"]["fast_path"] is False
+    edit_run_arguments(checkpoint, lambda arguments: arguments["CLTrainingArguments"].update(fast_path=True))
+    command = run_args(finished["backbone"], finished["corpus"], out) + ["--resume_from_checkpoint", str(checkpoint)]
+    result = in_process(run_unsup.main, command, capsys)
+    assert result.code == 0, result.err
+    said = (f"warning: --resume_from_checkpoint {checkpoint}: its run trained on the fast path, this resume trains "
+            "eagerly (this machine's default, or --torch_compile), and stream dropout masks (and DiffCSE's sampled "
+            "tokens) are drawn over each batch's padded width, which the fast path fixes, so its remaining steps draw "
+            "other masks than the uninterrupted run's; --torch_compile true goes on on the fast path")
+    assert said in result.out
+
+
+def test_the_fast_path_is_recorded_and_a_change_of_it_under_row_seeded_masks_says_nothing(tmp_path):
+    """``run_arguments.json`` records what ``--torch_compile`` resolved to (the Trainer's own ``torch_compile`` is
+    off on the fast path, so it alone said a fast-path run did not compile); with row-seeded masks, keyed by
+    coordinates, the fast path's steps are the eager ones within float rounding: no warning."""
+    from command_line.arguments import CLTrainingArguments
+    from trainers.resume_settings import CheckpointRecords, fast_path_change_warning
+
+    recorded = CLTrainingArguments(output_dir=str(tmp_path), use_cpu=True, torch_compile=True,
+                                   torch_compile_backend="aot_eager").to_dict()
+    assert (recorded["torch_compile"], recorded["fast_path"], recorded["fast_path_backend"]) == (False, True,
+                                                                                                  "aot_eager")
+    records = CheckpointRecords(tmp_path, {}, {}, {"fast_path": True})
+    for masks, warned in (("row_seeded", False), ("stream", True)):
+        ours = {"CLTrainingArguments": {"fast_path": False}, "settings": {"dropout_masks": masks}}
+        assert (fast_path_change_warning(records, ours) is not None) == warned
+    assert fast_path_change_warning(CheckpointRecords(tmp_path, {}, {}, {}), ours) is None  # an older checkpoint
+
+
 def test_a_resume_that_picks_its_best_checkpoint_by_another_metric_is_refused(finished, tmp_path, capsys):
     """A resume compares each new dev score with the run's best so far (trainer_state.json's best_metric): another
     --metric_for_best_model compared, say, STS-B and SICK-R means with the run's best STS-B score, and kept the

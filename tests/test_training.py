@@ -257,3 +257,29 @@ def test_the_best_checkpoint_is_named_by_the_metric_that_picked_it(tmp_path, bac
     best = max(entry["eval_avg_sts"] for entry in state["log_history"] if "eval_avg_sts" in entry)
     assert results["best_avg_sts"] == best and "best_stsb_spearman" not in results
     assert f"best checkpoint: {results['best_model_checkpoint']} (STS-B and SICK-R dev mean {best:.2f})" in result.out
+
+
+def test_gradient_checkpointing_recomputes_the_layers_without_a_deprecation_warning(tmp_path, backbone, monkeypatch):
+    """``--gradient_checkpointing true``, this repo's flag (transformers 5.20's only name): from transformers 5.23 the
+    Trainer's arguments warned on every such run that it is deprecated in favour of ``activation_checkpointing``
+    (which 5.20 lacks). It is handed over under the new name where there is one: no warning, and the backbone's
+    layers are still recomputed in the backward pass (each layer's forward through ``checkpoint``)."""
+    import warnings
+
+    import transformers.modeling_utils
+
+    calls = []
+    checkpoint = transformers.modeling_utils.checkpoint
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.modeling_utils, "checkpoint", counted)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(["--model_name_or_path", str(backbone), "--train_file", str(tiny_corpus(tmp_path / "c.txt")),
+               "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--eval_strategy", "no",
+               "--per_device_train_batch_size", "4", "--gradient_checkpointing", "true"])
+    assert not [w for w in caught if "checkpointing" in str(w.message)], [str(w.message) for w in caught]
+    assert len(calls) >= 2  # both layers of the tiny backbone, in the training step

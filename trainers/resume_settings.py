@@ -24,7 +24,8 @@ checkpoint's records with this run:
 :func:`resume_warnings` gathers the warnings: :func:`length_change_warning` above, :func:`corpus_change_warning` when
 ``--train_file`` names another file than the run's and the checkpoint records no corpus digest (written before it
 did: the file may be the same corpus, moved), :func:`precision_change_warning` when the resume trains in another
-precision (another machine's default, another ``--bf16``), :func:`lost_best_warning` when
+precision (another machine's default, another ``--bf16``), :func:`fast_path_change_warning` when it turns the fast
+path on or off under stream dropout masks (drawn over the width the fast path fixes), :func:`lost_best_warning` when
 the run's best checkpoint is gone (the run can then only end on a later one). :func:`finished_at` says whether the
 checkpoint already holds the run's last step: the Trainer would train one step past ``--max_steps`` from it (its
 loop tests the limit after a step), so the pipeline evaluates and exports it instead. All of them read the
@@ -262,6 +263,26 @@ def precision_change_warning(records: CheckpointRecords, run_arguments: Mapping[
             f"uninterrupted run's; {restore} goes on in {before}")
 
 
+def fast_path_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
+    """When the resume turns the fast path (``--torch_compile``: every batch padded to a fixed width) on or off
+    against the checkpoint's run (another machine's default, or the flag) under stream dropout masks: stream masks,
+    and DiffCSE's sampled replacements, are drawn over the batch's padded width, so the remaining steps draw other
+    ones than the uninterrupted run's. Allowed, and said, with the flag that goes on as the run did. Row-seeded
+    masks are keyed by coordinates: the fast path's steps are the eager ones within float rounding, nothing is said.
+    ``None`` then, when equal, or where the checkpoint records no fast path (written before it did)."""
+    theirs, ours = records.arguments or {}, flat_arguments(run_arguments)
+    if "fast_path" not in theirs or "fast_path" not in ours or bool(theirs["fast_path"]) == bool(ours["fast_path"]):
+        return None
+    if (run_arguments.get("settings") or {}).get("dropout_masks") != "stream":
+        return None
+    before, now = ("on the fast path", "eagerly") if theirs["fast_path"] else ("eagerly", "on the fast path")
+    return (f"--resume_from_checkpoint {records.folder}: its run trained {before}, this resume trains {now} (this "
+            f"machine's default, or --torch_compile), and stream dropout masks (and DiffCSE's sampled tokens) are "
+            f"drawn over each batch's padded width, which the fast path fixes, so its remaining steps draw other "
+            f"masks than the uninterrupted run's; --torch_compile {str(bool(theirs['fast_path'])).lower()} goes on "
+            f"{before}")
+
+
 def corpus_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
     """When ``--train_file`` names another file than the checkpoint's run did (its ``run_arguments.json``; compared
     as real paths from here) and the checkpoint records no corpus digest to compare the contents with: if it is
@@ -291,11 +312,12 @@ def lost_best_warning(records: CheckpointRecords) -> str | None:
 
 
 def resume_warnings(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> list[str]:
-    """Every warning a resume from ``records``'s checkpoint gets (its length, its corpus file, its precision, its lost
-    best)."""
+    """Every warning a resume from ``records``'s checkpoint gets (its length, its corpus file, its precision, its
+    fast path, its lost best)."""
     return [warning for warning in (length_change_warning(records, run_arguments),
                                     corpus_change_warning(records, run_arguments),
-                                    precision_change_warning(records, run_arguments), lost_best_warning(records))
+                                    precision_change_warning(records, run_arguments),
+                                    fast_path_change_warning(records, run_arguments), lost_best_warning(records))
             if warning is not None]
 
 
