@@ -508,9 +508,9 @@ def test_a_cached_run_compiles_its_backbones_on_the_fast_path(method, files, tmp
     """Through ``run_diffcse.py``: a cached run (2 chunks of 4 of 8 sentences; row-seeded masks, its default) with
     ``--torch_compile true`` compiles its backbones (the encoder, the generator and the discriminator) without CUDA
     graphs and logs the eager cached run's steps. A short last chunk compiled is every method's
-    ``test_the_cached_step_in_the_graph_is_the_eager_cached_step`` (chunks of 4 of 6), and through the scripts
-    ``test_ddp.py``'s (SimCSE and DiffCSE, chunks of 3 of 4 on two processes); equal chunks here compile fewer
-    graphs (57 -> 20 s alone on a 2-core CPU, against chunks of 3)."""
+    ``test_the_cached_step_in_the_graph_is_the_eager_cached_step`` (chunks of 4 of 6; on two processes through the
+    scripts, ``test_ddp.py``, the cached steps take chunks of 3 of 4 eagerly and 2 of 4 compiled); equal chunks here
+    compile fewer graphs (57 -> 20 s alone on a 2-core CPU, against chunks of 3)."""
     cached = ["--cache_chunk_size", "4"]
     fast_flags = ["--torch_compile", "true", "--torch_compile_backend", "aot_eager"]
     eager, _ = run_script(method, files, tmp_path / "eager", cached, "dropout_encoder")
