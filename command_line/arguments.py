@@ -394,7 +394,10 @@ class CLTrainingArguments(TrainingArguments):
         """``--gradient_checkpointing`` (and its ``_kwargs``), this repo's flag and transformers 5.20's only name, as
         ``activation_checkpointing`` where transformers has that name (5.23 on): given under the old name, the
         Trainer's arguments warned on every run that it is deprecated (removed in transformers 6, which
-        requirements.txt excludes). The Trainer then mirrors the new name back into the old, which this repo reads."""
+        requirements.txt excludes). The Trainer then mirrors the new name back into the old, which this repo reads.
+        :attr:`checkpointing_flag` keeps the name the user typed, for the refusals that name it."""
+        typed_new = getattr(self, "activation_checkpointing", None) is not None and self.gradient_checkpointing is None
+        self.checkpointing_flag = "--activation_checkpointing" if typed_new else "--gradient_checkpointing"
         for old, new in (("gradient_checkpointing", "activation_checkpointing"),
                          ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
             if hasattr(self, new) and getattr(self, new) is None and getattr(self, old) is not None:

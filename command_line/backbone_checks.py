@@ -183,7 +183,9 @@ def check_built_model(model: ContrastiveModel, tokenizer: Any, training_args: An
     check_precision(model, training_args.bf16, training_args.eval_dtype, flag, name)
     if getattr(training_args, "gradient_checkpointing", False) and (
             refusal := model.gradient_checkpointing_refusal()):
-        raise UsageError(refusal)  # the Trainer raised it inside train(), after the corpus and the first evaluation
+        # the Trainer raised it inside train(), after the corpus and the first evaluation; named as the user typed it
+        raise UsageError(refusal.replace("--gradient_checkpointing",
+                                         getattr(training_args, "checkpointing_flag", "--gradient_checkpointing")))
     check_row_dropout(model, flag, name)
 
 

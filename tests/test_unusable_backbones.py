@@ -9,12 +9,13 @@ backbone that holds its rows in another dimension than the first (XLNet). One li
 docs/errors.md lists the messages."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 from transformers import (AutoModel, AutoModelForMaskedLM, DebertaConfig, GPT2Config, T5Config, T5Tokenizer,
-                          XLNetConfig, XLNetTokenizer)
+                          TrainingArguments, XLNetConfig, XLNetTokenizer)
 
 import eval.cli
 import run_diffcse
@@ -337,11 +338,15 @@ def test_gradient_checkpointing_is_refused_on_a_backbone_transformers_has_none_f
     name = {"albert": "AlbertModel", "mpnet": "MPNetModel", "xlnet": "XLNetModel"}[arch]
     # PromptBERT's own refusal (denoising with row-seeded masks) would send the user to a flag that still fails, and
     # so would XLNet's refusal of row-seeded masks (its advice keeps --gradient_checkpointing)
-    for method in (["--method", "simcse"], ["--method", "promptbert", "--dropout_masks", "row_seeded"]):
-        result = in_process(run_unsup.main, args + method + ["--gradient_checkpointing", "true"], capsys)
+    runs = [(["--method", "simcse"], "--gradient_checkpointing"),
+            (["--method", "promptbert", "--dropout_masks", "row_seeded"], "--gradient_checkpointing")]
+    if "activation_checkpointing" in {field.name for field in dataclasses.fields(TrainingArguments)}:
+        runs.append((["--method", "simcse"], "--activation_checkpointing"))  # transformers' name from 5.23, as typed
+    for method, flag in runs:
+        result = in_process(run_unsup.main, args + method + [flag, "true"], capsys)
         assert result.code == 2
         assert one_line_error(result) == (
-            f"run_unsup.py: error: --gradient_checkpointing: transformers has none for {name} (the encoder), whose "
+            f"run_unsup.py: error: {flag}: transformers has none for {name} (the encoder), whose "
             "class sets supports_gradient_checkpointing = False, so the run would stop at its first step. Use "
             "--cache_chunk_size N to bound the backbone's memory instead (docs/cached_training.md).")
         assert not (out / "export").exists()
