@@ -19,8 +19,9 @@ from transformers import AutoTokenizer
 
 from data.corpus import CorpusStats
 from data.truncation import count_cut_sentences
+from eval.backbone import repeated_modules
 from models.base import ContrastiveModel
-from models.dropout import applies_dropout, config_dropout_rates
+from models.dropout import RowDropout, applies_dropout, config_dropout_rates
 from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
@@ -95,6 +96,8 @@ def method_warnings(model: ContrastiveModel) -> list[str]:
                         "with --momentum_contrast false, or use the paper's --queue_size 160.")
     if (warning := no_dropout_warning(model)) is not None:
         warnings.append(warning)
+    if (warning := repeated_keyed_masks_warning(model)) is not None:
+        warnings.append(warning)
     if "hard_neg" in model.optional_view_columns and "hard_neg" not in model.view_columns:
         warnings.append("the corpus has no hard_neg column, so supervised SimCSE trains on its (sent0, sent1) pairs "
                         "without hard negatives: Eq. 1 with sent1 as the positive, the paper's Table 4 rows without "
@@ -124,6 +127,24 @@ def no_dropout_warning(model: ContrastiveModel) -> str | None:
             f"{views.get(config.method, '')}, SimCSE Table 3's 'no dropout' row (a dramatic degradation, Sec. 3)."
             + (f" For the papers' p = 0.1 add --config_overrides {','.join(f'{key}=0.1' for key in zero)}."
                if zero else ""))
+
+
+def repeated_keyed_masks_warning(model: ContrastiveModel) -> str | None:
+    """Row-seeded masks on a backbone that calls a dropout module more than once in a pass (ALBERT applies one layer
+    at every depth: :func:`eval.backbone.repeated_modules`): a mask is keyed by its module, row and element, so every
+    application draws the same masks for a sentence, where stream masks draw new ones at each call. ``None``
+    elsewhere."""
+    for name, backbone in model.trainable_backbones().items():
+        keyed = any(isinstance(module, RowDropout) and module.controller.row_seeded for module in backbone.modules())
+        if keyed and (repeated := repeated_modules(backbone, RowDropout)):
+            module, calls = next(iter(repeated.items()))
+            return (f"{type(backbone).__name__} (the {name}) calls {len(repeated)} of its dropout modules "
+                    f"{max(repeated.values())} times in a pass ({module}: {calls} calls; ALBERT shares one layer "
+                    f"across its depth), and row-seeded masks (--dropout_masks row_seeded, which --cache_chunk_size "
+                    f"implies) key a mask by its module, row and element: each call draws the same masks for a "
+                    f"sentence, where the papers' stream masks draw new ones. --dropout_masks stream without "
+                    f"--cache_chunk_size draws them anew.")
+    return None
 
 
 def accumulation_warning(model: ContrastiveModel, training_args) -> str | None:

@@ -368,18 +368,17 @@ def probe_forward(encoder: torch.nn.Module, input_ids: torch.Tensor, attention_m
         encoder.train(was_training)
 
 
-def rows_first_problem(encoder: torch.nn.Module, module_type: type[torch.nn.Module]) -> str | None:
-    """How ``encoder``'s ``module_type`` modules (the row dropout) see a batch's rows elsewhere than in the first
-    dimension of their input (``holds [3, 2, 8] at layer.0.dropout, its rows in dimension 1``), or ``None``: a
-    forward of two 3-token rows (:func:`probe_forward`), each such module's input shape recorded by a hook."""
+def module_call_shapes(encoder: torch.nn.Module, module_type: type[torch.nn.Module]) -> dict[str, list[torch.Size]]:
+    """The input shape of every call of each of ``encoder``'s ``module_type`` modules (by name) in a forward of two
+    3-token rows (:func:`probe_forward`), recorded by hooks."""
     ids = probe_ids(encoder, 3)
     input_ids = torch.tensor([ids, ids], device=encoder.device)
-    shapes: dict[str, torch.Size] = {}
+    shapes: dict[str, list[torch.Size]] = {}
 
     def recorder(name: str) -> Callable[..., None]:
         def record(_: torch.nn.Module, args: tuple[Any, ...]) -> None:
             if args and torch.is_tensor(args[0]):
-                shapes.setdefault(name, args[0].shape)
+                shapes.setdefault(name, []).append(args[0].shape)
         return record
 
     hooks = [module.register_forward_pre_hook(recorder(name))
@@ -389,11 +388,24 @@ def rows_first_problem(encoder: torch.nn.Module, module_type: type[torch.nn.Modu
     finally:
         for hook in hooks:
             hook.remove()
-    for name, shape in shapes.items():
+    return shapes
+
+
+def rows_first_problem(encoder: torch.nn.Module, module_type: type[torch.nn.Module]) -> str | None:
+    """How ``encoder``'s ``module_type`` modules (the row dropout) see a batch's rows elsewhere than in the first
+    dimension of their input (``holds [3, 2, 8] at layer.0.dropout, its rows in dimension 1``), or ``None``
+    (:func:`module_call_shapes`)."""
+    for name, (shape, *_) in module_call_shapes(encoder, module_type).items():
         if shape[0] != 2:
             where = f", its rows in dimension {list(shape).index(2)}" if 2 in shape else ""
             return f"holds {list(shape)} at {name} for 2 rows of 3 tokens{where}"
     return None
+
+
+def repeated_modules(encoder: torch.nn.Module, module_type: type[torch.nn.Module]) -> dict[str, int]:
+    """``encoder``'s ``module_type`` modules that one forward calls more than once, with their number of calls
+    (:func:`module_call_shapes`): ALBERT applies one layer, its dropout modules with it, at every depth."""
+    return {name: len(calls) for name, calls in module_call_shapes(encoder, module_type).items() if len(calls) > 1}
 
 
 def bf16_forward_problem(encoder: torch.nn.Module) -> str | None:
@@ -456,6 +468,7 @@ __all__ = ["CLS_PROBE", "PADDING_OFFSET_MODEL_TYPES", "POOLER_PREFIX", "ST_PACKA
            "IncompleteWeightsError", "LoadedBackbone", "ModelLoadingError", "backbone_config", "bf16_forward_problem",
            "checkpoint_encoder", "cls_position_problem", "contrastive_checkpoint_method", "encoder_decoder_problem",
            "first_keys", "in_hub_cache", "load_auto_model", "load_backbone", "missing_weights_problem", "model_problem",
-           "position_limit", "position_zero_sees_only_itself", "resolve_run_folder", "saved_tensors",
+           "module_call_shapes", "position_limit", "position_zero_sees_only_itself", "repeated_modules",
+           "resolve_run_folder", "rows_first_problem", "saved_tensors",
            "sentence_transformers_backbone", "tokenizer_problem", "transformer_module_path", "vocabulary_problem",
            "weights_file_problem"]

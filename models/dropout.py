@@ -361,6 +361,26 @@ class RowDropout(nn.Module):
         return f"p={self.p}, per-row rates"
 
 
+#: Where an attention module keeps the dropout of its probabilities, most specific first: ALBERT's
+#: ``attention_dropout``, GPT-2's ``attn_dropout``, BERT's ``dropout`` (ALBERT and GPT-2 keep the dropout of their
+#: output beside it, under another name); a module that keeps a bare rate there (ModernBERT's ``attention_dropout``
+#: float) gets a :class:`RowDropout` of that rate under ``ADDED_PROBABILITY_DROPOUT`` (:func:`install_row_dropout`).
+ADDED_PROBABILITY_DROPOUT = "probability_row_dropout"
+PROBABILITY_DROPOUT_NAMES = (ADDED_PROBABILITY_DROPOUT, "attention_dropout", "attn_dropout", "dropout")
+
+
+def probability_dropout(module: nn.Module) -> RowDropout | None:
+    """The :class:`RowDropout` that drops ``module``'s attention probabilities (:data:`PROBABILITY_DROPOUT_NAMES`), or
+    ``None``. transformers' attention interface hands the attention function only its rate: read from another
+    attribute than ``dropout`` (ALBERT, GPT-2, ModernBERT), that dropout was drawn from the stream at one rate, so
+    row-seeded masks, S-SimCSE's sampled rates and SimCSE++'s dropout-off rows missed the attention probabilities."""
+    for name in PROBABILITY_DROPOUT_NAMES:
+        candidate = getattr(module, name, None)
+        if isinstance(candidate, RowDropout):
+            return candidate
+    return None
+
+
 def row_dropout_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -382,11 +402,14 @@ def row_dropout_attention(
         else:
             weights = weights + attention_mask[:, :, :, : key.shape[-2]]
     weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
-    row_dropout = getattr(module, "dropout", None)
-    if isinstance(row_dropout, RowDropout):
+    row_dropout = probability_dropout(module)
+    if row_dropout is not None:
         weights = row_dropout(weights)
     elif module.training and dropout > 0:
-        weights = F.dropout(weights, p=dropout, training=True)
+        if any(isinstance(child, RowDropout) for child in module.children()):  # planned, but not this dropout
+            raise RuntimeError(f"{type(module).__name__} asks for attention dropout {dropout} but keeps no dropout "
+                               f"module under {', '.join(PROBABILITY_DROPOUT_NAMES)}: per-row dropout cannot plan it")
+        weights = F.dropout(weights, p=dropout, training=True)  # a network without a plan (sharing the config)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return output, weights
 
@@ -436,12 +459,20 @@ def controller_for(config) -> RowDropoutController:
 
 def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) -> int:
     """Replace every ``nn.Dropout`` in ``encoder`` by a :class:`RowDropout` of the same ``p`` driven by
-    ``controller`` and route attention through :func:`row_dropout_attention`. Returns how many were replaced."""
+    ``controller`` and route attention through :func:`row_dropout_attention`; an attention module that keeps a bare
+    rate for its probabilities gets a :class:`RowDropout` of it (:data:`ADDED_PROBABILITY_DROPOUT`). Returns how
+    many were replaced."""
     targets = [(name, module) for name, module in encoder.named_modules() if isinstance(module, nn.Dropout)]
     for index, (name, module) in enumerate(targets):
         parent_name, _, child = name.rpartition(".")
         parent = encoder.get_submodule(parent_name) if parent_name else encoder
         setattr(parent, child, RowDropout(module.p, controller, index=index))
+    # a bare rate of the attention probabilities (ModernBERT's): its own module, numbered after the replaced ones (a
+    # rate of 0 stays without, as ModernBERT's output dropout does)
+    bare_rates = [module for module in encoder.modules()
+                  if isinstance(rate := getattr(module, "attention_dropout", None), float) and rate > 0]
+    for index, module in enumerate(bare_rates, start=len(targets)):
+        module.add_module(ADDED_PROBABILITY_DROPOUT, RowDropout(module.attention_dropout, controller, index=index))
     config = getattr(encoder, "config", None)
     if config is not None and getattr(config, "_attn_implementation", None) != ROW_DROPOUT_ATTENTION:
         if hasattr(encoder, "set_attn_implementation"):
@@ -452,7 +483,8 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
     return len(targets)
 
 
-__all__ = ["Call", "KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES", "RATES", "ROW_DROPOUT_ATTENTION",
-           "RowDropout", "RowDropoutController", "UNIFORMS", "applies_dropout", "config_dropout_rates",
-           "controller_for", "install_row_dropout", "needs_row_dropout", "rates_from_uniform", "row_dropout_attention",
+__all__ = ["ADDED_PROBABILITY_DROPOUT", "Call", "KEYED_ROWS_STREAM", "KeyedDraws", "MASKS", "PASS_RATES",
+           "PROBABILITY_DROPOUT_NAMES", "RATES", "ROW_DROPOUT_ATTENTION", "RowDropout", "RowDropoutController",
+           "UNIFORMS", "applies_dropout", "config_dropout_rates", "controller_for", "install_row_dropout",
+           "needs_row_dropout", "probability_dropout", "rates_from_uniform", "row_dropout_attention",
            "row_dropout_reasons", "sample_dropout_rates"]

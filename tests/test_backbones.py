@@ -5,11 +5,12 @@ ModernBERT (local attention in every other layer). What cannot work is refused i
 from __future__ import annotations
 
 import pytest
+import torch
 
 import run_unsup
 from eval.loading import load_encoder
 from eval.sts import evaluate_sts
-from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, tiny_corpus
+from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, tiny_corpus, token_batch
 
 
 @pytest.mark.parametrize("arch", ["electra", "deberta-v2", "mpnet", "modernbert"])
@@ -44,3 +45,110 @@ def test_diffcse_trains_on_an_encoder_family(arch, site, tmp_path):
         "--max_steps", "2", "--eval_strategy", "no", "--rtd_condition_site", site, "--output_dir", str(out),
         *FAST_TRAINING_ARGS])
     assert metrics["train_loss"] > 0 and (out / "export" / "hf" / "model.safetensors").is_file()
+
+
+# ------------------------------------------------------------------------ per-row dropout on the attention probabilities
+#: Backbones whose dropout sees the batch's rows first (XLNet's does not: refused, tests/test_unusable_backbones.py).
+ROWS_FIRST_ARCHS = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "mpnet", "modernbert", "gpt2"]
+
+
+def tiny_rows_first_backbone(arch: str, folder):
+    from tests.test_unusable_backbones import tiny_gpt2
+
+    return tiny_gpt2(folder) if arch == "gpt2" else save_tiny_backbone(folder, arch=arch)
+
+
+@pytest.mark.parametrize("arch", ROWS_FIRST_ARCHS)
+def test_dropout_off_rows_see_no_dropout_on_every_backbone(arch, tmp_path):
+    """SimCSE++'s dropout-off negatives ride in the views' pass with every dropout off, the attention probabilities'
+    included: their embeddings are the eval-mode encoding. transformers hands the attention function only the rate
+    of that dropout, which ALBERT keeps under ``attention_dropout``, GPT-2 under ``attn_dropout`` and ModernBERT as a
+    bare float: on those three it was drawn from the stream at that rate for every row, the off rows included."""
+    from trainers.methods import build_model
+
+    model = build_model("simcse_pp", str(tiny_rows_first_backbone(arch, tmp_path / arch)), pooler_type="avg")
+    ids, mask = token_batch(same_views=True)
+    embeddings = model.train().embed_views(ids, mask)
+    with torch.no_grad():
+        clean = model.eval().projector(model.encode(ids[:, 0], mask[:, 0]))
+    torch.testing.assert_close(embeddings.off_dropout, clean, atol=1e-6, rtol=1e-5)
+    # dropout on for the views' rows (ModernBERT's final norm and the average over tokens keep it near 1e-4)
+    assert (embeddings.views[:, 0] - clean).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("arch", ROWS_FIRST_ARCHS)
+def test_row_seeded_masks_do_not_depend_on_the_padded_width_on_every_backbone(arch, tmp_path):
+    """Each process pads its own share of the global batch to its own width: row-seeded masks key every element by
+    its coordinates, so the same sentences padded to 9 and to 13 positions get the same training-mode embeddings.
+    On ALBERT and ModernBERT the attention-probability dropout came from the stream (see above): two processes x 4
+    sentences trained 2e-4 (ALBERT) and 3e-5 (ModernBERT) away from one process x 8 after 3 SGD steps, 1e-8 on
+    BERT."""
+    import random
+
+    from trainers.keyed_dropout import keyed_step
+    from trainers.methods import build_model
+
+    model = build_model("simcse", str(tiny_rows_first_backbone(arch, tmp_path / arch)), pooler_type="avg",
+                        dropout_masks="row_seeded").train()
+    ids, mask = token_batch(same_views=True)
+    pad = torch.zeros(*ids.shape[:2], 4, dtype=ids.dtype)
+    encodings = []
+    for batch_ids, batch_mask in ((ids, mask), (torch.cat([ids, pad], -1), torch.cat([mask, pad], -1))):
+        random.seed(3)  # the step's seed
+        with keyed_step(model, ids.size(0)):
+            encodings.append(model.embed_views(batch_ids, batch_mask).views)
+    torch.testing.assert_close(encodings[1], encodings[0], atol=1e-6, rtol=1e-5)
+    with torch.no_grad():
+        clean = model.eval().projector(model.encode(ids[:, 0], mask[:, 0]))
+    assert (encodings[0][:, 0] - clean).abs().max() > 1e-5  # dropout on
+
+
+def test_row_seeded_masks_on_albert_s_shared_layer_say_that_its_depths_share_masks(tmp_path, capsys):
+    """ALBERT applies one layer at every depth, its dropout modules with it, and a row-seeded mask is keyed by its
+    module, row and element: every depth draws the same masks for a sentence (stream masks draw new ones per call).
+    Through run_unsup.py the run says so, in its log and summary; a stream-mask ALBERT run and a row-seeded BERT
+    run say nothing."""
+    from tests.cli import in_process
+
+    corpus = tiny_corpus(tmp_path / "corpus.txt")
+
+    def run(arch: str, *flags: str):
+        result = in_process(run_unsup.main, [
+            "--model_name_or_path", str(save_tiny_backbone(tmp_path / arch, arch=arch)), "--train_file", str(corpus),
+            "--max_steps", "1", "--eval_strategy", "no", "--output_dir", str(tmp_path / f"{arch}{len(flags)}"),
+            *FAST_TRAINING_ARGS, *flags], capsys)
+        assert result.code == 0, result.err
+        return result.out + result.err
+
+    shared = run("albert", "--dropout_masks", "row_seeded")
+    summary = shared.split("run summary ===", 1)[1]
+    assert ("warning: AlbertModel (the encoder) calls 2 of its dropout modules 2 times in a pass "
+            "(encoder.albert_layer_groups.0.albert_layers.0.attention.attention_dropout: 2 calls;") in summary
+    assert "draws the same masks" not in run("albert") + run("bert", "--dropout_masks", "row_seeded")
+
+
+def test_an_attention_dropout_per_row_dropout_cannot_find_stops_instead_of_drawing_stream_masks():
+    """An attention module under a per-row plan (a :class:`RowDropout` among its children) that asks the attention
+    function for dropout but keeps no dropout module under the names the plan knows would be noised from the stream
+    at one rate for every row: that stops the pass, naming the module. Asked for no dropout (eval mode, a rate of
+    0) it runs; a module without a plan (a network that shares the config's attention function) gets plain
+    dropout."""
+    from torch import nn
+
+    from models.dropout import RowDropout, RowDropoutController, row_dropout_attention
+
+    class UnknownAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.output_dropout = RowDropout(0.1, RowDropoutController(masks="row_seeded"))
+
+    module, query = UnknownAttention(), torch.randn(2, 2, 3, 4)
+    with pytest.raises(RuntimeError, match="UnknownAttention asks for attention dropout 0.1 but keeps no dropout"):
+        row_dropout_attention(module.train(), query, query, query, None, dropout=0.1)
+    output, _ = row_dropout_attention(module.eval(), query, query, query, None, dropout=0.0)
+    assert output.shape == (2, 3, 2, 4)
+    torch.manual_seed(0)
+    plain, _ = row_dropout_attention(nn.Module().train(), query, query, query, None, dropout=0.5)
+    torch.manual_seed(0)
+    expected = torch.nn.functional.dropout(torch.softmax(query @ query.transpose(2, 3) * 0.5, -1), 0.5) @ query
+    torch.testing.assert_close(plain, expected.transpose(1, 2))
