@@ -29,6 +29,7 @@ from trainers.cl_trainer import CLTrainer
 from trainers.resume_settings import (CORPUS_SECTION, CheckpointRecords, corpus_record, finished_at,
                                       resume_mismatch_error, resume_warnings, write_run_arguments)
 from trainers.errors import UsageError
+from trainers.keyed_dropout import keyed_controllers
 from trainers.methods import build_collator
 from trainers.backbone_card import read_backbone_license
 from trainers.precision import training_precision
@@ -135,8 +136,7 @@ def repeated_keyed_masks_warning(model: ContrastiveModel) -> str | None:
     application draws the same masks for a sentence, where stream masks draw new ones at each call. ``None``
     elsewhere."""
     for name, backbone in model.trainable_backbones().items():
-        keyed = any(isinstance(module, RowDropout) and module.controller.row_seeded for module in backbone.modules())
-        if keyed and (repeated := repeated_modules(backbone, RowDropout)):
+        if keyed_controllers(backbone) and (repeated := repeated_modules(backbone, RowDropout)):
             module, calls = next(iter(repeated.items()))
             return (f"{type(backbone).__name__} (the {name}) calls {len(repeated)} of its dropout modules "
                     f"{max(repeated.values())} times in a pass ({module}: {calls} calls; ALBERT shares one layer "
