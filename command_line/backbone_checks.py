@@ -8,6 +8,8 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
   (:func:`eval.backbone.vocabulary_problem`).
 - :func:`check_position_limit`: the longest view (``--max_seq_length`` plus what the method adds: PromptBERT's
   template) fits the backbone's position table (``max_position_embeddings``, less RoBERTa's padding offset).
+- :func:`check_forward`: the backbone has a token-embedding table (CANINE has none) and its forward runs on token
+  ids and an attention mask, the only inputs the models give it (Bros asks for boxes).
 - :func:`check_pooler`: a pooler that reads position 0 is refused on a causal (decoder-only) backbone, whose
   position 0 sees only the first token, and with a tokenizer that puts no [CLS] token there (XLNet's goes last,
   T5's has none), where it holds the first word; ``--pooler_type avg`` is the one to pass (decided: refused, not
@@ -18,9 +20,10 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
 - :func:`check_precision`: a backbone whose forward cannot run under bf16 autocast (transformers' DeBERTa v1) is
   refused under ``--bf16`` or ``--eval_dtype bf16``, with ``--bf16 false`` / ``--eval_dtype fp32`` as the fix.
 - :func:`check_row_dropout`: per-row dropout (S-SimCSE's rates, SimCSE++'s dropout-off negatives, row-seeded masks)
-  is refused on a backbone whose dropout modules do not see the rows first (XLNet: length-first states).
+  is refused on a backbone whose dropout modules do not see the rows first (XLNet: length-first states), and on one
+  that draws dropout outside its modules (Longformer's attention, Bloom's residual branches: functional dropout).
 
-The first three run after the tokenizer and config are read and before the weights load; the last three need the
+The first three run after the tokenizer and config are read and before the weights load; the last four need the
 loaded backbone (a forward of two rows each) and run before the corpus loads (:func:`check_built_model`).
 """
 from __future__ import annotations
@@ -29,9 +32,9 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
-from eval.backbone import (backbone_config, bf16_forward_problem, cls_position_problem, encoder_decoder_problem,
-                           position_limit, position_zero_sees_only_itself, rows_first_problem, tokenizer_problem,
-                           vocabulary_problem)
+from eval.backbone import (TEXT_ENCODER_ADVICE, backbone_config, bf16_forward_problem, cls_position_problem,
+                           draws_outside, encoder_decoder_problem, position_limit, position_zero_sees_only_itself,
+                           rows_first_problem, text_encoder_problem, tokenizer_problem, vocabulary_problem)
 from models.base import ContrastiveModel
 from models.dropout import RowDropout, config_dropout_rates, row_dropout_reasons
 from trainers.errors import UsageError, UserError
@@ -119,6 +122,15 @@ def config_override_values(model_args: Any) -> dict[str, Any]:
     return values
 
 
+def check_forward(model: ContrastiveModel, flag: str, name: str) -> None:
+    """Refuse a backbone without a token-embedding table (:func:`eval.backbone.token_embeddings_problem`: CANINE) or
+    whose forward fails on token ids and an attention mask, the only inputs the models give it
+    (:func:`eval.backbone.forward_problem`: Bros needs boxes): both stopped the first probe with a traceback."""
+    for backbone in (child for child in model.children() if isinstance(child, PreTrainedModel)):
+        if problem := text_encoder_problem(backbone):
+            raise UsageError(f"{flag} {name} ({type(backbone).__name__}) {problem}. {TEXT_ENCODER_ADVICE}")
+
+
 def check_pooler(model: ContrastiveModel, tokenizer: Any, flag: str, name: str) -> None:
     """Refuse a position-0 pooler (``--pooler_type cls``/``cls_before_pooler``) where position 0 does not hold the
     sentence's summary: a backbone whose position 0 sees only the first token (causal), or a tokenizer that puts no
@@ -153,32 +165,48 @@ def check_precision(model: ContrastiveModel, bf16: bool, eval_dtype: str, flag: 
                          f"its forward stops with \"{problem}\". Pass {fixes} (fp32).")
 
 
+#: The advice of a per-row dropout refusal: what trains such a backbone.
+WITHOUT_ROW_DROPOUT = ("Train it without (stream masks: no --dropout_masks row_seeded, no --cache_chunk_size; "
+                       "--method simcse, esimcse or promptbert)")
+
+
 def check_row_dropout(model: ContrastiveModel, flag: str, name: str) -> None:
     """Refuse per-row dropout on a backbone whose dropout modules do not see the batch's rows first (XLNet holds its
     states length-first, ``[length, batch, hidden]``): the first training step would stop with "row dropout
     planned for 16 rows but a dropout call has 12", after the corpus and the first evaluation
-    (:func:`eval.backbone.rows_first_problem`)."""
+    (:func:`eval.backbone.rows_first_problem`); and on one that draws dropout outside its modules
+    (:func:`eval.backbone.draws_outside`: Longformer's attention probabilities, Bloom's residual branches), which
+    trained with those draws from the stream at one rate for every row, without a word: SimCSE++'s dropout-off rows
+    noised, row-seeded masks that depended on the process count and the padded width."""
     reasons = row_dropout_reasons(model.config)
     if not reasons:
         return
     for backbone in model.children():
-        if not isinstance(backbone, PreTrainedModel) or not any(
+        if not isinstance(backbone, PreTrainedModel) or backbone is not model.encoder and not any(
                 isinstance(module, RowDropout) for module in backbone.modules()):
-            continue
+            continue  # the encoder always (OPT's dropout is all functional: no module to replace)
         problem = rows_first_problem(backbone, RowDropout)
         if problem:
             raise UsageError(f"{flag} {name}: {type(backbone).__name__} {problem}, so the per-row dropout of "
-                             f"{' and '.join(reasons)} cannot tell its rows apart. Train it without (stream masks: no "
-                             f"--dropout_masks row_seeded, no --cache_chunk_size; --method simcse, esimcse or "
-                             f"promptbert), or use a backbone that holds the batch first (BERT, RoBERTa, MPNet...).")
+                             f"{' and '.join(reasons)} cannot tell its rows apart. {WITHOUT_ROW_DROPOUT}, or use a "
+                             f"backbone that holds the batch first (BERT, RoBERTa, MPNet...).")
+        if drawn := draws_outside(backbone, RowDropout):
+            where = "; ".join(f"{module} ({', '.join(operators)})" for module, operators in list(drawn.items())[:3])
+            more = f" and {len(drawn) - 3} more modules" if len(drawn) > 3 else ""
+            raise UsageError(f"{flag} {name}: {type(backbone).__name__} draws dropout outside its dropout modules, "
+                             f"at {where}{more} (torch's functional dropout at a rate it holds as a number), so the "
+                             f"per-row dropout of {' and '.join(reasons)} cannot plan it: those rows would get other "
+                             f"masks and rates than planned. {WITHOUT_ROW_DROPOUT}, or use a backbone whose dropout "
+                             f"is all modules (BERT, RoBERTa, BigBird...).")
 
 
 def check_built_model(model: ContrastiveModel, tokenizer: Any, training_args: Any, name: str) -> None:
-    """The checks of the built model of ``--model_name_or_path name``, before the corpus loads: its pooler
-    (:func:`check_pooler`), its precision (:func:`check_precision`), ``--gradient_checkpointing``
-    (:meth:`ContrastiveModel.gradient_checkpointing_refusal`: before the row layout, whose advice keeps it), its
-    per-row dropout (:func:`check_row_dropout`)."""
+    """The checks of the built model of ``--model_name_or_path name``, before the corpus loads: its forward
+    (:func:`check_forward`), its pooler (:func:`check_pooler`), its precision (:func:`check_precision`),
+    ``--gradient_checkpointing`` (:meth:`ContrastiveModel.gradient_checkpointing_refusal`: before the row layout,
+    whose advice keeps it), its per-row dropout (:func:`check_row_dropout`)."""
     flag = "--model_name_or_path"
+    check_forward(model, flag, name)
     check_pooler(model, tokenizer, flag, name)
     check_precision(model, training_args.bf16, training_args.eval_dtype, flag, name)
     if getattr(training_args, "gradient_checkpointing", False) and (
@@ -189,5 +217,5 @@ def check_built_model(model: ContrastiveModel, tokenizer: Any, training_args: An
     check_row_dropout(model, flag, name)
 
 
-__all__ = ["check_backbone", "check_built_model", "check_pooler", "check_position_limit", "check_precision",
-           "check_row_dropout", "check_tokenizer", "template_tokens"]
+__all__ = ["check_backbone", "check_built_model", "check_forward", "check_pooler", "check_position_limit",
+           "check_precision", "check_row_dropout", "check_tokenizer", "template_tokens"]

@@ -349,7 +349,7 @@ def position_zero_sees_only_itself(encoder: torch.nn.Module) -> bool:
 
 def probe_ids(encoder: torch.nn.Module, count: int) -> list[int]:
     """``count`` token ids of ``encoder``'s vocabulary other than its pad id (the probes' words)."""
-    vocab_size = int(encoder.get_input_embeddings().num_embeddings)
+    vocab_size = int(encoder.get_input_embeddings().weight.shape[0])
     pad_token_id = getattr(encoder.config, "pad_token_id", None)
     return [i for i in range(min(vocab_size, 64)) if i != pad_token_id][:count]
 
@@ -408,11 +408,60 @@ def repeated_modules(encoder: torch.nn.Module, module_type: type[torch.nn.Module
     return {name: len(calls) for name, calls in module_call_shapes(encoder, module_type).items() if len(calls) > 1}
 
 
-def bf16_forward_problem(encoder: torch.nn.Module) -> str | None:
-    """Why ``encoder`` cannot run a forward under bf16 autocast (the first line of its error), or ``None``: two rows,
-    one padded, through the mask the models give it (:func:`models.masks.prepare_attention_mask`), in eval mode
-    without a gradient (:func:`probe_forward`), on its device. transformers' DeBERTa (v1) fills masked attention
-    scores with float32's minimum, which a bf16 score cannot hold: its first bf16 step stopped with a traceback."""
+def draws_outside(encoder: torch.nn.Module, module_type: type[torch.nn.Module]) -> dict[str, list[str]]:
+    """Random numbers a training-mode forward of ``encoder`` (two 3-token rows, no gradient) draws outside its
+    ``module_type`` modules (the row dropout, identities for the probe): the random operators (torch's
+    ``nondeterministic_seeded`` ones: dropout, ``bernoulli``, ``rand``...) by the innermost module that drew them.
+    Longformer's attention and Bloom's residual branches call torch's functional dropout with a rate they hold as a
+    number, which no module replacement reaches. Random operators of the probe itself are drawn from the global
+    generator, whose state is restored after it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    names = {module: name for name, module in encoder.named_modules()}
+    running: list[str] = []
+    found: dict[str, list[str]] = {}
+
+    class RandomOperators(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            drops = func is not torch.ops.aten.native_dropout.default or args[1] > 0
+            if torch.Tag.nondeterministic_seeded in func.tags and drops:
+                where = running[-1] if running else "the forward"
+                operator = func.overloadpacket.__name__
+                if operator not in found.setdefault(where, []):
+                    found[where].append(operator)
+            return func(*args, **(kwargs or {}))
+
+    def enter(module: torch.nn.Module, _: Any) -> None:
+        running.append(names[module] or type(module).__name__)
+
+    def leave(*_: Any) -> None:
+        running.pop()
+
+    hooks = [hook for module in names for hook in (module.register_forward_pre_hook(enter),
+                                                   module.register_forward_hook(leave, always_call=True))]
+    modes = {module: module.training for module in names}
+    ids = probe_ids(encoder, 3)
+    input_ids = torch.tensor([ids, ids], device=encoder.device)
+    devices = [encoder.device] if encoder.device.type != "cpu" else []
+    try:
+        with torch.random.fork_rng(devices=devices), torch.no_grad(), RandomOperators():
+            for module in names:
+                module.training = not isinstance(module, module_type)
+            encoder(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    finally:
+        for module, training in modes.items():
+            module.training = training
+        for hook in hooks:
+            hook.remove()
+    return found
+
+
+def forward_problem(encoder: torch.nn.Module, autocast: torch.dtype | None = None) -> str | None:
+    """Why a forward of ``encoder`` on token ids and an attention mask fails (the first line of its error), or
+    ``None``: two rows, one padded, through the mask the models give it (:func:`models.masks.prepare_attention_mask`),
+    in eval mode without a gradient (:func:`probe_forward`), on its device, under ``autocast`` when given. Those are
+    the only inputs this repo gives a backbone: a layout model (Bros: "You have to specify bbox") stopped the first
+    probe or step with a traceback."""
     from models.masks import prepare_attention_mask
 
     ids = probe_ids(encoder, 5)
@@ -420,11 +469,47 @@ def bf16_forward_problem(encoder: torch.nn.Module) -> str | None:
     input_ids = torch.tensor([ids, ids[:3] + [pad_token_id] * 2], device=encoder.device)
     mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], device=encoder.device)
     try:
-        with torch.autocast(encoder.device.type, dtype=torch.bfloat16):
+        with torch.autocast(encoder.device.type, dtype=autocast, enabled=autocast is not None):
             probe_forward(encoder, input_ids, prepare_attention_mask(encoder, mask))
-    except RuntimeError as error:
+    except Exception as error:  # noqa: BLE001 - any error of the backbone's own forward is the answer
         return (str(error).strip().splitlines() or [type(error).__name__])[0]
     return None
+
+
+def bf16_forward_problem(encoder: torch.nn.Module) -> str | None:
+    """Why ``encoder`` cannot run a forward under bf16 autocast (:func:`forward_problem`), or ``None``. transformers'
+    DeBERTa (v1) fills masked attention scores with float32's minimum, which a bf16 score cannot hold: its first bf16
+    step stopped with a traceback."""
+    return forward_problem(encoder, torch.bfloat16)
+
+
+def token_embeddings_problem(model: torch.nn.Module) -> str | None:
+    """Why ``model`` has no token-embedding table this repo can read, or ``None``: the tokenizer checks, the probes
+    and the attention masks' dtype read ``get_input_embeddings()``, which CANINE (characters, hashed into several
+    tables) does not implement: its runs stopped with a traceback from transformers."""
+    try:
+        embeddings = model.get_input_embeddings()
+    except NotImplementedError:
+        return "has no token-embedding table (transformers' get_input_embeddings is not implemented for it)"
+    weight = getattr(embeddings, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:  # I-BERT's QuantEmbedding has one: [vocab, h]
+        return f"has no token-embedding table (get_input_embeddings gives {type(embeddings).__name__})"
+    return None
+
+
+#: What a refusal of :func:`text_encoder_problem` advises.
+TEXT_ENCODER_ADVICE = ("Use a text encoder with a token-embedding table whose forward reads token ids alone (BERT, "
+                       "RoBERTa, ModernBERT...).")
+
+
+def text_encoder_problem(encoder: torch.nn.Module) -> str | None:
+    """Why ``encoder`` is not a text encoder this repo can run (training's checks and ``python -m eval``'s loader),
+    or ``None``: no token-embedding table (:func:`token_embeddings_problem`), or a forward that fails on token ids and
+    an attention mask (:func:`forward_problem`)."""
+    problem = token_embeddings_problem(encoder)
+    if problem is None and (failure := forward_problem(encoder)):
+        problem = f"stops on token ids and an attention mask, the only inputs this repo gives a backbone: \"{failure}\""
+    return problem
 
 
 def in_hub_cache(name: str, cache_dir: str | None) -> bool:
@@ -466,9 +551,10 @@ def resolve_run_folder(model_name_or_path: str, purpose: Literal["evaluate", "tr
 
 __all__ = ["CLS_PROBE", "PADDING_OFFSET_MODEL_TYPES", "POOLER_PREFIX", "ST_PACKAGE", "ST_TRANSFORMER",
            "IncompleteWeightsError", "LoadedBackbone", "ModelLoadingError", "backbone_config", "bf16_forward_problem",
-           "checkpoint_encoder", "cls_position_problem", "contrastive_checkpoint_method", "encoder_decoder_problem",
-           "first_keys", "in_hub_cache", "load_auto_model", "load_backbone", "missing_weights_problem", "model_problem",
-           "module_call_shapes", "position_limit", "position_zero_sees_only_itself", "repeated_modules",
-           "resolve_run_folder", "rows_first_problem", "saved_tensors",
-           "sentence_transformers_backbone", "tokenizer_problem", "transformer_module_path", "vocabulary_problem",
+           "checkpoint_encoder", "cls_position_problem", "contrastive_checkpoint_method", "draws_outside",
+           "encoder_decoder_problem", "first_keys", "forward_problem", "in_hub_cache", "load_auto_model",
+           "load_backbone", "missing_weights_problem", "model_problem", "module_call_shapes", "position_limit",
+           "position_zero_sees_only_itself", "repeated_modules", "resolve_run_folder", "rows_first_problem",
+           "saved_tensors", "TEXT_ENCODER_ADVICE", "sentence_transformers_backbone", "text_encoder_problem",
+           "token_embeddings_problem", "tokenizer_problem", "transformer_module_path", "vocabulary_problem",
            "weights_file_problem"]

@@ -29,10 +29,10 @@ from typing import Any, Callable, Iterator, Literal
 import torch
 from safetensors import SafetensorError
 
-from eval.backbone import (IncompleteWeightsError, ModelLoadingError, bf16_forward_problem, cls_position_problem,
-                           encoder_decoder_problem, load_backbone, position_limit, position_zero_sees_only_itself,
-                           resolve_run_folder, tokenizer_problem, transformer_module_path, vocabulary_problem,
-                           weights_file_problem)
+from eval.backbone import (TEXT_ENCODER_ADVICE, IncompleteWeightsError, ModelLoadingError, bf16_forward_problem,
+                           cls_position_problem, encoder_decoder_problem, load_backbone, position_limit,
+                           position_zero_sees_only_itself, resolve_run_folder, text_encoder_problem, tokenizer_problem,
+                           transformer_module_path, vocabulary_problem, weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.masks import prepare_attention_mask
 from models.poolers import POOLER_TYPES, POSITION_ZERO_POOLERS, needs_hidden_states, pool
@@ -369,10 +369,14 @@ def load_encoder(
     with _loading_errors(model_name_or_path):
         kind = detect_model_kind(model_name_or_path)
         backend = _BACKENDS[kind](model_name_or_path, pooler, device)
+    problem = text_encoder_problem(backend.backbone) if backend.backbone is not None else None
+    if problem:
+        raise ModelLoadingError(f"{model_name_or_path} ({type(backend.backbone).__name__}) {problem}. "
+                                f"{TEXT_ENCODER_ADVICE}")
     embeddings = backend.backbone.get_input_embeddings() if backend.backbone is not None else None
     unreadable = tokenizer_problem("--model_name_or_path", model_name_or_path, backend.tokenizer) or (
         vocabulary_problem("--model_name_or_path", model_name_or_path, backend.tokenizer,
-                           getattr(embeddings, "num_embeddings", None)))
+                           None if embeddings is None else embeddings.weight.shape[0]))
     if unreadable:
         raise ModelLoadingError(unreadable)
     check_max_length(backend.module, model_name_or_path, max_length)

@@ -83,11 +83,22 @@ def config_has_pooler_dense(encoder_config: Any) -> bool:
         return has_linear_tanh_pooler(AutoModel.from_config(encoder_config))
 
 
+class DroppedPooler(nn.Module):
+    """What :func:`drop_unused_pooler` leaves in a BERT-style pooler slot: no parameters, and no pooler output.
+    BERT's forward skips a pooler that is ``None``; LayoutLM's calls its pooler unconditionally, and stopped with
+    "'NoneType' object is not callable"."""
+
+    def forward(self, hidden_states: torch.Tensor) -> None:
+        return None
+
+
 def drop_unused_pooler(encoder: nn.Module) -> None:
     """Remove a BERT-style pooler the method never uses (SimCSE builds BERT with ``add_pooling_layer=False``); left
-    in place it would hold parameters without gradients, which DDP rejects."""
+    in place it would hold parameters without gradients, which DDP rejects. A pooler module (``pooler.dense``: BERT,
+    LayoutLM...) becomes a :class:`DroppedPooler`; ALBERT's bare ``pooler`` Linear becomes ``None``, which its
+    forward checks before applying ``pooler_activation`` to the pooler's output."""
     if has_linear_tanh_pooler(encoder):
-        encoder.pooler = None
+        encoder.pooler = DroppedPooler() if hasattr(encoder.pooler, "dense") else None
 
 
 class ContrastiveModel(PreTrainedModel):

@@ -69,7 +69,9 @@ def export_sentence_transformers(
     model: ContrastiveModel, tokenizer: PreTrainedTokenizerBase, plain_dir: str | Path, out_dir: str | Path
 ) -> Path | None:
     """Write a sentence-transformers folder reproducing the test-time embedding; ``None`` (with a log line)
-    when the pooler has no sentence-transformers equivalent."""
+    when the pooler has no sentence-transformers equivalent, or when sentence-transformers cannot load the plain
+    export (MarkupLM: its Transformer module loads the model type's processor, whose feature extractor a text
+    export has no file for; the run stopped with a traceback after training)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
 
@@ -81,8 +83,13 @@ def export_sentence_transformers(
     if pooler not in ST_POOLING:
         logger.warning("no sentence-transformers export: pooler %r has no sentence-transformers Pooling mode", pooler)
         return None
-    transformer = st_models.Transformer(str(plain_dir), max_seq_length=tokenizer.model_max_length
-                                        if tokenizer.model_max_length < 10_000 else 512)
+    try:
+        transformer = st_models.Transformer(str(plain_dir), max_seq_length=tokenizer.model_max_length
+                                            if tokenizer.model_max_length < 10_000 else 512)
+    except (OSError, ValueError) as error:  # its processor for the model type needs files a text export lacks
+        logger.warning("no sentence-transformers export: sentence-transformers cannot load %s (%s); the hf/ folder "
+                       "holds the model", plain_dir, (str(error).strip().splitlines() or [type(error).__name__])[0])
+        return None
     dim = model.config.hidden_size
     modules: list[nn.Module] = [transformer, st_models.Pooling(dim, pooling_mode=ST_POOLING[pooler])]
     if pooler == "cls" and isinstance(model.projector, MLPProjector):

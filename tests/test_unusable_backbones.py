@@ -5,7 +5,8 @@ tokenizer that puts no [CLS] token at position 0 (XLNet's, T5's) under one, an e
 backbone whose forward cannot run under bf16 autocast (DeBERTa v1), DiffCSE on factorised embeddings (ALBERT), a
 ``--max_seq_length`` (plus PromptBERT's template) past the position table, a truncated ``model.safetensors``,
 ``--gradient_checkpointing`` on a backbone transformers has none for (ALBERT, MPNet, XLNet), per-row dropout on a
-backbone that holds its rows in another dimension than the first (XLNet). One line, a non-zero exit, no traceback;
+backbone that holds its rows in another dimension than the first (XLNet) or draws dropout outside its modules
+(Longformer, Bloom), a backbone that is not a text encoder (Bros, CANINE). One line, a non-zero exit, no traceback;
 docs/errors.md lists the messages."""
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from transformers import (AutoModel, AutoModelForMaskedLM, DebertaConfig, GPT2Config, T5Config, T5Tokenizer,
-                          TrainingArguments, XLNetConfig, XLNetTokenizer)
+import torch
+from transformers import (AutoModel, AutoModelForMaskedLM, BloomConfig, BrosConfig, CanineConfig, DebertaConfig,
+                          GPT2Config, LayoutLMConfig, LongformerConfig, MarkupLMConfig, OPTConfig, T5Config,
+                          T5Tokenizer, TrainingArguments, XLNetConfig, XLNetTokenizer)
 
 import eval.cli
 import run_diffcse
@@ -230,6 +233,79 @@ def test_an_encoder_decoder_backbone_is_refused_before_its_weights_load(corpus, 
     assert one_line_error(evaluation, EVAL) == f"error: {t5} (T5Model) {ENCODER_DECODER}"
 
 
+# ------------------------------------------------------------------------------------------ not a text encoder
+def tiny_non_text_backbone(arch: str, folder: Path) -> Path:
+    """A tiny random Bros (a layout model: its forward asks for boxes), CANINE (characters hashed into several
+    tables: no token-embedding table), LayoutLM (boxes default to zeros) or MarkupLM (XPaths default to none) with
+    the tiny tokenizer."""
+    tokenizer = tiny_tokenizer(folder)
+    config_class = {"bros": BrosConfig, "canine": CanineConfig, "layoutlm": LayoutLMConfig,
+                    "markuplm": MarkupLMConfig}[arch]
+    config = config_class(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                          intermediate_size=37, max_position_embeddings=70, pad_token_id=0)
+    AutoModel.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("arch, model, problem", [
+    ("bros", "BrosModel", "stops on token ids and an attention mask, the only inputs this repo gives a backbone: "
+                          "\"You have to specify bbox\""),
+    ("canine", "CanineModel", "has no token-embedding table (transformers' get_input_embeddings is not implemented "
+                              "for it)"),
+])
+def test_a_backbone_that_is_not_a_text_encoder_is_refused_by_training_and_eval(arch, model, problem, corpus, tmp_path,
+                                                                               capsys, sts_fixture_dir):
+    """Both stopped the first probe (training) or batch (python -m eval) with a traceback from transformers."""
+    path = tiny_non_text_backbone(arch, tmp_path / arch)
+    out = tmp_path / "out"
+    advice = ("Use a text encoder with a token-embedding table whose forward reads token ids alone (BERT, RoBERTa, "
+              "ModernBERT...).")
+    result = in_process(run_unsup.main, base_args(path, corpus, out) + ["--eval_strategy", "no"], capsys)
+    assert result.code == 2
+    assert one_line_error(result) == f"run_unsup.py: error: --model_name_or_path {path} ({model}) {problem}. {advice}"
+    assert not (out / "export").exists()
+    evaluation = in_process(eval.cli.main, ["--model_name_or_path", str(path), "--pooler", "avg", "--mode", "dev",
+                                            "--senteval_dir", str(sts_fixture_dir)], capsys, prog="python -m eval")
+    assert evaluation.code == 1
+    assert one_line_error(evaluation, EVAL) == f"error: {path} ({model}) {problem}. {advice}"
+
+
+def test_layoutlm_trains_with_its_unused_pooler_dropped_and_its_export_scores(corpus, tmp_path, capsys,
+                                                                             sts_fixture_dir):
+    """LayoutLM's forward calls its pooler unconditionally: with the unused pooler set to ``None`` (BERT's forward
+    skips it) its runs stopped with "'NoneType' object is not callable". The slot now holds a
+    :class:`models.base.DroppedPooler` (no parameters, no output); ALBERT's bare pooler Linear still becomes
+    ``None`` (its forward applies tanh to the pooler's output when there is a pooler)."""
+    from models.base import DroppedPooler
+    from trainers.methods import build_model
+
+    path = tiny_non_text_backbone("layoutlm", tmp_path / "layoutlm")
+    assert isinstance(build_model("simcse", str(path)).encoder.pooler, DroppedPooler)
+    assert build_model("simcse", str(save_tiny_backbone(tmp_path / "albert", arch="albert"))).encoder.pooler is None
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(path, corpus, out) + ["--eval_strategy", "no"], capsys)
+    assert result.code == 0, result.err
+    evaluation = in_process(eval.cli.main, ["--model_name_or_path", str(out / "export" / "hf"), "--mode", "dev",
+                                            "--senteval_dir", str(sts_fixture_dir)], capsys, prog="python -m eval")
+    assert evaluation.code == 0, evaluation.err
+
+
+def test_a_backbone_sentence_transformers_cannot_load_trains_and_exports_its_hf_folder(corpus, tmp_path, capsys,
+                                                                                       caplog):
+    """sentence-transformers loads MarkupLM's processor for its model type, which asks for a feature extractor
+    file a text export has none of: the run stopped with a traceback after training, at the export. It now exports
+    hf/, says why there is no sentence-transformers folder, and exits 0."""
+    path = tiny_non_text_backbone("markuplm", tmp_path / "markuplm")
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(path, corpus, out) + ["--eval_strategy", "no"], capsys)
+    assert result.code == 0, result.err
+    assert (out / "export" / "hf" / "model.safetensors").is_file() and not (out / "export" / "sentence-transformers"
+                                                                            ).exists()
+    assert (f"no sentence-transformers export: sentence-transformers cannot load {out / 'export' / 'hf'} (Can't load "
+            "feature extractor for") in caplog.text
+
+
 # ------------------------------------------------------------------------------------------ bf16 autocast
 @pytest.fixture
 def deberta_v1(tmp_path: Path) -> tuple[Path, str | None]:
@@ -379,18 +455,92 @@ def test_per_row_dropout_on_a_length_first_backbone_is_refused_and_stream_masks_
     """XLNet holds its states [length, batch, hidden]: the first step stopped with "row dropout planned for 16 rows
     but a dropout call has 12" and a traceback, after the corpus and the first evaluation."""
     path = tiny_xlnet(tmp_path / "xlnet")
-    out = tmp_path / "out"
-    args = base_args(path, corpus, out) + ["--eval_strategy", "no", "--pooler_type", "avg"]
-    refused = in_process(run_unsup.main, args + flags, capsys)
-    assert refused.code == 2
-    assert one_line_error(refused) == (
+    assert refused_per_row_dropout(path, flags, corpus, tmp_path, capsys) == (
         f"run_unsup.py: error: --model_name_or_path {path}: XLNetModel holds [3, 2, 32] at dropout for 2 rows of 3 "
         f"tokens, its rows in dimension 1, so the per-row dropout of {feature} cannot tell its rows apart. Train it "
         "without (stream masks: no --dropout_masks row_seeded, no --cache_chunk_size; --method simcse, esimcse or "
         "promptbert), or use a backbone that holds the batch first (BERT, RoBERTa, MPNet...).")
+
+
+def refused_per_row_dropout(path: Path, flags: list[str], corpus: Path, tmp_path: Path, capsys) -> str:
+    """The one-line refusal of a run of ``path`` with ``flags`` (per-row dropout), which exports nothing, after
+    checking that stream-mask SimCSE trains the same backbone (``--pooler_type avg``)."""
+    out = tmp_path / "out"
+    args = base_args(path, corpus, out) + ["--eval_strategy", "no", "--pooler_type", "avg"]
+    refused = in_process(run_unsup.main, args + flags, capsys)
+    assert refused.code == 2, refused.err
     assert not (out / "export").exists()
     trained = in_process(run_unsup.main, args, capsys)  # SimCSE with stream masks
     assert trained.code == 0, trained.err
+    return one_line_error(refused)
+
+
+def tiny_functional_dropout_backbone(arch: str, folder: Path) -> Path:
+    """A tiny random Longformer (attention windows of 8), Bloom or OPT with the tiny tokenizer: each draws dropout
+    with torch's functional dropout at a rate it holds as a number (Longformer's attention probabilities, Bloom's
+    residual branches beside its dropout modules; OPT's every dropout, without a dropout module)."""
+    tokenizer = tiny_tokenizer(folder)
+    if arch == "longformer":
+        config = LongformerConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=37, max_position_embeddings=70, attention_window=[8, 8],
+                                  pad_token_id=0)
+    elif arch == "bloom":
+        config = BloomConfig(vocab_size=len(tokenizer), hidden_size=32, n_layer=2, n_head=2, attention_dropout=0.1,
+                             hidden_dropout=0.1, pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    else:
+        config = OPTConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           ffn_dim=37, max_position_embeddings=70, word_embed_proj_dim=32, dropout=0.1,
+                           attention_dropout=0.1, pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    AutoModel.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("arch, flags, where", [
+    ("longformer", ["--cache_chunk_size", "4"],
+     "LongformerModel draws dropout outside its dropout modules, at encoder.layer.0.attention.self (bernoulli_); "
+     "encoder.layer.1.attention.self (bernoulli_)"),
+    ("bloom", ["--method", "simcse_pp"],
+     "BloomModel draws dropout outside its dropout modules, at h.0.self_attention (bernoulli_); h.0.mlp (bernoulli_); "
+     "h.1.self_attention (bernoulli_) and 1 more modules"),
+    ("opt", ["--method", "s_simcse"],
+     "OPTModel draws dropout outside its dropout modules, at decoder.layers.0.self_attn (bernoulli_); "
+     "decoder.layers.0 (bernoulli_); decoder.layers.1.self_attn (bernoulli_) and 1 more modules"),
+])
+def test_per_row_dropout_on_a_backbone_that_draws_dropout_outside_its_modules_is_refused(arch, flags, where, corpus,
+                                                                                         tmp_path, capsys):
+    """Longformer's attention probabilities, Bloom's residual branches and all of OPT's dropout go through torch's
+    functional dropout, which no module replacement reaches: they trained with those draws from the stream, at one
+    rate for every row and without a word (SimCSE++'s dropout-off rows 8e-4 from their eval-mode encoding on Bloom,
+    2.4e-2 on OPT; row-seeded masks 5e-4 apart between a pass of 4 sentences and two of 2 on Longformer). OPT, with
+    no dropout module at all, was not even probed. Refused in one line; stream-mask SimCSE trains them."""
+    path = tiny_functional_dropout_backbone(arch, tmp_path / arch)
+    feature = {"longformer": "row-seeded masks (--dropout_masks row_seeded, which --cache_chunk_size implies)",
+               "bloom": "SimCSE++'s dropout-off negatives (--off_dropout)",
+               "opt": "S-SimCSE's sampled rates (--dropout_dist uniform)"}[arch]
+    assert refused_per_row_dropout(path, flags, corpus, tmp_path, capsys) == (
+        f"run_unsup.py: error: --model_name_or_path {path}: {where} (torch's functional dropout at a rate it holds as "
+        f"a number), so the per-row dropout of {feature} cannot plan it: those rows would get other masks and rates "
+        "than planned. Train it without (stream masks: no --dropout_masks row_seeded, no --cache_chunk_size; --method "
+        "simcse, esimcse or promptbert), or use a backbone whose dropout is all modules (BERT, RoBERTa, BigBird...).")
+
+
+def test_draws_outside_finds_no_draw_on_a_backbone_whose_dropout_is_all_modules(tmp_path):
+    """BERT under per-row dropout: every draw is its row dropout's (identities for the probe), none outside; with
+    plain ``nn.Dropout`` modules the probe sees each of them draw (the probe is not blind)."""
+    from eval.backbone import draws_outside
+    from models.dropout import RowDropout, RowDropoutController, install_row_dropout
+
+    encoder = AutoModel.from_pretrained(save_tiny_backbone(tmp_path / "bert"))
+    assert sorted(draws_outside(encoder, RowDropout)) == [  # attention.self: SDPA's dropout at its rate
+        "embeddings.dropout", "encoder.layer.0.attention.output.dropout", "encoder.layer.0.attention.self",
+        "encoder.layer.0.output.dropout", "encoder.layer.1.attention.output.dropout", "encoder.layer.1.attention.self",
+        "encoder.layer.1.output.dropout"]
+    install_row_dropout(encoder, RowDropoutController(masks="row_seeded"))
+    modes, state = [module.training for module in encoder.modules()], torch.random.get_rng_state()
+    assert draws_outside(encoder, RowDropout) == {}
+    assert [module.training for module in encoder.modules()] == modes  # the probe's modes undone
+    assert torch.equal(torch.random.get_rng_state(), state)
 
 
 # ------------------------------------------------------------------------------------------ position table
