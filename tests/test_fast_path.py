@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import random
@@ -25,7 +26,7 @@ from typing import Callable
 
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TrainingArguments
 
 import run_diffcse
 import run_unsup
@@ -531,6 +532,22 @@ def test_a_stream_masked_cached_run_keeps_its_backbone_eager(files, tmp_path, ca
         _, trainer = run_script("simcse", files, tmp_path / "stream", flags, "dropout_encoder")
     assert trainer.compiled_backbone is None and isinstance(trainer.data_collator, FixedShapeCollator)
     assert "the backbone stays eager because the cached step replays each chunk's stream dropout masks" in caplog.text
+
+
+@pytest.mark.parametrize("flag", ["--gradient_checkpointing", "--activation_checkpointing"])
+def test_a_gradient_checkpointed_run_keeps_its_backbone_eager_and_says_so_under_the_flag_typed(flag, files, tmp_path,
+                                                                                              caplog):
+    """Gradient checkpointing recomputes the layers outside the step: the backbone stays eager on the fast path,
+    and the warning names the flag as typed (transformers 5.23 added ``--activation_checkpointing``; the reason said
+    ``--gradient_checkpointing`` either way)."""
+    if flag == "--activation_checkpointing" and "activation_checkpointing" not in {
+            field.name for field in dataclasses.fields(TrainingArguments)}:
+        pytest.skip("this transformers has no --activation_checkpointing")
+    flags = [flag, "true", "--torch_compile", "true", "--torch_compile_backend", "aot_eager"]
+    with caplog.at_level("WARNING", logger="trainers.cl_trainer"):
+        _, trainer = run_script("simcse", files, tmp_path / "checkpointed", flags, "dropout_encoder")
+    assert trainer.compiled_backbone is None and isinstance(trainer.data_collator, FixedShapeCollator)
+    assert f"the backbone stays eager because {flag} recomputes its layers outside the step" in caplog.text
 
 
 def register_failing_backends() -> None:

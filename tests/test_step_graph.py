@@ -292,12 +292,12 @@ def test_a_resumed_step_graph_run_captures_again_and_logs_the_uninterrupted_runs
 def test_each_setting_the_step_graph_cannot_hold_has_its_reason(monkeypatch):
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     settings = dict(device=cuda, processes=1, accumulation_steps=1, cached_step=False, keyed_masks=False,
-                    gradient_checkpointing=False, compile_mode=None, model_refusal=None, fp16=False)
+                    checkpointing_flag=None, compile_mode=None, model_refusal=None, fp16=False)
     assert step_graph.step_graph_refusal(**settings) is None
     reasons = {"device": (cpu, "this run trains on cpu"), "processes": (2, "several processes all-reduce"),
                "accumulation_steps": (4, "--gradient_accumulation_steps 4"),
                "cached_step": (True, "--cache_chunk_size with --dropout_masks stream"),
-               "gradient_checkpointing": (True, "reads the RNG state"),
+               "checkpointing_flag": ("--activation_checkpointing", "--activation_checkpointing reads the RNG state"),
                "compile_mode": ("max-autotune", "CUDA graphs of its own"), "fp16": (True, "--fp16's gradient scaler"),
                "model_refusal": ("the model's own", "the model's own")}
     for name, (value, reason) in reasons.items():

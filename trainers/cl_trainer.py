@@ -135,7 +135,7 @@ class CLTrainer(TrainerAdapter):
         """The fast path's compiled backbone (:mod:`trainers.fast_path`), or ``None`` (logged) where the backbone
         must stay eager; the fixed shapes and the sync-free loop apply either way."""
         chunk_size = getattr(self.args, "cache_chunk_size", None)
-        refusal = backbone_compile_refusal(self.args.gradient_checkpointing, bool(chunk_size),
+        refusal = backbone_compile_refusal(self.checkpointing_flag(), bool(chunk_size),
                                            keyed_masks=step_draws(self.model) is not None)
         if refusal:
             logger.warning("fast path: the backbone stays eager because %s; batches still have fixed shapes", refusal)
@@ -149,6 +149,14 @@ class CLTrainer(TrainerAdapter):
         return CompiledBackbone(self.model, mode, self.args.per_device_train_batch_size,
                                 backend=self.args.fast_path_backend, chunk_size=chunk_size, regions=regions)
 
+    def checkpointing_flag(self) -> str | None:
+        """Gradient checkpointing's flag as the user typed it (``CLTrainingArguments.checkpointing_flag``:
+        ``--gradient_checkpointing`` or transformers' newer ``--activation_checkpointing``), ``None`` when it is off:
+        what the fast path's and the step graph's reasons name."""
+        if not self.args.gradient_checkpointing:
+            return None
+        return getattr(self.args, "checkpointing_flag", "--gradient_checkpointing")
+
     def wants_step_graph(self) -> bool:
         """Whether the step is captured as one CUDA graph (:mod:`trainers.step_graph`): ``--step_graph``, by default
         wherever the fast path is on and nothing refuses it; asked for where it cannot hold, the run stops here with
@@ -157,7 +165,7 @@ class CLTrainer(TrainerAdapter):
         refusal = step_graph_refusal(
             args.device, args.world_size, args.gradient_accumulation_steps,
             cached_step=bool(getattr(args, "cache_chunk_size", None)), keyed_masks=step_draws(self.model) is not None,
-            gradient_checkpointing=args.gradient_checkpointing, compile_mode=args.fast_path_mode,
+            checkpointing_flag=self.checkpointing_flag(), compile_mode=args.fast_path_mode,
             model_refusal=self.model.step_graph_refusal(), fp16=bool(args.fp16)) if fast_path else None
         return step_graph_wanted(getattr(args, "step_graph", False), fast_path, refusal,
                                  on_gpu=args.device.type == "cuda")

@@ -143,12 +143,14 @@ def compile_mode(requested: str | None, device: torch.device, processes: int, bf
     return "reduce-overhead" if cuda_graphs and not refusal else "default"
 
 
-def backbone_compile_refusal(gradient_checkpointing: bool, cached_step: bool = False,
+def backbone_compile_refusal(checkpointing_flag: str | None, cached_step: bool = False,
                              keyed_masks: bool = True) -> str | None:
-    """Why the backbone must stay eager on the fast path, or ``None`` when it can be compiled. ``keyed_masks``: the
-    model's dropout masks are row-seeded (``trainers.keyed_dropout.step_draws`` finds its draws)."""
-    if gradient_checkpointing:
-        return "--gradient_checkpointing recomputes its layers outside the step"
+    """Why the backbone must stay eager on the fast path, or ``None`` when it can be compiled.
+    ``checkpointing_flag``: gradient checkpointing's flag as the user typed it (``--gradient_checkpointing`` or
+    ``--activation_checkpointing``), ``None`` when it is off; ``keyed_masks``: the model's dropout masks are
+    row-seeded (``trainers.keyed_dropout.step_draws`` finds its draws)."""
+    if checkpointing_flag:
+        return f"{checkpointing_flag} recomputes its layers outside the step"
     if cached_step and not keyed_masks:
         return ("the cached step replays each chunk's stream dropout masks by restoring the RNG state, which a "
                 "compiled graph's draws are not checked to follow (the cached step's default, --dropout_masks "

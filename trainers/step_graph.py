@@ -103,10 +103,11 @@ class StepOutputs:
 
 
 def step_graph_refusal(device: torch.device, processes: int, accumulation_steps: int, cached_step: bool,
-                       keyed_masks: bool, gradient_checkpointing: bool, compile_mode: str | None,
+                       keyed_masks: bool, checkpointing_flag: str | None, compile_mode: str | None,
                        model_refusal: str | None, fp16: bool = False) -> str | None:
-    """Why a run cannot capture its step as one CUDA graph, or ``None``. (A CPU run is refused unless a test put a
-    simulated graph in :data:`new_backend`.)"""
+    """Why a run cannot capture its step as one CUDA graph, or ``None``. ``checkpointing_flag``: gradient
+    checkpointing's flag as typed, ``None`` when it is off. (A CPU run is refused unless a test put a simulated graph
+    in :data:`new_backend`.)"""
     if device.type != "cuda" and new_backend is CUDAGraphBackend:
         return f"it captures a CUDA graph, and this run trains on {device.type}"
     if processes > 1:
@@ -120,8 +121,8 @@ def step_graph_refusal(device: torch.device, processes: int, accumulation_steps:
     if cached_step and not keyed_masks:
         return ("--cache_chunk_size with --dropout_masks stream replays each chunk's masks by restoring the RNG state, "
                 "which a CUDA graph cannot (the cached step's default, row-seeded masks, can)")
-    if gradient_checkpointing:
-        return "--gradient_checkpointing reads the RNG state on the host to recompute its layers"
+    if checkpointing_flag:
+        return f"{checkpointing_flag} reads the RNG state on the host to recompute its layers"
     if compile_mode in ("reduce-overhead", "max-autotune"):
         return (f"--torch_compile_mode {compile_mode} records CUDA graphs of its own inside the step's; leave it "
                 "unset (the compiled regions then use inductor's default mode)")
