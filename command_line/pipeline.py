@@ -132,15 +132,16 @@ def no_dropout_warning(model: ContrastiveModel) -> str | None:
 
 def repeated_keyed_masks_warning(model: ContrastiveModel) -> str | None:
     """Row-seeded masks on a backbone that calls a dropout module more than once in a pass (ALBERT applies one layer
-    at every depth: :func:`eval.backbone.repeated_modules`): a mask is keyed by its module, row and element, so every
+    at every depth; X-MOD's layer output calls its dropout twice: :func:`eval.backbone.repeated_modules`): a mask is keyed by its module, row and element, so every
     application draws the same masks for a sentence, where stream masks draw new ones at each call. ``None``
     elsewhere."""
     for name, backbone in model.trainable_backbones().items():
         if keyed_controllers(backbone) and (repeated := repeated_modules(backbone, RowDropout)):
             module, calls = next(iter(repeated.items()))
             return (f"{type(backbone).__name__} (the {name}) calls {len(repeated)} of its dropout modules "
-                    f"{max(repeated.values())} times in a pass ({module}: {calls} calls; ALBERT shares one layer "
-                    f"across its depth), and row-seeded masks (--dropout_masks row_seeded, which --cache_chunk_size "
+                    f"{max(repeated.values())} times in a pass ({module}: {calls} calls; ALBERT applies one layer "
+                    f"at every depth, X-MOD one output dropout before and after its language adapter), and row-seeded "
+                    f"masks (--dropout_masks row_seeded, which --cache_chunk_size "
                     f"implies) key a mask by its module, row and element: each call draws the same masks for a "
                     f"sentence, where the papers' stream masks draw new ones. --dropout_masks stream without "
                     f"--cache_chunk_size draws them anew.")
