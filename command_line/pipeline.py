@@ -132,9 +132,9 @@ def no_dropout_warning(model: ContrastiveModel) -> str | None:
 
 def repeated_keyed_masks_warning(model: ContrastiveModel) -> str | None:
     """Row-seeded masks on a backbone that calls a dropout module more than once in a pass (ALBERT applies one layer
-    at every depth; X-MOD's layer output calls its dropout twice: :func:`eval.backbone.repeated_modules`): a mask is keyed by its module, row and element, so every
-    application draws the same masks for a sentence, where stream masks draw new ones at each call. ``None``
-    elsewhere."""
+    at every depth; X-MOD's layer output calls its dropout twice: :func:`eval.backbone.repeated_modules`): a mask is
+    keyed by its module, row and element, so every application draws the same masks for a sentence, where stream
+    masks draw new ones at each call. ``None`` elsewhere."""
     for name, backbone in model.trainable_backbones().items():
         if keyed_controllers(backbone) and (repeated := repeated_modules(backbone, RowDropout)):
             module, calls = next(iter(repeated.items()))
