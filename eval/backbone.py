@@ -550,11 +550,11 @@ def resolve_run_folder(model_name_or_path: str, purpose: Literal["evaluate", "tr
 
 
 __all__ = ["CLS_PROBE", "PADDING_OFFSET_MODEL_TYPES", "POOLER_PREFIX", "ST_PACKAGE", "ST_TRANSFORMER",
-           "IncompleteWeightsError", "LoadedBackbone", "ModelLoadingError", "backbone_config", "bf16_forward_problem",
-           "checkpoint_encoder", "cls_position_problem", "contrastive_checkpoint_method", "draws_outside",
-           "encoder_decoder_problem", "first_keys", "forward_problem", "in_hub_cache", "load_auto_model",
-           "load_backbone", "missing_weights_problem", "model_problem", "module_call_shapes", "position_limit",
-           "position_zero_sees_only_itself", "repeated_modules", "resolve_run_folder", "rows_first_problem",
-           "saved_tensors", "TEXT_ENCODER_ADVICE", "sentence_transformers_backbone", "text_encoder_problem",
+           "TEXT_ENCODER_ADVICE", "IncompleteWeightsError", "LoadedBackbone", "ModelLoadingError", "backbone_config",
+           "bf16_forward_problem", "checkpoint_encoder", "cls_position_problem", "contrastive_checkpoint_method",
+           "draws_outside", "encoder_decoder_problem", "first_keys", "forward_problem", "in_hub_cache",
+           "load_auto_model", "load_backbone", "missing_weights_problem", "model_problem", "module_call_shapes",
+           "position_limit", "position_zero_sees_only_itself", "repeated_modules", "resolve_run_folder",
+           "rows_first_problem", "saved_tensors", "sentence_transformers_backbone", "text_encoder_problem",
            "token_embeddings_problem", "tokenizer_problem", "transformer_module_path", "vocabulary_problem",
            "weights_file_problem"]
