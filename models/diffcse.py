@@ -158,7 +158,7 @@ def check_condition_width(discriminator: nn.Module, hidden_size: int) -> None:
     """Refuse a discriminator whose token embeddings are narrower or wider than the sentence embedding h that
     replaces its position 0 (either site: ALBERT's and ELECTRA's factorised embeddings, ``embedding_size``, are
     mapped to the hidden size only after the embeddings); the first step stopped on a size mismatch before."""
-    width = discriminator.get_input_embeddings().embedding_dim
+    width = discriminator.get_input_embeddings().weight.shape[1]  # I-BERT's QuantEmbedding has no embedding_dim
     if width != hidden_size:
         raise ValueError(
             f"DiffCSE puts the sentence embedding h ({hidden_size} values, the backbone's hidden size) in place of "
@@ -293,6 +293,8 @@ class DiffCSEModel(ContrastiveModel):
         attention_mask = prepare_attention_mask(self.discriminator, attention_mask)
         if self.config.rtd_condition_site == "inputs_embeds":
             words = self.discriminator.get_input_embeddings()(input_ids)
+            if isinstance(words, tuple):  # I-BERT's QuantEmbedding returns (embeddings, scaling factor)
+                words = words[0]
             words = torch.cat([h.unsqueeze(1).to(words.dtype), words[:, 1:]], dim=1)
             hidden = self.discriminator(inputs_embeds=words, attention_mask=attention_mask, **extra).last_hidden_state
         else:  # the code's site: put_condition_first, the discriminator's embeddings' hook, reads h for this pass
@@ -304,13 +306,15 @@ class DiffCSEModel(ContrastiveModel):
                 self.rtd_condition = None
         return self.rtd_head(hidden)
 
-    def put_condition_first(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+    def put_condition_first(self, module: nn.Module, args: Any, output: Any) -> Any:
         """The forward hook on the discriminator's embeddings at the ``embeddings_output`` site (the released code's):
         h (:attr:`rtd_condition`) replaces position 0 of their output, after their LayerNorm and dropout. Registered
         once, with the discriminator: a compiled discriminator's graph holds it and reads h as an input (a hook
         registered for each pass would be a new function, and a new graph, every step)."""
         if self.rtd_condition is None:
             return output
+        if isinstance(output, tuple):  # I-BERT's embeddings return (embeddings, scaling factor)
+            return (self.put_condition_first(module, args, output[0]), *output[1:])
         return torch.cat([self.rtd_condition.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
 
     def rtd(self, embeddings: ViewEmbeddings, edited: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any],

@@ -31,10 +31,11 @@ def test_an_encoder_family_trains_and_its_export_scores_as_its_checkpoint(arch, 
 
 
 @pytest.mark.parametrize("site", ["inputs_embeds", "embeddings_output"])
-@pytest.mark.parametrize("arch", ["deberta-v2", "mpnet", "modernbert"])
+@pytest.mark.parametrize("arch", ["deberta-v2", "mpnet", "modernbert", "ibert"])
 def test_diffcse_trains_on_an_encoder_family(arch, site, tmp_path):
     """Its discriminator (a copy of the backbone) takes h at position 0 at either site; ELECTRA and ALBERT, whose
-    token embeddings are narrower than h, are refused (tests/test_unusable_backbones.py)."""
+    token embeddings are narrower than h, are refused (tests/test_unusable_backbones.py). I-BERT's embeddings return
+    ``(embeddings, scaling factor)`` and its table has no ``embedding_dim``: its runs stopped with a traceback."""
     import run_diffcse
     from tests.tiny import save_tiny_generator
 
