@@ -38,6 +38,7 @@ from eval.backbone import (TEXT_ENCODER_ADVICE, backbone_config, bf16_forward_pr
 from models.base import ContrastiveModel
 from models.dropout import RowDropout, config_dropout_rates, row_dropout_reasons
 from trainers.errors import UsageError, UserError
+from trainers.fast_path import typed_checkpointing_flag
 
 def check_tokenizer(flag: str, name: str, tokenizer: Any) -> None:
     """:func:`eval.backbone.tokenizer_problem` as a :class:`UserError`."""
@@ -209,11 +210,10 @@ def check_built_model(model: ContrastiveModel, tokenizer: Any, training_args: An
     check_forward(model, flag, name)
     check_pooler(model, tokenizer, flag, name)
     check_precision(model, training_args.bf16, training_args.eval_dtype, flag, name)
-    if getattr(training_args, "gradient_checkpointing", False) and (
+    if (flag_typed := typed_checkpointing_flag(training_args)) and (
             refusal := model.gradient_checkpointing_refusal()):
         # the Trainer raised it inside train(), after the corpus and the first evaluation; named as the user typed it
-        raise UsageError(refusal.replace("--gradient_checkpointing",
-                                         getattr(training_args, "checkpointing_flag", "--gradient_checkpointing")))
+        raise UsageError(refusal.replace("--gradient_checkpointing", flag_typed))
     check_row_dropout(model, flag, name)
 
 

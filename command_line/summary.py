@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from data.corpus import CorpusStats
-from trainers.fast_path import backbone_compile_refusal
+from trainers.fast_path import backbone_compile_refusal, typed_checkpointing_flag
 
 
 @dataclass
@@ -157,7 +157,7 @@ def describe_step(config: Any, training_args: Any, compile_failure: str | None =
         parts.append(f"{dropout_masks} dropout masks (--dropout_masks; docs/cached_training.md)")
     if getattr(training_args, "fast_path", False):
         refusal = f"its compiled step failed: {compile_failure}" if compile_failure else backbone_compile_refusal(
-            bool(getattr(training_args, "gradient_checkpointing", False)), bool(cache_chunk_size),
+            typed_checkpointing_flag(training_args), bool(cache_chunk_size),
             keyed_masks=dropout_masks == "row_seeded")
         layers = getattr(training_args, "torch_compile_regions", None) == "layers"
         compiled = (f"the backbone eager ({refusal})" if refusal else

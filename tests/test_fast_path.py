@@ -536,10 +536,11 @@ def test_a_stream_masked_cached_run_keeps_its_backbone_eager(files, tmp_path, ca
 
 @pytest.mark.parametrize("flag", ["--gradient_checkpointing", "--activation_checkpointing"])
 def test_a_gradient_checkpointed_run_keeps_its_backbone_eager_and_says_so_under_the_flag_typed(flag, files, tmp_path,
-                                                                                              caplog):
+                                                                                              caplog, capsys):
     """Gradient checkpointing recomputes the layers outside the step: the backbone stays eager on the fast path,
-    and the warning names the flag as typed (transformers 5.23 added ``--activation_checkpointing``; the reason said
-    ``--gradient_checkpointing`` either way)."""
+    and the warning and the run summary's step line name the flag as typed (transformers 5.23 added
+    ``--activation_checkpointing``; the reason said ``--gradient_checkpointing`` either way, and the summary
+    ``True recomputes its layers``)."""
     if flag == "--activation_checkpointing" and "activation_checkpointing" not in {
             field.name for field in dataclasses.fields(TrainingArguments)}:
         pytest.skip("this transformers has no --activation_checkpointing")
@@ -548,6 +549,8 @@ def test_a_gradient_checkpointed_run_keeps_its_backbone_eager_and_says_so_under_
         _, trainer = run_script("simcse", files, tmp_path / "checkpointed", flags, "dropout_encoder")
     assert trainer.compiled_backbone is None and isinstance(trainer.data_collator, FixedShapeCollator)
     assert f"the backbone stays eager because {flag} recomputes its layers outside the step" in caplog.text
+    assert f"step: the fast path: fixed shapes, the backbone eager ({flag} recomputes its layers outside the step)" \
+        in capsys.readouterr().out
 
 
 def register_failing_backends() -> None:

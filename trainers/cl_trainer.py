@@ -36,7 +36,7 @@ from .curves import TrainingCurvesCallback
 from .divergence import DivergenceMonitor
 from .errors import UsageError
 from .fast_path import (CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator,
-                        regions_under)
+                        regions_under, typed_checkpointing_flag)
 from .keyed_dropout import keyed_step, step_draws
 from .process_state import first_process_values, load_process_state, process_state_files, save_process_state
 from .step_graph import StepGraph, StepOutputs, step_graph_refusal, step_graph_wanted
@@ -153,9 +153,7 @@ class CLTrainer(TrainerAdapter):
         """Gradient checkpointing's flag as the user typed it (``CLTrainingArguments.checkpointing_flag``:
         ``--gradient_checkpointing`` or transformers' newer ``--activation_checkpointing``), ``None`` when it is off:
         what the fast path's and the step graph's reasons name."""
-        if not self.args.gradient_checkpointing:
-            return None
-        return getattr(self.args, "checkpointing_flag", "--gradient_checkpointing")
+        return typed_checkpointing_flag(self.args)
 
     def wants_step_graph(self) -> bool:
         """Whether the step is captured as one CUDA graph (:mod:`trainers.step_graph`): ``--step_graph``, by default

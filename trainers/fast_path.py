@@ -80,7 +80,8 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 __all__ = ["COMPILE_MODES", "COMPILE_REGIONS", "CUDA_GRAPH_MODES", "CompiledBackbone", "StepSnapshot", "WARMUP_STEPS",
            "asynchronous_batches", "backbone_compile_refusal", "compile_mode", "compiled_regions", "cuda_graph_refusal",
-           "fixed_shape_collator", "recompile_limit", "regions_under", "repeated_layers"]
+           "fixed_shape_collator", "recompile_limit", "regions_under", "repeated_layers",
+           "typed_checkpointing_flag"]
 
 
 def fixed_shape_collator(collator: Any, keys: tuple[str, ...] = ()) -> Any:
@@ -141,6 +142,16 @@ def compile_mode(requested: str | None, device: torch.device, processes: int, bf
     if cuda_graphs and refusal:
         logger.warning("fast path: no CUDA graphs, because %s", refusal)
     return "reduce-overhead" if cuda_graphs and not refusal else "default"
+
+
+def typed_checkpointing_flag(training_args: Any) -> str | None:
+    """Gradient checkpointing's flag as the user typed it, ``None`` when it is off: ``--gradient_checkpointing``
+    (this repo's name) or transformers' newer ``--activation_checkpointing``, which ``CLTrainingArguments`` records
+    in ``checkpointing_flag`` (plain ``TrainingArguments``: the old name). What the refusals and reasons name."""
+    if not (getattr(training_args, "activation_checkpointing", None)
+            or getattr(training_args, "gradient_checkpointing", None)):
+        return None
+    return getattr(training_args, "checkpointing_flag", "--gradient_checkpointing")
 
 
 def backbone_compile_refusal(checkpointing_flag: str | None, cached_step: bool = False,

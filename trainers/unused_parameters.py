@@ -25,6 +25,7 @@ from torch import nn
 from eval.backbone import probe_forward, probe_ids
 
 from .errors import UsageError
+from .fast_path import typed_checkpointing_flag
 
 logger = logging.getLogger("cse_repro")
 
@@ -54,9 +55,7 @@ def choose_find_unused_parameters(model: Any, training_args: Any, tokenizer: Any
     """Set ``training_args.ddp_find_unused_parameters`` for a multi-process run that leaves it to the Trainer:
     ``True`` exactly when a backbone parameter is unused (logged, named). Refuses ``false`` from the command line
     where one is. A single process, or gradient checkpointing (the Trainer's own ``False``), is left alone."""
-    checkpointing = (getattr(training_args, "activation_checkpointing", False)  # transformers' new name
-                     or getattr(training_args, "gradient_checkpointing", False))
-    if training_args.world_size <= 1 or checkpointing:
+    if training_args.world_size <= 1 or typed_checkpointing_flag(training_args):
         return
     given = training_args.ddp_find_unused_parameters
     if given is True:
