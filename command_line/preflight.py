@@ -24,7 +24,7 @@ from eval.backbone import (ModelLoadingError, contrastive_checkpoint_method, in_
                            resolve_run_folder, sentence_transformers_backbone)
 from models.card import is_hub_name
 from trainers.checkpoints import (checkpoint_step, incomplete_checkpoint_error, newest_complete_checkpoint,
-                                  resolve_latest)
+                                  processes_change_error, resolve_latest)
 from trainers.errors import UserError
 
 from .writable import check_creatable
@@ -135,11 +135,12 @@ def output_dir_message(out: Path, found: list[Path], resume: str | None, resumab
 def check_resume_checkpoint(training_args: Any) -> None:
     """``--resume_from_checkpoint``: ``latest`` (or ``true``) becomes the newest complete checkpoint of
     ``--output_dir``; a folder must hold everything a resume loads, whole (:mod:`trainers.checkpoints`), or the run
-    is refused in one line naming what is missing and the newest complete checkpoint."""
+    is refused in one line naming what is missing and the newest complete checkpoint; a run trained on another
+    number of processes is refused in one line naming its launch."""
     processes = training_args.world_size
     path = resolve_latest(training_args.resume_from_checkpoint, training_args.output_dir, processes)
     training_args.resume_from_checkpoint = path
-    if path and (error := incomplete_checkpoint_error(path, processes)):
+    if path and (error := processes_change_error(path, processes) or incomplete_checkpoint_error(path, processes)):
         raise error
 
 

@@ -125,15 +125,17 @@ def test_torchrun_training_equals_single_process_training(default_mask_runs, met
 
 def assert_complete_for(checkpoint: Path, processes: int) -> None:
     """The completion marker was written after every process's RNG state (a barrier), and a resume by this many
-    processes finds everything it loads (trainers/checkpoints.py); one by another count does not."""
+    processes finds everything it loads (trainers/checkpoints.py); one by another count is refused as such."""
     import json
 
-    from trainers.checkpoints import MARKER, checkpoint_problems, rng_state_files
+    from trainers.checkpoints import MARKER, checkpoint_problems, processes_change_error, rng_state_files
 
     listed = json.loads((checkpoint / MARKER).read_text())["files"]
     assert {name: (checkpoint / name).stat().st_size for name in rng_state_files(processes)}.items() <= listed.items()
     assert checkpoint_problems(checkpoint, processes) == []
-    assert "missing rng_state.pth (its RNG states are those of 2 process(es)" in checkpoint_problems(checkpoint, 1)[0]
+    assert processes_change_error(str(checkpoint), processes) is None
+    assert f"its run trained on {processes} processes and this resume runs on 1 process." in str(
+        processes_change_error(str(checkpoint), 1))
 
 
 # ------------------------------------------------------------------------- row-seeded masks, dropout on, 2 vs 1

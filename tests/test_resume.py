@@ -19,7 +19,8 @@ import run_unsup
 from tests.cli import in_process
 from tests.tiny import FAST_TRAINING_ARGS, method_script, tiny_corpus, tiny_nli_csv
 from tests.weights import assert_resumed_run_ends_on_the_uninterrupted_runs_weights
-from trainers.checkpoints import MARKER
+from trainers.checkpoints import (MARKER, checkpoint_problems, processes_change_error, write_completion_marker,
+                                  written_processes)
 
 #: What Trainer._save_checkpoint writes, in its order (save_model: config, weights, tokenizer, training
 #: arguments; then optimizer, scheduler, RNG state, trainer state), before this repo's marker.
@@ -73,13 +74,6 @@ def one_line_error(err: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ refusals
-def two_process_rng_states(checkpoint: Path) -> None:
-    """A checkpoint written by 2 processes (rng_state_0/1.pth), resumed by 1 (which loads rng_state.pth)."""
-    (checkpoint / "rng_state.pth").rename(checkpoint / "rng_state_0.pth")
-    shutil.copy(checkpoint / "rng_state_0.pth", checkpoint / "rng_state_1.pth")
-    (checkpoint / MARKER).unlink(missing_ok=True)  # (absent before the marker existed)
-
-
 @pytest.mark.parametrize("piece, expected", [
     ("optimizer.pt", "missing optimizer.pt"),
     ("scheduler.pt", "missing scheduler.pt"),
@@ -88,7 +82,6 @@ def two_process_rng_states(checkpoint: Path) -> None:
     ("model.safetensors", "missing model.safetensors"),
     ("tokenizer.json", "missing tokenizer.json"),  # not loaded, but listed in the marker: an interrupted deletion
     ("issue_33", "missing optimizer.pt, scheduler.pt, rng_state.pth"),  # what the kill left in the issue
-    ("two_processes", "missing rng_state.pth (its RNG states are those of 2 process(es): resume with 2)"),
 ])
 def test_a_checkpoint_missing_a_piece_is_refused_naming_it_and_the_newest_complete(piece, expected, finished,
                                                                                    tmp_path, capsys):
@@ -98,8 +91,6 @@ def test_a_checkpoint_missing_a_piece_is_refused_naming_it_and_the_newest_comple
         for path in broken.iterdir():
             if path.name not in ("config.json", "model.safetensors", "trainer_state.json"):
                 path.unlink()
-    elif piece == "two_processes":
-        two_process_rng_states(broken)
     else:
         (broken / piece).unlink()
     result = in_process(run_unsup.main, run_args(finished["backbone"], finished["corpus"], out, max_steps=6) + [
@@ -109,6 +100,52 @@ def test_a_checkpoint_missing_a_piece_is_refused_naming_it_and_the_newest_comple
     assert f"--resume_from_checkpoint {broken}: an incomplete checkpoint ({expected}" in line
     assert f"The newest complete checkpoint in {out} is {out / 'checkpoint-2'}: resume from it" in line
     assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
+
+
+def as_written_by(checkpoint: Path, processes: int, marker: bool) -> None:
+    """``checkpoint`` as a run of ``processes`` processes leaves it: an ``rng_state_<rank>.pth`` for each, and a
+    completion marker counting them (``marker`` false: none, an older run's checkpoint)."""
+    state = checkpoint / "rng_state.pth"
+    for rank in range(processes):
+        shutil.copy(state, checkpoint / f"rng_state_{rank}.pth")
+    state.unlink()
+    (checkpoint / MARKER).unlink()
+    if marker:
+        write_completion_marker(checkpoint, processes)
+
+
+@pytest.mark.parametrize("marker", [True, False], ids=["marker", "older_checkpoint"])
+def test_a_resume_on_another_number_of_processes_is_refused_naming_the_runs_launch(marker, finished, tmp_path,
+                                                                                   capsys):
+    """A run's processes share each step's batch: another count trains another global batch and skips another part
+    of the resumed epoch. Through run_unsup.py, a checkpoint of 2 processes resumed by one (named, or as ``latest``)
+    is refused in one line naming the run's launch; it was called an incomplete checkpoint, with "no complete
+    checkpoint: start again". The count is the checkpoint's (its marker, else its RNG-state files), not what this
+    run loads: 3 processes resumed by 2 found the rng_state_0/1.pth those 2 load and trained on, silently."""
+    out = unfinished_run(finished, tmp_path / "out")
+    checkpoint = out / "checkpoint-4"
+    as_written_by(checkpoint, 2, marker)
+    argv = run_args(finished["backbone"], finished["corpus"], out, max_steps=6)
+    for value in (str(checkpoint), "latest"):
+        result = in_process(run_unsup.main, argv + ["--resume_from_checkpoint", value], capsys)
+        assert result.code == 1
+        assert one_line_error(result.err) == (
+            f"run_unsup.py: error: --resume_from_checkpoint {checkpoint}: its run trained on 2 processes and this "
+            f"resume runs on 1 process. A resume continues the run on its processes: they share each step's batch "
+            f"(and their negatives), so 1 process would train another global batch and skip another part of the "
+            f"resumed epoch, with RNG states for other processes. Resume it on 2 processes (torchrun "
+            f"--nproc_per_node 2, or accelerate launch --num_processes 2), or start a new run in another "
+            f"--output_dir.")
+        assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
+    three = shutil.copytree(finished["run"] / "checkpoint-2", tmp_path / "three" / "checkpoint-2")
+    as_written_by(three, 3, marker)
+    assert written_processes(three) == 3 and checkpoint_problems(three, 2) == []  # complete, for 3 processes
+    assert "its run trained on 3 processes and this resume runs on 2 processes." in str(
+        processes_change_error(str(three), 2))
+    assert processes_change_error(str(three), 3) is None
+    if marker:  # a file of the 3 processes gone: incomplete (the marker lists it), for any count resuming it
+        (three / "rng_state_2.pth").unlink()
+        assert checkpoint_problems(three, 3) == checkpoint_problems(three, 2) == ["missing rng_state_2.pth"]
 
 
 def drop_tensors(checkpoint: Path, prefixes: list[str]) -> None:

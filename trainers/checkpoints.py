@@ -14,6 +14,11 @@ order is the file system's). So:
   not, checks every file the resume will load (present, not truncated). A checkpoint written before the marker
   existed (an older run) is accepted when everything a resume loads is present and whole; one missing anything
   is refused.
+- A checkpoint is complete or not whatever the number of processes resuming it: it holds the RNG states (and
+  ESimCSE's per-process queues) of the processes that wrote it (:func:`written_processes`). A resume by another
+  number of processes is refused apart (:func:`processes_change_error`): the processes share each step's batch,
+  so another count trains another global batch (and contrast batch) and skips another part of the resumed epoch.
+  Before, a run of 4 processes resumed by 2 found every file those 2 load and trained on, silently.
 - :func:`incomplete_checkpoint_error` is the one-line refusal naming what is missing and the newest complete
   checkpoint beside it; :func:`complete_checkpoints` / :func:`newest_complete_checkpoint` are what hints and
   ``--resume_from_checkpoint latest`` name.
@@ -73,12 +78,32 @@ def weights_files(folder: Path) -> list[str]:
     return ["model.safetensors"]
 
 
+def _marker(folder: Path) -> dict[str, Any] | None:
+    try:
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
 def marker_files(folder: Path) -> dict[str, int] | None:
     """The files and sizes the marker lists; ``None`` without a marker (or with an unreadable one)."""
     try:
-        return dict(json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"])
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return dict(_marker(folder)["files"])
+    except (KeyError, TypeError, ValueError):
         return None
+
+
+def written_processes(folder: str | Path) -> int | None:
+    """How many processes trained the run that wrote the checkpoint ``folder``: its marker's count, else (a
+    checkpoint written before the marker) the count of its RNG-state files (``rng_state.pth``: 1,
+    ``rng_state_<rank>.pth``: one per process); ``None`` where neither says."""
+    folder = Path(folder)
+    recorded = (_marker(folder) or {}).get("processes")
+    if isinstance(recorded, int) and recorded > 0:
+        return recorded
+    ranks = [p.name for p in folder.glob("rng_state_*.pth")]
+    return len(ranks) if ranks else 1 if (folder / "rng_state.pth").is_file() else None
 
 
 def content_problem(path: Path) -> str | None:
@@ -96,19 +121,21 @@ def content_problem(path: Path) -> str | None:
 
 
 def checkpoint_problems(folder: str | Path, processes: int, model: Any = None) -> list[str]:
-    """What a resume of ``folder`` by ``processes`` processes would not find whole (empty: it is complete).
-    With ``model``, also the model's tensors missing from the weights (a method's own state among them)."""
+    """What a resume of ``folder`` would not find whole (empty: it is complete): the files of the processes that
+    wrote it (:func:`written_processes`; ``processes``, this run's count, where the checkpoint does not say). With
+    ``model``, also the model's tensors missing from the weights (a method's own state among them)."""
     folder = Path(folder)
     if not folder.is_dir():
         return ["no such folder"]
     listed = marker_files(folder) or {}
-    loaded = [TRAINER_STATE, *weights_files(folder), *OPTIMIZATION_STATE, *rng_state_files(processes)]
+    writers = written_processes(folder) or processes
+    loaded = [TRAINER_STATE, *weights_files(folder), *OPTIMIZATION_STATE, *rng_state_files(writers)]
     # each process's own buffers: required where the checkpoint was written with them (an older one has none)
-    loaded += [name for name in (process_state_files(model, processes) if model is not None else ())
+    loaded += [name for name in (process_state_files(model, writers) if model is not None else ())
                if name in listed or any(folder.glob("process_state_*"))]
     wanted = list(dict.fromkeys([*listed, *loaded]))
     missing = [name for name in wanted if not (folder / name).is_file()]
-    problems = [f"missing {', '.join(missing)}{rng_state_note(folder, processes, missing)}"] if missing else []
+    problems = [f"missing {', '.join(missing)}"] if missing else []
     for name in wanted:
         path = folder / name
         if name in missing:
@@ -120,17 +147,6 @@ def checkpoint_problems(folder: str | Path, processes: int, model: Any = None) -
     if model is not None and not problems:
         problems += missing_model_tensors(folder, model)
     return problems
-
-
-def rng_state_note(folder: Path, processes: int, missing: list[str]) -> str:
-    """`` (written by 2 processes: resume with 2)`` when the RNG states present are another process count's."""
-    if not set(rng_state_files(processes)) & set(missing):
-        return ""
-    others = sorted(p.name for p in folder.glob("rng_state*.pth"))
-    if not others:
-        return ""
-    written_by = 1 if others == ["rng_state.pth"] else len([n for n in others if n != "rng_state.pth"])
-    return f" (its RNG states are those of {written_by} process(es): resume with {written_by})"
 
 
 def missing_model_tensors(folder: Path, model: Any) -> list[str]:
@@ -201,6 +217,28 @@ def incomplete_checkpoint_error(path: str, processes: int, model: Any = None) ->
                      f"{hint}")
 
 
+def processes_change_error(path: str, processes: int) -> UserError | None:
+    """The refusal of a resume of ``path`` by another number of processes than the run's that wrote it (one line,
+    with the launch that resumes it), or ``None``. The processes share each step's batch (each takes its part of
+    the global batch, its own RNG state, and under gathered negatives the whole global batch as its contrast batch),
+    so another count trains another objective and the resumed epoch skips another number of sentences than the run
+    trained: some twice, some never."""
+    writers = written_processes(path)
+    if writers is None or writers == processes:
+        return None
+    launch = (f"torchrun --nproc_per_node {writers}, or accelerate launch --num_processes {writers}" if writers > 1
+              else "python, or accelerate launch --num_processes 1")
+    return UserError(f"--resume_from_checkpoint {path}: its run trained on {_processes(writers)} and this resume runs "
+                     f"on {_processes(processes)}. A resume continues the run on its processes: they share each "
+                     f"step's batch (and their negatives), so {_processes(processes)} would train another global "
+                     f"batch and skip another part of the resumed epoch, with RNG states for other processes. "
+                     f"Resume it on {_processes(writers)} ({launch}), or start a new run in another --output_dir.")
+
+
+def _processes(count: int) -> str:
+    return f"{count} process{'es' if count != 1 else ''}"
+
+
 def resolve_latest(value: str | None, output_dir: str | Path, processes: int) -> str | None:
     """``--resume_from_checkpoint latest`` (or the Trainer's ``true``): the newest complete checkpoint of
     ``output_dir``; any other value unchanged."""
@@ -216,5 +254,5 @@ def resolve_latest(value: str | None, output_dir: str | Path, processes: int) ->
 
 
 __all__ = ["LATEST", "MARKER", "checkpoint_problems", "checkpoint_step", "complete_checkpoints",
-           "incomplete_checkpoint_error", "newest_complete_checkpoint", "resolve_latest", "resumed_step",
-           "rng_state_files", "write_completion_marker"]
+           "incomplete_checkpoint_error", "newest_complete_checkpoint", "processes_change_error", "resolve_latest",
+           "resumed_step", "rng_state_files", "write_completion_marker", "written_processes"]
