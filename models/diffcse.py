@@ -154,6 +154,12 @@ def generator_from_config(generator_config: dict) -> PreTrainedModel:
     return AutoModelForMaskedLM.from_config(AutoConfig.for_model(settings.pop("model_type"), **settings))
 
 
+def condition_first(condition: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """The conditional discriminator's input (Sec. 3): ``states`` [N, L, d] with the sentence vector ``condition``
+    [N, d] in place of position 0 (in ``states``' dtype)."""
+    return torch.cat([condition.unsqueeze(1).to(states.dtype), states[:, 1:]], dim=1)
+
+
 def check_condition_width(discriminator: nn.Module, hidden_size: int) -> None:
     """Refuse a discriminator whose token embeddings are narrower or wider than the sentence embedding h that
     replaces its position 0 (either site: ALBERT's and ELECTRA's factorised embeddings, ``embedding_size``, are
@@ -295,8 +301,7 @@ class DiffCSEModel(ContrastiveModel):
             words = self.discriminator.get_input_embeddings()(input_ids)
             if isinstance(words, tuple):  # I-BERT's QuantEmbedding returns (embeddings, scaling factor)
                 words = words[0]
-            words = torch.cat([h.unsqueeze(1).to(words.dtype), words[:, 1:]], dim=1)
-            hidden = self.discriminator(inputs_embeds=words, attention_mask=attention_mask, **extra).last_hidden_state
+            hidden = self.discriminator(inputs_embeds=condition_first(h, words), attention_mask=attention_mask, **extra).last_hidden_state
         else:  # the code's site: put_condition_first, the discriminator's embeddings' hook, reads h for this pass
             self.rtd_condition = h
             try:
@@ -315,7 +320,7 @@ class DiffCSEModel(ContrastiveModel):
             return output
         if isinstance(output, tuple):  # I-BERT's embeddings return (embeddings, scaling factor)
             return (self.put_condition_first(module, args, output[0]), *output[1:])
-        return torch.cat([self.rtd_condition.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
+        return condition_first(self.rtd_condition, output)
 
     def rtd(self, embeddings: ViewEmbeddings, edited: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any],
             mask: torch.Tensor | None = None, normaliser: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
