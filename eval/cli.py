@@ -174,6 +174,19 @@ def plan_tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pla
     return plan
 
 
+def check_one_process(parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse, before anything loads, a launch that started several processes (``torchrun --nproc_per_node N -m
+    eval``, ``accelerate launch -m eval`` under a multi-GPU config: ``WORLD_SIZE`` above 1). The evaluation is one
+    process's job: each process would run all of it on the same device (``--device``'s default, ``cuda`` = GPU 0)
+    and write the same ``--output_json`` and analysis files at once."""
+    env = os.environ if environ is None else environ
+    processes = int(env.get("WORLD_SIZE", "1") or 1)
+    if processes > 1:
+        parser.error(f"this launch started {processes} processes (WORLD_SIZE={processes}), and each would run the "
+                     f"whole evaluation on the same device and write the same files; the evaluation runs in one "
+                     f"process: python -m eval ... (--device cuda:N picks a GPU)")
+
+
 def check_device_and_output(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """Refuse, before anything loads, a ``--device`` torch does not know or does not have here (a CUDA device on a
     CPU build: an AssertionError traceback once the model moved), and an ``--output_json`` whose folder cannot be
@@ -314,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_one_process(parser)
     plan = plan_tasks(args, parser)
     check_device_and_output(args, parser)
     if not logging.getLogger().handlers:
