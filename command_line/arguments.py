@@ -31,8 +31,8 @@ from trainers.precision import mixed_precision_of, resolve_precision
 
 from .cli_help import USAGE, CompactHelpFormatter, hide_inherited_trainer_flags, move_group_first, move_to_front
 from .config_file import expand_config_file
-from .launch import (launched_world_size, refuse_data_parallel, refuse_silent_single_process,
-                     refuse_single_process_launch)
+from .launch import (launched_world_size, refuse_data_parallel, refuse_more_processes_than_gpus,
+                     refuse_silent_single_process, refuse_single_process_launch)
 
 
 EVERY_N_STEPS = "every N steps (a value below 1 is a ratio of the run's steps)"
@@ -376,6 +376,7 @@ class CLTrainingArguments(TrainingArguments):
             self.tf32 = True if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else None
         if launched_world_size() > 1 and not torch.cuda.is_available():
             self.use_cpu = True  # accelerate only sets up multi-process CPU (gloo) training when asked for the CPU
+        refuse_more_processes_than_gpus(bool(self.use_cpu))
         if self.dataloader_num_workers is None:
             self.dataloader_num_workers = default_dataloader_workers(on_cpu=bool(self.use_cpu))
         if self.dataloader_num_workers > 0:

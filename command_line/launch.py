@@ -95,6 +95,29 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def refuse_more_processes_than_gpus(use_cpu: bool, environ: dict[str, str] | None = None) -> None:
+    """A launch that starts more processes on this machine than torch sees GPUs (``torchrun --nproc_per_node 2`` on
+    one GPU, or under ``CUDA_VISIBLE_DEVICES=0``): each process trains on the GPU of its local rank, so the last
+    ones have none, and accelerate stopped them with "CUDA error: invalid device ordinal" and a traceback. Refused
+    in one line before any device is set up; a ``--use_cpu`` run (gloo) is not about GPUs."""
+    env = os.environ if environ is None else environ
+    if use_cpu or not torch.cuda.is_available():
+        return
+    local = int(env.get("LOCAL_WORLD_SIZE") or int(env.get("LOCAL_RANK", "0")) + 1)
+    gpus = torch.cuda.device_count()
+    if local <= gpus:
+        return
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    seen = f"{gpus} GPU{'s' if gpus != 1 else ''}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible else "")
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "run_unsup.py"
+    one_each = (f"python {script} ..." if gpus == 1 else
+                f"torchrun --nproc_per_node {gpus} {script} ..., or accelerate launch --num_processes {gpus} ...")
+    raise UsageError(f"this launch started {local} processes on this machine but torch sees {seen}: each "
+                     f"process trains on its own GPU, so {local - gpus} of them would have none. Launch one process "
+                     f"per GPU ({one_each}; keep the global batch with --per_device_train_batch_size), or make more "
+                     f"GPUs visible.")
+
+
 def refuse_silent_single_process(args: TrainingArguments) -> None:
     """N launched processes that each train alone on the full data would silently run N independent jobs."""
     if launched_world_size() > 1 and args.parallel_mode != ParallelMode.DISTRIBUTED:
@@ -103,5 +126,6 @@ def refuse_silent_single_process(args: TrainingArguments) -> None:
                          "environment (MASTER_ADDR/PORT, backend) or launch a single process")
 
 
-__all__ = ["launched_world_size", "launcher_num_processes", "refuse_data_parallel", "refuse_silent_single_process",
-           "refuse_single_process_launch", "single_process_accelerate_launch", "torchrun_command"]
+__all__ = ["launched_world_size", "launcher_num_processes", "refuse_data_parallel", "refuse_more_processes_than_gpus",
+           "refuse_silent_single_process", "refuse_single_process_launch", "single_process_accelerate_launch",
+           "torchrun_command"]

@@ -80,14 +80,15 @@ def test_without_cuda_in_use_no_cuda_state_is_taken(monkeypatch):
 
 
 # ------------------------------------------------------------------------------- the Trainer's settings on a GPU
-def simulate_gpu(monkeypatch: pytest.MonkeyPatch, bf16: bool) -> None:
-    """torch and transformers answer as on a machine with one CUDA GPU (``bf16``: Ampere or newer, with TF32)."""
+def simulate_gpu(monkeypatch: pytest.MonkeyPatch, bf16: bool, count: int = 1) -> None:
+    """torch and transformers answer as on a machine with ``count`` CUDA GPUs (``bf16``: Ampere or newer, with
+    TF32)."""
     import transformers.training_args as training_args
 
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: bf16)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)  # the Trainer's device set-up: cuda:0
     monkeypatch.setattr(training_args, "is_torch_tf32_available", lambda: bf16)
     training_args.enable_tf32.cache_clear()  # it runs once per process (lru_cache): each test starts afresh
