@@ -15,17 +15,15 @@ non-zero (docs/errors.md; CSE_DEBUG=1 shows the traceback).
 """
 from __future__ import annotations
 
-from safetensors import SafetensorError
 from transformers import set_seed
 
 from data.corpus import UNSUP_HINT
 from command_line.arguments import DataArguments, ModelArguments, parse_args
 from command_line.diffcse_arguments import DiffCSEArguments, DiffCSETrainingArguments, expand_argv
-from trainers.errors import UsageError, UserError, reraise_as, run_cli
-from trainers.methods import build_model, resolve_settings
-from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
+from trainers.errors import UsageError, reraise_as, run_cli
+from trainers.methods import resolve_settings
+from command_line.pipeline import build_and_train, setup_logging
 from command_line.preflight import preflight, resolve_backbone
-from command_line.backbone_checks import check_backbone, check_built_model, config_override_values
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -41,19 +39,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                                          "--generator_name": generator_name},
               corpus_hint=UNSUP_HINT, cache_dir=model_args.cache_dir)
     set_seed(training_args.seed)  # the RTD head's initialisation and the collator's edits follow the run's seed
-
-    with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, SafetensorError, prefix=(
-            f"could not load --model_name_or_path {model_args.model_name_or_path} or --generator_name "
-            f"{generator_name}: ")):
-        tokenizer = load_tokenizer(model_args)
-        check_backbone(model_args, data_args.max_seq_length, "diffcse", settings, tokenizer, generator_name)
-        model = build_model("diffcse", model_args.model_name_or_path,
-                            attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
-                            tokenizer=tokenizer, cache_chunk_size=training_args.cache_chunk_size,
-                            config_overrides=config_override_values(model_args), **settings)
-    check_built_model(model, tokenizer, training_args, model_args.model_name_or_path)
-    return train_and_export(model, tokenizer, training_args, data_args,
-                            describe_arguments(model_args, data_args, diffcse_args, training_args, argv=argv))
+    return build_and_train("diffcse", settings, model_args, data_args, diffcse_args, training_args, argv,
+                           generator_name)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,13 @@ and exits non-zero (docs/errors.md; CSE_DEBUG=1 shows the traceback).
 """
 from __future__ import annotations
 
-from safetensors import SafetensorError
 from transformers import set_seed
 
 from data.corpus import SUP_HINT, UNSUP_HINT
 from command_line.arguments import CLTrainingArguments, DataArguments, MethodArguments, ModelArguments, parse_args
-from trainers.errors import UsageError, UserError, reraise_as, run_cli
-from trainers.methods import build_model
-from command_line.pipeline import describe_arguments, load_tokenizer, setup_logging, train_and_export
+from trainers.errors import run_cli
+from command_line.pipeline import build_and_train, setup_logging
 from command_line.preflight import preflight, resolve_backbone
-from command_line.backbone_checks import check_backbone, check_built_model, config_override_values
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -36,19 +33,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
               corpus_hint=SUP_HINT if method_args.method == "sup_simcse" else UNSUP_HINT,
               cache_dir=model_args.cache_dir)
     set_seed(training_args.seed)  # before the model: the projector's initialisation is part of the run
-
-    with reraise_as(UsageError, ValueError), reraise_as(
-            UserError, OSError, SafetensorError,
-            prefix=f"could not load --model_name_or_path {model_args.model_name_or_path}: "):
-        tokenizer = load_tokenizer(model_args)
-        check_backbone(model_args, data_args.max_seq_length, method_args.method, settings, tokenizer)
-        model = build_model(method_args.method, model_args.model_name_or_path,
-                            attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
-                            tokenizer=tokenizer, cache_chunk_size=training_args.cache_chunk_size,
-                            config_overrides=config_override_values(model_args), **settings)
-    check_built_model(model, tokenizer, training_args, model_args.model_name_or_path)
-    return train_and_export(model, tokenizer, training_args, data_args,
-                            describe_arguments(model_args, data_args, method_args, training_args, argv=argv))
+    return build_and_train(method_args.method, settings, model_args, data_args, method_args, training_args, argv)
 
 
 if __name__ == "__main__":

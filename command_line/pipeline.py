@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import datasets
 import transformers
+from safetensors import SafetensorError
 from transformers import AutoTokenizer
 
 from data.corpus import CorpusStats
@@ -28,13 +29,14 @@ from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
 from trainers.cl_trainer import CLTrainer
 from trainers.resume_settings import (CORPUS_SECTION, CheckpointRecords, corpus_record, finished_at,
                                       resume_mismatch_error, resume_warnings, write_run_arguments)
-from trainers.errors import UsageError
+from trainers.errors import UsageError, UserError, reraise_as
 from trainers.keyed_dropout import keyed_controllers
-from trainers.methods import build_collator
+from trainers.methods import build_collator, build_model
 from trainers.backbone_card import read_backbone_license
 from trainers.precision import training_precision
 from trainers.unused_parameters import choose_find_unused_parameters
 
+from .backbone_checks import check_backbone, check_built_model, config_override_values
 from .summary import RunSummary, describe_step, format_summary
 
 logger = logging.getLogger("cse_repro")
@@ -211,6 +213,26 @@ def completed_last_batch_warning(rows: int, training_args) -> str | None:
             f"the {global_batch - added} alone."
             + (f" For exactly one process's objective use a multiple of {global_batch} rows (--max_train_samples "
                f"{rows - rows % global_batch}) or --dataloader_drop_last true." if rows >= global_batch else ""))
+
+
+def build_and_train(method: str, settings: dict[str, Any], model_args, data_args, method_args, training_args,
+                    argv: Sequence[str] | None, generator: str | None = None) -> dict[str, float]:
+    """What both training scripts run once their arguments have passed the preflight checks: the tokenizer, the
+    backbone's checks (and those of DiffCSE's ``generator``), the method's model around the backbone (a load error: one
+    line naming the folders read), the built model's checks, then :func:`train_and_export`."""
+    read = f"--model_name_or_path {model_args.model_name_or_path}" + (
+        f" or --generator_name {generator}" if generator else "")
+    with reraise_as(UsageError, ValueError), reraise_as(UserError, OSError, SafetensorError,
+                                                       prefix=f"could not load {read}: "):
+        tokenizer = load_tokenizer(model_args)
+        check_backbone(model_args, data_args.max_seq_length, method, settings, tokenizer, generator)
+        model = build_model(method, model_args.model_name_or_path,
+                            attn_implementation=model_args.attn_implementation, cache_dir=model_args.cache_dir,
+                            tokenizer=tokenizer, cache_chunk_size=training_args.cache_chunk_size,
+                            config_overrides=config_override_values(model_args), **settings)
+    check_built_model(model, tokenizer, training_args, model_args.model_name_or_path)
+    return train_and_export(model, tokenizer, training_args, data_args,
+                            describe_arguments(model_args, data_args, method_args, training_args, argv=argv))
 
 
 def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_args,

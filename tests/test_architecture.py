@@ -229,14 +229,12 @@ def test_every_setting_crosses_at_most_four_files_on_the_training_path(setting):
         assert len(files) <= 4, f"--{setting} crosses {len(files)} files: {sorted(files)}"
 
 
-def test_the_cached_step_flag_crosses_four_files_per_script():
-    """``--cache_chunk_size`` (a training argument): declared in command_line/arguments.py, passed by each script to the
-    builder (``resolve_settings``: its dropout-mask default), which the trainer runs as a cached step."""
-    files = files_naming("cache_chunk_size")
-    assert files == {"command_line/arguments.py", "run_unsup.py", "run_diffcse.py", "trainers/methods.py",
-                     "trainers/cl_trainer.py"}
-    for script in ("run_unsup.py", "run_diffcse.py"):
-        assert len(files - {"run_unsup.py", "run_diffcse.py"} | {script}) == 4
+def test_the_cached_step_flag_crosses_four_files():
+    """``--cache_chunk_size`` (a training argument): declared in command_line/arguments.py, passed by the scripts'
+    shared ``build_and_train`` (command_line/pipeline.py) to the builder (``resolve_settings``: its dropout-mask
+    default), which the trainer runs as a cached step."""
+    assert files_naming("cache_chunk_size") == {"command_line/arguments.py", "command_line/pipeline.py",
+                                                "trainers/methods.py", "trainers/cl_trainer.py"}
 
 
 def test_the_data_components_vocabularies_match_the_declared_choices():

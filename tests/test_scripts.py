@@ -152,13 +152,16 @@ def patched_training_mains():
     def stop(model, *args, **kwargs):
         raise Built(type(model), model.config, loaded[-1])
 
+    import command_line.pipeline as pipeline
+
     patch = pytest.MonkeyPatch()
     for module in (run_unsup, run_diffcse):
-        for name in ("setup_logging", "preflight", "check_backbone", "check_built_model"):
+        for name in ("setup_logging", "preflight"):
             patch.setattr(module, name, lambda *args, **kwargs: None)
         patch.setattr(module, "parse_args", recording_parse_args(module.parse_args))
-        patch.setattr(module, "load_tokenizer", lambda *args, **kwargs: None)
-        patch.setattr(module, "train_and_export", stop)
+    for name in ("check_backbone", "check_built_model", "load_tokenizer"):  # the scripts' shared build_and_train
+        patch.setattr(pipeline, name, lambda *args, **kwargs: None)
+    patch.setattr(pipeline, "train_and_export", stop)
     patch.setattr(trainers.methods, "load_auto_model", tiny_backbone)
     patch.setitem(METHODS, "diffcse", replace(METHODS["diffcse"], load_networks=tiny_generator))
     patch.setattr(trainers.methods, "load_backbone_tokenizer", offline_tokenizer)
