@@ -96,12 +96,15 @@ def launched_world_size() -> int:
 
 
 def refuse_more_processes_than_gpus(use_cpu: bool, environ: dict[str, str] | None = None) -> None:
-    """A launch that starts more processes on this machine than torch sees GPUs (``torchrun --nproc_per_node 2`` on
-    one GPU, or under ``CUDA_VISIBLE_DEVICES=0``): each process trains on the GPU of its local rank, so the last
-    ones have none, and accelerate stopped them with "CUDA error: invalid device ordinal" and a traceback. Refused
-    in one line before any device is set up; a ``--use_cpu`` run (gloo) is not about GPUs."""
+    """A torchrun launch (``accelerate launch`` runs one too) of more processes on this machine than torch sees GPUs
+    (``torchrun --nproc_per_node 2`` on one GPU, or under ``CUDA_VISIBLE_DEVICES=0``): accelerate puts process k on
+    GPU k mod the count, so two processes share a GPU, and NCCL refuses them at DDP's first collective with a
+    traceback ("ncclInvalidUsage ... Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ..."). Refused
+    in one line before any device is set up. Only under torchrun's agent (``TORCHELASTIC_RUN_ID``), whose processes
+    all see the devices it saw: a scheduler that gives each task its own GPU (``srun --gpus-per-task 1``) starts
+    processes that each see one. A ``--use_cpu`` run (gloo) is not about GPUs."""
     env = os.environ if environ is None else environ
-    if use_cpu or not torch.cuda.is_available():
+    if use_cpu or "TORCHELASTIC_RUN_ID" not in env or not torch.cuda.is_available():
         return
     local = int(env.get("LOCAL_WORLD_SIZE") or int(env.get("LOCAL_RANK", "0")) + 1)
     gpus = torch.cuda.device_count()
@@ -113,9 +116,9 @@ def refuse_more_processes_than_gpus(use_cpu: bool, environ: dict[str, str] | Non
     one_each = (f"python {script} ..." if gpus == 1 else
                 f"torchrun --nproc_per_node {gpus} {script} ..., or accelerate launch --num_processes {gpus} ...")
     raise UsageError(f"this launch started {local} processes on this machine but torch sees {seen}: each "
-                     f"process trains on its own GPU, so {local - gpus} of them would have none. Launch one process "
-                     f"per GPU ({one_each}; keep the global batch with --per_device_train_batch_size), or make more "
-                     f"GPUs visible.")
+                     f"process needs a GPU of its own (NCCL refuses two processes on one). Launch one process per GPU "
+                     f"({one_each}; keep the global batch with --per_device_train_batch_size), or make more GPUs "
+                     f"visible.")
 
 
 def refuse_silent_single_process(args: TrainingArguments) -> None:

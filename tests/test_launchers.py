@@ -62,14 +62,15 @@ def simulate_gpus(monkeypatch, count: int, environ: dict[str, str]) -> None:
 ])
 def test_more_processes_than_gpus_are_refused_in_one_line_before_a_device_is_set_up(
         gpus, processes, visible, fix, backbone, tmp_path, capsys, monkeypatch):
-    """``torchrun --nproc_per_node 2 run_unsup.py`` on one GPU (or under CUDA_VISIBLE_DEVICES=0): each process trains
-    on the GPU of its local rank, and the one without stopped in accelerate's device set-up with "CUDA error: invalid
-    device ordinal" and a traceback. Simulated here (no GPU): the GPU state torch reports, and the environment torchrun
-    gives the last process; the real entry point refuses in one line, exit 2, before a device is set up."""
+    """``torchrun --nproc_per_node 2 run_unsup.py`` on one GPU (or under CUDA_VISIBLE_DEVICES=0): accelerate puts
+    process k on GPU k mod the count, and NCCL stopped two processes on one GPU at DDP's first collective with a
+    traceback ("Duplicate GPU detected"). Simulated here (no GPU): the GPU state torch reports, and the environment
+    torchrun gives the last process; the real entry point refuses in one line, exit 2, before a device is set up."""
     import run_unsup
     from tests.cli import in_process
 
-    environ = {"WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes), "RANK": str(processes - 1),
+    environ = {"TORCHELASTIC_RUN_ID": "simulated", "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes),
+               "RANK": str(processes - 1),
                "LOCAL_RANK": str(processes - 1), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29599",
                **({"CUDA_VISIBLE_DEVICES": visible} if visible else {})}
     simulate_gpus(monkeypatch, gpus, environ)
@@ -80,8 +81,8 @@ def test_more_processes_than_gpus_are_refused_in_one_line_before_a_device_is_set
     seen = f"{gpus} GPU{'s' if gpus > 1 else ''}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible else "")
     assert (result.code, result.err.strip().splitlines()) == (2, [
         f"run_unsup.py: error: this launch started {processes} processes on this machine but torch sees {seen}: "
-        f"each process trains on its own GPU, so {processes - gpus} of them would have none. Launch one process per "
-        f"GPU ({fix}; keep the global batch with --per_device_train_batch_size), or make more GPUs visible."])
+        f"each process needs a GPU of its own (NCCL refuses two processes on one). Launch one process per GPU "
+        f"({fix}; keep the global batch with --per_device_train_batch_size), or make more GPUs visible."])
     assert not (tmp_path / "run").exists()
 
 
@@ -89,9 +90,13 @@ def test_as_many_processes_as_gpus_or_a_cpu_run_pass_the_check(monkeypatch):
     from command_line.launch import refuse_more_processes_than_gpus
 
     simulate_gpus(monkeypatch, 2, {})
-    refuse_more_processes_than_gpus(False, {"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1"})
-    refuse_more_processes_than_gpus(False, {"LOCAL_RANK": "1"})  # no LOCAL_WORLD_SIZE: this process's rank decides
-    refuse_more_processes_than_gpus(True, {"LOCAL_WORLD_SIZE": "4"})  # --use_cpu: gloo processes, no GPU each
+    torchrun = {"TORCHELASTIC_RUN_ID": "simulated"}
+    refuse_more_processes_than_gpus(False, {**torchrun, "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    refuse_more_processes_than_gpus(False, {**torchrun, "LOCAL_RANK": "1"})  # no LOCAL_WORLD_SIZE: the rank decides
+    refuse_more_processes_than_gpus(True, {**torchrun, "LOCAL_WORLD_SIZE": "4"})  # --use_cpu: gloo, no GPU each
     refuse_more_processes_than_gpus(False, {})  # python run_unsup.py
-    with pytest.raises(Exception, match="started 3 processes on this machine but torch sees 2 GPUs: "):
-        refuse_more_processes_than_gpus(False, {"LOCAL_RANK": "2"})
+    # a scheduler's tasks, each with a GPU of its own (srun --gpus-per-task 1: each sees one), not torchrun's workers
+    simulate_gpus(monkeypatch, 1, {})
+    refuse_more_processes_than_gpus(False, {"LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "3", "CUDA_VISIBLE_DEVICES": "3"})
+    with pytest.raises(Exception, match="started 3 processes on this machine but torch sees 1 GPU: "):
+        refuse_more_processes_than_gpus(False, {**torchrun, "LOCAL_RANK": "2"})
