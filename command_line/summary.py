@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from data.corpus import CorpusStats
+from eval.sts import nan_spearman_note
 from trainers.fast_path import backbone_compile_refusal, typed_checkpointing_flag
 
 
@@ -51,9 +52,7 @@ METRIC_LABELS = {"stsb_spearman": "STS-B dev", "sickr_spearman": "SICK-R dev", "
 
 
 #: Said under a nan dev score: Spearman's correlation of a constant (or non-finite) list of similarities.
-NAN_SCORE_NOTE = ("nan: the model gives every dev pair the same cosine similarity (or a non-finite one), so Spearman's "
-                  "correlation is undefined: its embeddings do not tell the sentences apart. A nan score is never "
-                  "the best checkpoint's.")
+NAN_SCORE_NOTE = f"nan: {nan_spearman_note('dev pair')} A nan score is never the best checkpoint's."
 
 
 def duration(seconds: float) -> str:

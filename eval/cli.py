@@ -31,7 +31,7 @@ import numpy as np
 
 from eval.provenance import ProvenanceError, preset_of, training_record
 from eval.senteval_sizes import SIZES_ENV
-from eval.sts import DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, resolve_senteval_dir
+from eval.sts import DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, nan_spearman_note, resolve_senteval_dir
 from models.poolers import POOLER_TYPES
 
 logger = logging.getLogger(__name__)
@@ -308,6 +308,9 @@ def _report(results: Mapping[str, Any], wall_time: float, args: argparse.Namespa
           f"precision: {args.eval_dtype})")
     if any(key in results for key in STS_TASKS):
         print(format_table(results, STS_COLUMNS))
+        undefined = [STS_COLUMNS[key] for key in STS_TASKS if key in results and results[key] is None]  # nan
+        if undefined:
+            print(f"n/a ({', '.join(undefined)}): {nan_spearman_note('pair of the set')}")
     transfer_keys = [key for key in results
                      if key not in STS_COLUMNS and key not in ("analysis", "eval_dtype", "mteb_data", "mteb_version",
                                                                "fidelity", "training")

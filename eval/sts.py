@@ -333,12 +333,22 @@ def cosine_scores(e1: np.ndarray, e2: np.ndarray) -> np.ndarray:
     return (a * b).sum(dim=1).numpy()
 
 
+def nan_spearman_note(pairs: str) -> str:
+    """What a nan score means, said under one (``pairs``: whose similarities were constant, e.g. ``dev pair``)."""
+    return (f"the model gives every {pairs} the same cosine similarity (or a non-finite one), so Spearman's "
+            f"correlation is undefined: its embeddings do not tell the sentences apart.")
+
+
 def spearman_all(pred: np.ndarray, gold: np.ndarray) -> float:
     """Spearman's rho x 100 over all pairs at once (ties get average ranks, as ``scipy.stats.spearmanr``).
 
     Called on the concatenation of a year's subsets this is SimCSE's "all" aggregation - not the mean of
-    per-subset correlations.
+    per-subset correlations. Undefined (nan) where either side is constant, returned without scipy's
+    ConstantInputWarning: a training run's summary and ``python -m eval`` say what a nan score means
+    (:func:`nan_spearman_note`).
     """
+    if np.ptp(pred) == 0 or np.ptp(gold) == 0:
+        return float("nan")
     return float(spearmanr(pred, gold).statistic * 100.0)
 
 

@@ -284,9 +284,15 @@ def test_fresh_dropout_in_the_replay_is_caught(paths, monkeypatch):
         assert_same_step((loss, want[1], g), want)
 
 
+def enable_checkpointing(model) -> None:
+    """What ``--gradient_checkpointing`` calls: ``activation_checkpointing_enable`` where transformers has it (5.23
+    on; the old name warns that it is deprecated), else ``gradient_checkpointing_enable`` (5.20)."""
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+
+
 def test_gradient_checkpointing_composes(paths):
     model, twin, batch = twins(paths, "simcse")
-    twin.encoder.gradient_checkpointing_enable()
+    enable_checkpointing(twin.encoder)
     assert_same_step(cached(twin, batch, 3), uncached_at_chunk_masks(model, batch, 3))
 
 
@@ -308,7 +314,7 @@ def test_the_trainers_gradient_checkpointing_flag_composes(paths, tmp_path):
     assert logs["checkpointed_cached"] == pytest.approx(logs["plain"], rel=1e-5)
     for method in ("s_simcse", "simcse_pp"):
         with pytest.raises(ValueError, match="cannot be combined with per-row dropout"):
-            build_model(method, str(paths["encoder"])).gradient_checkpointing_enable()
+            enable_checkpointing(build_model(method, str(paths["encoder"])))
 
 
 @pytest.mark.parametrize("case", ["simcse", "s_simcse", "simcse_pp", "diffcse"])
@@ -319,7 +325,7 @@ def test_gradient_checkpointing_recomputes_row_seeded_masks(paths, case):
     model, twin, batch = twins(paths, case, dropout_masks="row_seeded")
     want = uncached(model, batch)
     model.zero_grad()
-    twin.gradient_checkpointing_enable()
+    enable_checkpointing(twin)
     assert twin.encoder.encoder.layer[0].gradient_checkpointing
     assert_same_step(uncached(twin, batch), want)
     twin.zero_grad()
@@ -333,7 +339,7 @@ def test_a_recomputation_without_the_plan_is_caught(paths, monkeypatch):
 
     model, twin, batch = twins(paths, "simcse", dropout_masks="row_seeded")
     want = uncached(model, batch)
-    twin.gradient_checkpointing_enable()
+    enable_checkpointing(twin)
     original = RowDropoutController._active_plan
 
     def shifted(self, rows, device):

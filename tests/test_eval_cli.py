@@ -225,6 +225,29 @@ def test_a_launch_of_several_processes_is_refused_before_anything_loads(tmp_path
     assert output.count("Traceback (most recent call last)") == 1 and "ChildFailedError" in output, output[-3000:]
 
 
+def test_a_nan_score_is_said_and_scipy_does_not_warn(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path,
+                                                    capsys, recwarn):
+    """A model whose last LayerNorm has zero weights gives every token its bias: every pair the same cosine, so
+    Spearman's rho is undefined. The table said ``n/a`` without a word and scipy warned (ConstantInputWarning) once
+    per process; now the table is followed by what the score means, and nothing warns."""
+    from shutil import copytree
+
+    from safetensors.torch import load_file, save_file
+
+    flat = copytree(tiny_bert_dir, tmp_path / "flat")
+    weights = load_file(flat / "model.safetensors")
+    last_norm = max(name for name in weights if name.endswith("output.LayerNorm.weight") and ".attention." not in name)
+    save_file({**weights, last_norm: torch.zeros_like(weights[last_norm])}, flat / "model.safetensors",
+              metadata={"format": "pt"})
+    results = main(["--model_name_or_path", str(flat), "--pooler", "avg", "--mode", "dev", "--senteval_dir",
+                    str(sts_fixture_dir), "--device", "cpu"])
+    assert results["STSBenchmark"] is None and results["SICKRelatedness"] is None  # nan, written as null
+    assert ("n/a (STSB, SICKR): the model gives every pair of the set the same cosine similarity (or a non-finite "
+            "one), so Spearman's correlation is undefined: its embeddings do not tell the sentences apart."
+            ) in capsys.readouterr().out
+    assert not [w for w in recwarn if "constant" in str(w.message)], [str(w.message) for w in recwarn]
+
+
 def test_cli_takes_the_tables_task_names(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path):
     args = ["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev", "--senteval_dir",
             str(sts_fixture_dir)]
