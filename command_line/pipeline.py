@@ -25,10 +25,11 @@ from models.base import ContrastiveModel
 from models.dropout import RowDropout, applies_dropout, config_dropout_rates
 from models.card_metadata import run_argument
 from models.export import export_model
-from trainers.checkpoints import incomplete_checkpoint_error, resumed_step
+from trainers.checkpoints import incomplete_checkpoint_error, resumed_step, written_processes
 from trainers.cl_trainer import CLTrainer
 from trainers.resume_settings import (CORPUS_SECTION, CheckpointRecords, corpus_record, finished_at,
-                                      resume_mismatch_error, resume_warnings, write_run_arguments)
+                                      process_split_error, resume_mismatch_error, resume_warnings,
+                                      write_run_arguments)
 from trainers.errors import UsageError, UserError, reraise_as
 from trainers.keyed_dropout import keyed_controllers
 from trainers.methods import build_collator, build_model
@@ -249,14 +250,17 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     run_arguments[CORPUS_SECTION] = corpus_record(data_args.train_file, len(train_dataset))
     resume = training_args.resume_from_checkpoint
     records = CheckpointRecords.read(resume) if resume else None
-    if records is not None and (error := resume_mismatch_error(records, model, run_arguments)
-                                or incomplete_checkpoint_error(resume, training_args.world_size, model)):
+    processes = training_args.world_size
+    counts = ((written_processes(resume) or processes) if resume else processes, processes)  # the run's, this one's
+    if records is not None and (error := resume_mismatch_error(records, model, run_arguments, counts)
+                                or process_split_error(records, model, counts)
+                                or incomplete_checkpoint_error(resume, processes, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
     run_warnings = (completed_last_batch_warning(len(train_dataset), training_args),
                     accumulation_warning(model, training_args), queue_warning(model, training_args))
     warnings = (list(getattr(training_args, "command_line_warnings", ())) + method_warnings(model)
                 + [warning for warning in run_warnings if warning]
-                + (resume_warnings(records, run_arguments) if records is not None else []))
+                + (resume_warnings(records, run_arguments, counts) if records is not None else []))
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)
     collator = build_collator(model, tokenizer, data_args.max_seq_length)

@@ -135,12 +135,14 @@ def output_dir_message(out: Path, found: list[Path], resume: str | None, resumab
 def check_resume_checkpoint(training_args: Any) -> None:
     """``--resume_from_checkpoint``: ``latest`` (or ``true``) becomes the newest complete checkpoint of
     ``--output_dir``; a folder must hold everything a resume loads, whole (:mod:`trainers.checkpoints`), or the run
-    is refused in one line naming what is missing and the newest complete checkpoint; a run trained on another
-    number of processes is refused in one line naming its launch."""
+    is refused in one line naming what is missing and the newest complete checkpoint; a run trained with another
+    global batch (processes x sentences per process) is refused in one line naming its launch."""
     processes = training_args.world_size
     path = resolve_latest(training_args.resume_from_checkpoint, training_args.output_dir, processes)
     training_args.resume_from_checkpoint = path
-    if path and (error := processes_change_error(path, processes) or incomplete_checkpoint_error(path, processes)):
+    batch = training_args.per_device_train_batch_size
+    if path and (error := processes_change_error(path, processes, batch)
+                 or incomplete_checkpoint_error(path, processes)):
         raise error
 
 

@@ -353,6 +353,17 @@ class ContrastiveModel(PreTrainedModel):
         checkpoint. The base's: none."""
         return []
 
+    def process_split_notes(self) -> list[str]:
+        """Hook: what of the objective depends on how the global batch is split over processes (each part a phrase;
+        empty: nothing, the one-process objective of the global batch). The base's: the in-batch negatives when
+        each process contrasts its own batch (``gather_negatives`` off), a BatchNorm projector's statistics (each
+        process's batch)."""
+        notes = [] if self.config.gather_negatives else ["the in-batch negatives (each process's own batch: "
+                                                          "--gather_negatives false)"]
+        if any(isinstance(module, nn.BatchNorm1d) for module in self.modules()):
+            notes.append("the BatchNorm projector's statistics (each process's batch)")
+        return notes
+
     def dev_embedding_note(self) -> str | None:
         """Hook: how :meth:`dev_embed` (the run's STS dev scores) differs from :meth:`embed` (the export's embedding,
         what ``python -m eval`` scores), for the run summary to say; ``None``: they are the same (the base's)."""

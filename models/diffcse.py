@@ -215,6 +215,10 @@ class DiffCSEModel(ContrastiveModel):
         self.post_init()  # registers the new submodules' tied weights; initialises rtd_head (loaded modules are kept)
         self.train(self.training)  # the generator's mode follows generator_dropout
 
+    def process_split_notes(self) -> list[str]:
+        """The base's, and the RTD loss: each process's mean over its own tokens (as the authors' code)."""
+        return super().process_split_notes() + ["the RTD loss (each process's mean over its own tokens)"]
+
     def sync_auxiliary_networks(self) -> None:
         """The discriminator starts as an exact copy of the loaded encoder (same pretrained weights)."""
         self.discriminator.load_state_dict(self.encoder.state_dict())

@@ -210,6 +210,12 @@ class ESimCSEModel(ContrastiveModel):
             return []
         return [f"queue.{name}" for name, _ in self.queue.named_buffers()]
 
+    def process_split_notes(self) -> list[str]:
+        """The base's, and a per-process queue (``gather_queue=False``: each process's own keys)."""
+        return super().process_split_notes() + (
+            [] if self.queue is None or self.config.gather_queue else
+            ["the queue of negatives (each process's own: --gather_queue false)"])
+
     def sync_auxiliary_networks(self) -> None:
         if self.momentum_encoder is not None:
             self.momentum_encoder.copy_from(self.encoder, self.projector)

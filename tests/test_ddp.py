@@ -6,6 +6,7 @@ rank and the DDP-averaged gradients must equal the single-process global-batch l
 cached and uncached, lines of different lengths).
 """
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,13 +30,8 @@ def train_two_and_one(two_processes: list[list], one_process: list[list]) -> Non
     of 2 processes all in one torchrun launch (each launch costs two interpreters and a process group), then those
     of 1 process in this process on one intra-op thread."""
     run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(two_processes)})
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for script, argv in one_process:
-            SCRIPTS[script](argv)
-    finally:
-        torch.set_num_threads(previous)
+    for script, argv in one_process:
+        in_one_thread(lambda: SCRIPTS[script](argv))
 
 
 def run_two_processes(tmp_path: Path, model_dir: Path, batch_file: Path, method: str = "simcse",
@@ -335,12 +331,7 @@ def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_
     assert output.count(warning) == 2, output[-4000:]  # the log's line and the summary's
     assert "step: 2 processes x 4 sentences, negatives gathered: contrast batch 8" in output
     assert "--max_train_samples 32) or --dataloader_drop_last true" in output
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run_unsup.main(argv("one_drop_last", 8, drop_last))
-    finally:
-        torch.set_num_threads(previous)
+    in_one_thread(lambda: run_unsup.main(argv("one_drop_last", 8, drop_last)))
     one = load_file(tmp_path / "one_drop_last" / "export" / "hf" / "model.safetensors")
     two = load_file(tmp_path / "two_drop_last" / "export" / "hf" / "model.safetensors")
     initial = load_file(tmp_path / "model" / "model.safetensors")
@@ -382,7 +373,57 @@ def train_resumed_runs(root: Path) -> None:
         runs += [[script, [*common, "--output_dir", str(full)]],
                  [script, [*common, "--output_dir", str(root / name / "resumed"), "--resume_from_checkpoint",
                            str(full / "checkpoint-2")]]]
-    run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(runs)})
+    # the same global batch on another number of processes (:data:`LAYOUT`): 1 x 8 first, here
+    layout = [*LAYOUT, "--model_name_or_path", str(model_dir), "--train_file", str(corpus)]
+    in_one_thread(lambda: run_unsup.main([*layout, "--per_device_train_batch_size", "8", "--output_dir",
+                                          str(root / "layout" / "one")]))
+    runs += [["run_unsup", [*layout, "--per_device_train_batch_size", "4", "--output_dir",
+                            str(root / "layout" / "two")]],
+             ["run_unsup", [*layout, "--per_device_train_batch_size", "4", "--output_dir",
+                            str(root / "layout" / "one_resumed_by_two"), "--resume_from_checkpoint",
+                            str(root / "layout" / "one" / "checkpoint-2")]]]
+    output = run_torchrun([str(ENTRY_POINTS_WORKER)], env={"ENTRY_POINT_RUNS": json.dumps(runs)})
+    (root / "layout" / "torchrun.log").write_text(output)
+    with capture_logs() as logs:
+        in_one_thread(lambda: run_unsup.main([*layout, "--per_device_train_batch_size", "8", "--output_dir",
+                                              str(root / "layout" / "two_resumed_by_one"), "--resume_from_checkpoint",
+                                              str(root / "layout" / "two" / "checkpoint-2")]))
+    (root / "layout" / "one.log").write_text(logs.getvalue())
+
+
+#: SimCSE with row-seeded masks (keyed by sentence: the same whatever process encodes it) and SGD (AdamW's normalised
+#: steps would blow the all-reduce's float32 rounding up to lr-sized moves), 4 steps, checkpoints at 2 and 4: 2 x 4
+#: and 1 x 8, each resumed halfway by the other layout (:func:`train_resumed_runs`).
+LAYOUT = ["--method", "simcse", "--dropout_masks", "row_seeded", "--optim", "sgd", "--learning_rate", "0.1",
+          "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
+          "--save_total_limit", "2", "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
+          "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
+
+
+def in_one_thread(run) -> None:
+    """``run()`` on one intra-op thread, as each torchrun process runs (the same float32 sums)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run()
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextmanager
+def capture_logs():
+    """The ``cse_repro`` logger's records in a StringIO while the block runs."""
+    import io
+    import logging
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("cse_repro")
+    logger.addHandler(handler)
+    try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
 
 
 @pytest.mark.parametrize("name", RESUMED_RUNS)
@@ -394,6 +435,21 @@ def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(res
     runs = resumed_runs / name
     assert_resumed_run_ends_on_the_uninterrupted_runs_weights(runs / "full", runs / "resumed", 2, 4)
     assert_complete_for(runs / "full" / "checkpoint-2", processes=2)
+
+
+@pytest.mark.parametrize("run, resumed", [("one", "one_resumed_by_two"), ("two", "two_resumed_by_one")])
+def test_a_resume_on_another_number_of_processes_with_the_runs_global_batch_continues_the_run(resumed_runs, run,
+                                                                                             resumed):
+    """1 x 8 resumed halfway as 2 x 4 (torchrun), and 2 x 4 resumed as 1 x 8: the same global batch (the same
+    batches, gathered negatives: the same objective), row-seeded masks keyed by sentence. Both end on the
+    uninterrupted run's tensors (SGD, within float32 rounding of the all-reduce); a resume on another number of
+    processes was refused whatever its batch. Each says what goes on from other states (the RNG's draws)."""
+    root = resumed_runs / "layout"
+    assert_resumed_run_ends_on_the_uninterrupted_runs_weights(root / run, root / resumed, 2, 4)
+    log = (root / ("torchrun.log" if resumed == "one_resumed_by_two" else "one.log")).read_text()
+    counts = "1 process and resumes on 2 x 4" if resumed == "one_resumed_by_two" else "2 processes and resumes on 1 x 8"
+    assert (f"checkpoint-2: the run trained on {counts} sentences, the same global batch: the same batches and the "
+            f"same objective, but the RNG states were each process's") in log, log[-3000:]
 
 
 def test_each_process_keeps_and_checkpoints_its_own_queue(resumed_runs, tmp_path):

@@ -114,6 +114,56 @@ def as_written_by(checkpoint: Path, processes: int, marker: bool) -> None:
         write_completion_marker(checkpoint, processes)
 
 
+def test_a_resume_with_the_runs_global_batch_is_refused_where_the_objective_depends_on_the_split(finished, tmp_path,
+                                                                                                 capsys):
+    """The run's global batch on another number of processes continues the run (tests/test_ddp.py) where the
+    objective is the global batch's; where it depends on how the batch is split (each process's own queue, its own
+    negatives, its BatchNorm statistics, DiffCSE's RTD mean) the resume is refused in one line naming what. Through
+    run_unsup.py: ESimCSE with each process's own queue, its checkpoint as 2 processes x 4 left it, resumed by one
+    process x 8."""
+    out = tmp_path / "own_queues"
+    argv = ["--method", "esimcse", "--queue_size", "8", "--gather_queue", "false",
+            *run_args(finished["backbone"], finished["corpus"], out)]
+    run_unsup.main(argv)
+    for name in ("export", "checkpoint-4"):
+        shutil.rmtree(out / name)
+    as_written_by(out / "checkpoint-2", 2, marker=True)
+    edit_run_arguments(out / "checkpoint-2", lambda arguments: arguments["CLTrainingArguments"].update(
+        per_device_train_batch_size=4))
+    capsys.readouterr()  # the training run's output
+    result = in_process(run_unsup.main, argv + ["--resume_from_checkpoint", "latest"], capsys)
+    errors = [line for line in result.err.splitlines() if "error:" in line]  # after the model's loading bar
+    assert result.code == 2 and "Traceback" not in result.err and errors == [
+        f"run_unsup.py: error: --resume_from_checkpoint {out / 'checkpoint-2'}: its run trained on 2 processes and "
+        f"this resume runs on 1, with the same global batch, but esimcse's objective depends on how that batch is "
+        f"split over the processes: the queue of negatives (each process's own: --gather_queue false). Resume it on "
+        f"2 processes (torchrun --nproc_per_node 2, or accelerate launch --num_processes 2), or start a new run in "
+        f"another --output_dir."]
+    assert not (out / "checkpoint-4").exists() and not (out / "export").exists()
+
+
+@pytest.mark.parametrize("method, settings, named", [
+    ("simcse", {}, None),
+    ("esimcse", {"queue_size": 8}, None),  # a gathered queue: the same on every process
+    ("simcse", {"gather_negatives": False}, "the in-batch negatives (each process's own batch"),
+    ("simcse", {"projector": "batchnorm"}, "the BatchNorm projector's statistics"),
+    ("esimcse", {"queue_size": 8, "gather_queue": False}, "the queue of negatives (each process's own"),
+])
+def test_what_of_each_objective_depends_on_the_process_split(method, settings, named, tiny_bert_dir):
+    from trainers.methods import build_model
+
+    notes = build_model(method, str(tiny_bert_dir), **settings).process_split_notes()
+    assert notes == [] if named is None else any(note.startswith(named) for note in notes), notes
+
+
+def test_diffcses_rtd_loss_depends_on_the_process_split(tiny_bert_dir, tmp_path):
+    from tests.tiny import save_tiny_generator
+    from trainers.methods import build_model
+
+    model = build_model("diffcse", str(tiny_bert_dir), generator_name=str(save_tiny_generator(tmp_path / "g")))
+    assert "the RTD loss (each process's mean over its own tokens)" in model.process_split_notes()
+
+
 @pytest.mark.parametrize("marker", [True, False], ids=["marker", "older_checkpoint"])
 def test_a_resume_on_another_number_of_processes_is_refused_naming_the_runs_launch(marker, finished, tmp_path,
                                                                                    capsys):
@@ -130,19 +180,23 @@ def test_a_resume_on_another_number_of_processes_is_refused_naming_the_runs_laun
         result = in_process(run_unsup.main, argv + ["--resume_from_checkpoint", value], capsys)
         assert result.code == 1
         assert one_line_error(result.err) == (
-            f"run_unsup.py: error: --resume_from_checkpoint {checkpoint}: its run trained on 2 processes and this "
-            f"resume runs on 1 process. A resume continues the run on its processes: they share each step's batch "
-            f"(and their negatives), so 1 process would train another global batch and skip another part of the "
-            f"resumed epoch, with RNG states for other processes. Resume it on 2 processes (torchrun "
-            f"--nproc_per_node 2, or accelerate launch --num_processes 2), or start a new run in another "
+            f"run_unsup.py: error: --resume_from_checkpoint {checkpoint}: its run trained on 2 processes x 8 "
+            f"sentences (a global batch of 16) and this resume runs on 1 process x 8 (8). A resume continues the "
+            f"run's global batch: the processes share each step's batch (and their negatives), so another global "
+            f"batch would train another objective and skip another part of the resumed epoch. Resume it on 2 "
+            f"processes (torchrun --nproc_per_node 2, or accelerate launch --num_processes 2), or on 1 process with "
+            f"--per_device_train_batch_size 16 (the run's global batch), or start a new run in another "
             f"--output_dir.")
         assert not (out / "checkpoint-6").exists() and not (out / "export").exists()
     three = shutil.copytree(finished["run"] / "checkpoint-2", tmp_path / "three" / "checkpoint-2")
     as_written_by(three, 3, marker)
     assert written_processes(three) == 3 and checkpoint_problems(three, 2) == []  # complete, for 3 processes
-    assert "its run trained on 3 processes and this resume runs on 2 processes." in str(
-        processes_change_error(str(three), 2))
-    assert processes_change_error(str(three), 3) is None
+    refusal = str(processes_change_error(str(three), 2, 8))
+    assert ("its run trained on 3 processes x 8 sentences (a global batch of 24) and this resume runs on 2 processes "
+            "x 8 (16).") in refusal and "or on 2 processes with --per_device_train_batch_size 12 (the run's" in refusal
+    assert "--per_device_train_batch_size" not in str(processes_change_error(str(three), 5, 8))  # 24 / 5: no batch
+    # the run's global batch on another number of processes passes here (the method's part comes once it is built)
+    assert processes_change_error(str(three), 3, 8) is None and processes_change_error(str(three), 2, 12) is None
     if marker:  # a file of the 3 processes gone: incomplete (the marker lists it), for any count resuming it
         (three / "rng_state_2.pth").unlink()
         assert checkpoint_problems(three, 3) == checkpoint_problems(three, 2) == ["missing rng_state_2.pth"]

@@ -16,9 +16,11 @@ order is the file system's). So:
   is refused.
 - A checkpoint is complete or not whatever the number of processes resuming it: it holds the RNG states (and
   ESimCSE's per-process queues) of the processes that wrote it (:func:`written_processes`). A resume by another
-  number of processes is refused apart (:func:`processes_change_error`): the processes share each step's batch,
-  so another count trains another global batch (and contrast batch) and skips another part of the resumed epoch.
-  Before, a run of 4 processes resumed by 2 found every file those 2 load and trained on, silently.
+  number of processes with another global batch is refused apart (:func:`processes_change_error`): the processes
+  share each step's batch, so another global batch trains another objective (and contrast batch) and skips another
+  part of the resumed epoch. Before, a run of 4 processes resumed by 2 found every file those 2 load and trained
+  on, silently. The same global batch on another number of processes (4 x 16 resumed as 2 x 32) continues the run
+  where the method's objective does not depend on the split (``trainers.resume_settings.process_split_error``).
 - :func:`incomplete_checkpoint_error` is the one-line refusal naming what is missing and the newest complete
   checkpoint beside it; :func:`complete_checkpoints` / :func:`newest_complete_checkpoint` are what hints and
   ``--resume_from_checkpoint latest`` name.
@@ -35,6 +37,7 @@ from eval.model_files import SHARD_INDEX, archive_problem, safetensors_header, s
 
 from .errors import UserError
 from .process_state import process_state_files
+from .resume_settings import CheckpointRecords, launch_on, processes_phrase
 
 #: Written last into a checkpoint folder: ``{"processes": N, "files": {name: size in bytes}}``.
 MARKER = "checkpoint_complete.json"
@@ -217,26 +220,41 @@ def incomplete_checkpoint_error(path: str, processes: int, model: Any = None) ->
                      f"{hint}")
 
 
-def processes_change_error(path: str, processes: int) -> UserError | None:
-    """The refusal of a resume of ``path`` by another number of processes than the run's that wrote it (one line,
-    with the launch that resumes it), or ``None``. The processes share each step's batch (each takes its part of
-    the global batch, its own RNG state, and under gathered negatives the whole global batch as its contrast batch),
-    so another count trains another objective and the resumed epoch skips another number of sentences than the run
-    trained: some twice, some never."""
+def processes_change_error(path: str, processes: int, batch: int | None = None) -> UserError | None:
+    """The refusal of a resume of ``path`` by another number of processes than the run's that wrote it, with
+    another global batch (processes x ``batch``, this run's sentences per process) than the run's (one line, with
+    the launches that resume it), or ``None``. The processes share each step's batch (each takes its part of the
+    global batch, and under gathered negatives the whole global batch as its contrast batch), so another global
+    batch trains another objective and the resumed epoch skips another number of sentences than the run trained:
+    some twice, some never. The same global batch on another number of processes passes here; what of the method
+    depends on the split is :func:`trainers.resume_settings.process_split_error`'s."""
     writers = written_processes(path)
     if writers is None or writers == processes:
         return None
-    launch = (f"torchrun --nproc_per_node {writers}, or accelerate launch --num_processes {writers}" if writers > 1
-              else "python, or accelerate launch --num_processes 1")
-    return UserError(f"--resume_from_checkpoint {path}: its run trained on {_processes(writers)} and this resume runs "
-                     f"on {_processes(processes)}. A resume continues the run on its processes: they share each "
-                     f"step's batch (and their negatives), so {_processes(processes)} would train another global "
-                     f"batch and skip another part of the resumed epoch, with RNG states for other processes. "
-                     f"Resume it on {_processes(writers)} ({launch}), or start a new run in another --output_dir.")
+    theirs = recorded_batch(path)
+    if theirs is not None and batch is not None and writers * theirs == processes * batch:
+        return None
+    if theirs is None or batch is None:  # an older checkpoint without its batch: the counts alone
+        trained, runs = processes_phrase(writers), processes_phrase(processes)
+    else:
+        trained = f"{processes_phrase(writers)} x {theirs} sentences (a global batch of {writers * theirs})"
+        runs = f"{processes_phrase(processes)} x {batch} ({processes * batch})"
+    keep = (f", or on {processes_phrase(processes)} with --per_device_train_batch_size "
+            f"{writers * theirs // processes} (the run's global batch)"
+            if theirs is not None and writers * theirs % processes == 0 else "")
+    return UserError(f"--resume_from_checkpoint {path}: its run trained on {trained} and this resume runs on "
+                     f"{runs}. A resume continues the run's global batch: the processes share each step's batch (and "
+                     f"their negatives), so another global batch would train another objective and skip another "
+                     f"part of the resumed epoch. Resume it on {processes_phrase(writers)} ({launch_on(writers)})"
+                     f"{keep}, or start a new run in another --output_dir.")
 
 
-def _processes(count: int) -> str:
-    return f"{count} process{'es' if count != 1 else ''}"
+def recorded_batch(path: str | Path) -> int | None:
+    """The sentences per process of the run that wrote checkpoint ``path``: its ``run_arguments.json``'s
+    ``per_device_train_batch_size``, else its ``trainer_state.json``'s ``train_batch_size``; ``None`` if neither."""
+    records = CheckpointRecords.read(path)
+    batch = (records.arguments or {}).get("per_device_train_batch_size") or records.state.get("train_batch_size")
+    return batch if isinstance(batch, int) else None
 
 
 def resolve_latest(value: str | None, output_dir: str | Path, processes: int) -> str | None:
@@ -254,5 +272,5 @@ def resolve_latest(value: str | None, output_dir: str | Path, processes: int) ->
 
 
 __all__ = ["LATEST", "MARKER", "checkpoint_problems", "checkpoint_step", "complete_checkpoints",
-           "incomplete_checkpoint_error", "newest_complete_checkpoint", "processes_change_error", "resolve_latest",
-           "resumed_step", "rng_state_files", "write_completion_marker", "written_processes"]
+           "incomplete_checkpoint_error", "newest_complete_checkpoint", "processes_change_error", "recorded_batch",
+           "resolve_latest", "resumed_step", "rng_state_files", "write_completion_marker", "written_processes"]

@@ -15,6 +15,10 @@ checkpoint's records with this run:
   ``run_arguments.json`` each checkpoint holds (``trainers/trainer_adapter.py``); a checkpoint written before it did
   is compared on its ``trainer_state.json``'s batch size alone. A changed length (:data:`LENGTH_ARGUMENTS`) is
   allowed, with a warning (:func:`length_change_warning`): lengthening a run is what a resume is often for;
+- on another number of processes than the run's, the global batch (processes x ``per_device_train_batch_size``;
+  another is refused before, ``trainers.checkpoints.processes_change_error``) and whether the method's objective
+  depends on how it is split (:func:`process_split_error`); the run's global batch otherwise resumes, with a warning
+  (:func:`process_change_warning`);
 - how the run picks its best checkpoint (:data:`SELECTION_ARGUMENTS`): each new dev score is compared with the run's
   best so far, which another metric would compare with a different number;
 - the corpus: the SHA-256 of the ``--train_file`` bytes, which every run records in the ``corpus`` section of its
@@ -143,22 +147,28 @@ def setting_differences(records: CheckpointRecords, model: Any) -> list[tuple[st
     return differences
 
 
-def argument_differences(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+def argument_differences(records: CheckpointRecords, run_arguments: Mapping[str, Any],
+                         process_counts: tuple[int, int] = (1, 1)) -> list[tuple[str, Any, Any]]:
     """(name, the checkpoint's value, this run's) of each :data:`TRAINING_ARGUMENTS` and :data:`LENGTH_ARGUMENTS`
     entry that differs; from the checkpoint's ``run_arguments.json``, else its ``trainer_state.json`` (batch size,
-    ``max_steps``)."""
+    ``max_steps``). ``process_counts``: the run's processes and this resume's; on another number of processes the
+    batch compared is the global one (processes x ``per_device_train_batch_size``)."""
     ours = _json(flat_arguments(run_arguments))
     if records.arguments is not None:
         theirs = records.arguments
-        return [(name, theirs[name], ours[name]) for name in TRAINING_ARGUMENTS + SELECTION_ARGUMENTS + LENGTH_ARGUMENTS
-                if name in theirs and name in ours and _compared(name, theirs[name]) != _compared(name, ours[name])]
-    state, differences = records.state, []
-    batch = ours.get("per_device_train_batch_size")
-    if state.get("train_batch_size") not in (None, batch) and batch is not None:
-        differences.append(("per_device_train_batch_size", state["train_batch_size"], batch))
-    if (ours.get("max_steps") or 0) > 0 and state.get("max_steps") not in (None, ours["max_steps"]):
-        differences.append(("max_steps", state["max_steps"], ours["max_steps"]))
-    return differences
+        differences = [(name, theirs[name], ours[name]) for name in
+                       TRAINING_ARGUMENTS + SELECTION_ARGUMENTS + LENGTH_ARGUMENTS if name in theirs and name in ours
+                       and _compared(name, theirs[name]) != _compared(name, ours[name])]
+    else:
+        state, differences = records.state, []
+        batch = ours.get("per_device_train_batch_size")
+        if state.get("train_batch_size") not in (None, batch) and batch is not None:
+            differences.append(("per_device_train_batch_size", state["train_batch_size"], batch))
+        if (ours.get("max_steps") or 0) > 0 and state.get("max_steps") not in (None, ours["max_steps"]):
+            differences.append(("max_steps", state["max_steps"], ours["max_steps"]))
+    run, resume = process_counts
+    return [(name, before, now) for name, before, now in differences if not (
+        name == "per_device_train_batch_size" and run != resume and run * before == resume * now)]
 
 
 def _compared(name: str, value: Any) -> Any:
@@ -183,12 +193,12 @@ def corpus_differences(records: CheckpointRecords, run_arguments: Mapping[str, A
              f"{our_rows:,} rows, sha256 {ours[:12]}")]
 
 
-def resume_mismatch_error(records: CheckpointRecords, model: Any,
-                          run_arguments: Mapping[str, Any]) -> UsageError | None:
+def resume_mismatch_error(records: CheckpointRecords, model: Any, run_arguments: Mapping[str, Any],
+                          process_counts: tuple[int, int] = (1, 1)) -> UsageError | None:
     """The one-line refusal of a resume whose command differs from the checkpoint's run in what it trains (module
-    docstring), or ``None``."""
+    docstring), or ``None``; ``process_counts``: the run's processes and this resume's."""
     differences = setting_differences(records, model) + [
-        difference for difference in argument_differences(records, run_arguments)
+        difference for difference in argument_differences(records, run_arguments, process_counts)
         if difference[0] not in LENGTH_ARGUMENTS] + corpus_differences(records, run_arguments)
     if not differences:
         return None
@@ -198,6 +208,47 @@ def resume_mismatch_error(records: CheckpointRecords, model: Any,
         f"--resume_from_checkpoint {records.folder}: a resume continues the run that wrote it, and this command "
         f"differs from that run in what it trains or how it picks its best checkpoint ({listed}). Resume with that run's values (drop the changed flags "
         f"or set them back{': ' + ', '.join(flags) if flags else ''}), or start a new run in another --output_dir.")
+
+
+def process_split_error(records: CheckpointRecords, model: Any, process_counts: tuple[int, int]) -> UsageError | None:
+    """A resume on another number of processes than the run's (the same global batch: ``trainers.checkpoints.
+    processes_change_error`` refused another) where the method's objective depends on how the batch is split over
+    the processes (:meth:`models.base.ContrastiveModel.process_split_notes`): refused in one line, or ``None``."""
+    run, resume = process_counts
+    notes = model.process_split_notes() if run != resume else []
+    if not notes:
+        return None
+    return UsageError(f"--resume_from_checkpoint {records.folder}: its run trained on {processes_phrase(run)} and this "
+                      f"resume runs on {resume}, with the same global batch, but {model.config.method}'s objective "
+                      f"depends on how that batch is split over the processes: {'; '.join(notes)}. Resume it on "
+                      f"{processes_phrase(run)} ({launch_on(run)}), or start a new run in another --output_dir.")
+
+
+def processes_phrase(count: int) -> str:
+    """``1 process`` / ``4 processes``."""
+    return f"{count} process{'es' if count != 1 else ''}"
+
+
+def launch_on(processes: int) -> str:
+    """The launches that start ``processes`` processes."""
+    return (f"torchrun --nproc_per_node {processes}, or accelerate launch --num_processes {processes}"
+            if processes > 1 else "python, or accelerate launch --num_processes 1")
+
+
+def process_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any],
+                           process_counts: tuple[int, int]) -> str | None:
+    """A resume on another number of processes with the run's global batch (and an objective that does not depend on
+    the split): it trains on the run's batches and objective, but every process's RNG state was its own, so the
+    random draws go on from other states. ``None`` on the run's processes."""
+    run, resume = process_counts
+    if run == resume:
+        return None
+    batch = flat_arguments(run_arguments).get("per_device_train_batch_size")
+    return (f"--resume_from_checkpoint {records.folder}: the run trained on {processes_phrase(run)} and resumes on "
+            f"{resume} x {batch} sentences, the same global batch: the same batches and the same "
+            f"objective, but the RNG states were each process's, so what is drawn from them (stream dropout masks, "
+            f"the augmentations' draws) goes on from other states than the uninterrupted run's (row-seeded masks, "
+            f"--dropout_masks row_seeded, are keyed by sentence and come out the same)")
 
 
 def _command_line_value(value: Any) -> str:
@@ -311,13 +362,16 @@ def lost_best_warning(records: CheckpointRecords) -> str | None:
             f"checkpoint only if it scores above {state.get('best_metric')} and otherwise exports its final model")
 
 
-def resume_warnings(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> list[str]:
+def resume_warnings(records: CheckpointRecords, run_arguments: Mapping[str, Any],
+                    process_counts: tuple[int, int] = (1, 1)) -> list[str]:
     """Every warning a resume from ``records``'s checkpoint gets (its length, its corpus file, its precision, its
-    fast path, its lost best)."""
+    fast path, its processes, its lost best)."""
     return [warning for warning in (length_change_warning(records, run_arguments),
                                     corpus_change_warning(records, run_arguments),
                                     precision_change_warning(records, run_arguments),
-                                    fast_path_change_warning(records, run_arguments), lost_best_warning(records))
+                                    fast_path_change_warning(records, run_arguments),
+                                    process_change_warning(records, run_arguments, process_counts),
+                                    lost_best_warning(records))
             if warning is not None]
 
 
@@ -332,5 +386,6 @@ def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) ->
 
 
 __all__ = ["CORPUS_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "SELECTION_ARGUMENTS", "TRAINING_ARGUMENTS",
-           "CheckpointRecords", "corpus_differences", "corpus_record", "finished_at", "flat_arguments", "restoring_flags",
+           "CheckpointRecords", "corpus_differences", "corpus_record", "finished_at", "flat_arguments",
+           "launch_on", "process_change_warning", "process_split_error", "processes_phrase", "restoring_flags",
            "resume_mismatch_error", "resume_warnings", "write_run_arguments"]

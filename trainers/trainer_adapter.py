@@ -26,6 +26,8 @@ member when the installed library changes one of them (:data:`RELIED_ON`).
   The adapter saves with the limit off and rotates (``transformers.trainer_utils.rotate_checkpoints``) once the new
   checkpoint's marker is written. Each checkpoint also holds the run's ``run_arguments.json``
   (:attr:`TrainerAdapter.run_arguments`), which a resume compares with its own (:mod:`trainers.resume_settings`).
+- ``Trainer._load_rng_state(checkpoint)``: a resume on another number of processes than the run's takes the first
+  process's RNG state on every process (:meth:`TrainerAdapter._load_rng_state`), where the Trainer found no file.
 - ``Trainer._load_from_checkpoint(resume_from_checkpoint, model)`` and ``Trainer._load_best_model()``: a resume of a
   run's last checkpoint loads it, and the best one, without training (:meth:`TrainerAdapter.load_finished_run`):
   ``train()`` would take one step past ``max_steps`` from there.
@@ -45,6 +47,8 @@ Everything else the training core uses is public: ``compute_loss`` and ``trainin
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,7 +62,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from models.module_lists import listed_parameters
 
-from .checkpoints import TRAINER_STATE, write_completion_marker
+from .checkpoints import TRAINER_STATE, write_completion_marker, written_processes
 from .resume_settings import write_run_arguments
 
 WRITTEN_FOR = "5.23.0"
@@ -72,6 +76,7 @@ RELIED_ON: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (Trainer, "_prepare_inputs", ("self", "inputs")),
     (Trainer, "_load_from_checkpoint", ("self", "resume_from_checkpoint", "model")),
     (Trainer, "_load_best_model", ("self",)),
+    (Trainer, "_load_rng_state", ("self", "checkpoint")),
     (DistributedDataParallel, "_set_params_and_buffers_to_ignore_for_model",
      ("module", "params_and_buffers_to_ignore")),
 )
@@ -111,6 +116,24 @@ class TrainerAdapter(Trainer):
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
         super()._load_from_checkpoint(resume_from_checkpoint, model)
         self.after_checkpoint_load(resume_from_checkpoint)
+
+    def _load_rng_state(self, checkpoint) -> None:
+        """The Trainer's restore of the RNG states, each process its own file. A resume on another number of
+        processes than the run's (the same global batch: ``trainers.checkpoints.processes_change_error``) finds no
+        file under the name the Trainer looks for (``rng_state.pth`` on one process, ``rng_state_<rank>.pth`` on
+        several) and restored nothing: the row-seeded masks' step seeds (Python's ``random``:
+        ``trainers.keyed_dropout.keyed_step``) started over. There every process takes the first process's state
+        instead: every process of a run is seeded alike and draws one step seed a step, so that is each process's
+        state of those draws (the Trainer's own restore, from a temporary folder holding the first process's file
+        under the name it looks for)."""
+        run = written_processes(checkpoint) if checkpoint is not None else None
+        if run is None or run == self.args.world_size:
+            return super()._load_rng_state(checkpoint)
+        first = Path(checkpoint) / ("rng_state.pth" if run == 1 else "rng_state_0.pth")
+        with tempfile.TemporaryDirectory() as folder:
+            name = "rng_state.pth" if self.args.world_size == 1 else f"rng_state_{self.args.process_index}.pth"
+            os.symlink(first.resolve(), Path(folder) / name)
+            super()._load_rng_state(folder)
 
     def _lists_parameters(self, model) -> bool:
         """Whether the gradient norm can be torch's ``clip_grad_norm_`` over the listed parameters (what
