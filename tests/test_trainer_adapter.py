@@ -128,3 +128,45 @@ def test_runs_the_trainer_treats_apart_take_its_own_route(tmp_path, backbone, mo
     monkeypatch.setattr(type(trainer), "_has_mixed_mesh_grads", lambda self, m: True)
     monkeypatch.setattr(type(trainer), "_mixed_mesh_grad_norm", lambda self, m, norm: called.append(norm) or "theirs")
     assert trainer._clip_grad_norm(model) == "theirs" and called == [trainer.args.max_grad_norm]
+
+
+def test_a_resume_in_another_layout_restores_the_first_processs_rng_state_cuda_included(tmp_path, monkeypatch):
+    """A 2-process checkpoint resumed by one process (the run's global batch): every process takes the first
+    process's state (``rng_state_0.pth``), through the Trainer's own restore. The Trainer saves a multi-process
+    run's CUDA states as a list (one per device) and restores a one-process run's with ``set_rng_state`` (one
+    tensor): handed the list, it failed and logged an error. Simulated CUDA (no GPU here): what reaches
+    ``torch.cuda.random`` is device 0's state, in the form the resuming layout restores; the Python state too."""
+    import random
+    from types import SimpleNamespace
+
+    import torch
+    from transformers.training_args import ParallelMode
+
+    from trainers.checkpoints import write_completion_marker
+    from trainers.trainer_adapter import TrainerAdapter, rng_state_for_layout
+
+    random.seed(5)
+    python_state = random.getstate()
+    devices = [torch.full((4,), float(device)) for device in range(2)]
+    state = {"python": python_state, "numpy": __import__("numpy").random.get_state(),
+             "cpu": torch.get_rng_state(), "cuda": devices}
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    for rank in range(2):
+        torch.save(state, checkpoint / f"rng_state_{rank}.pth")
+    write_completion_marker(checkpoint, 2)
+    restored: list = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda.random, "set_rng_state", lambda value: restored.append(("one", value)))
+    monkeypatch.setattr(torch.cuda.random, "set_rng_state_all", lambda values: restored.append(("all", values)))
+    adapter = TrainerAdapter.__new__(TrainerAdapter)
+    adapter.args = SimpleNamespace(world_size=1, process_index=0, parallel_mode=ParallelMode.NOT_DISTRIBUTED)
+    random.seed(6)
+    adapter._load_rng_state(str(checkpoint))
+    assert random.getstate() == python_state
+    assert len(restored) == 1 and restored[0][0] == "one" and torch.equal(restored[0][1], devices[0]), restored
+    # the other way: a one-process run's single tensor, for every device of a process of several
+    one = rng_state_for_layout({"cuda": devices[1]}, distributed=True)["cuda"]
+    assert len(one) == 2 and all(torch.equal(value, devices[1]) for value in one)
+    assert rng_state_for_layout({"cpu": devices[0]}, distributed=False) == {"cpu": devices[0]}  # no CUDA state

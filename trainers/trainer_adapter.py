@@ -58,7 +58,9 @@ from transformers import Trainer
 from transformers.integrations import TensorBoardCallback
 from transformers.integrations.integration_utils import default_logdir
 from transformers.trainer_callback import TrainerState
+from transformers.trainer_pt_utils import safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.training_args import ParallelMode
 
 from models.module_lists import listed_parameters
 
@@ -83,6 +85,19 @@ RELIED_ON: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
 #: Where ``accelerate``'s ``clip_grad_norm_`` is torch's ``clip_grad_norm_`` over ``list(model.parameters())`` after
 #: ``unscale_gradients()`` (one process, DDP): the runs :meth:`TrainerAdapter._clip_grad_norm` lists once.
 PLAIN_GRADIENTS = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+
+
+def rng_state_for_layout(state: dict[str, Any], distributed: bool) -> dict[str, Any]:
+    """The first process's RNG state (a Trainer ``rng_state*.pth``) as a restore in another layout reads it: the
+    Trainer saves a multi-process run's CUDA states as a list, one per visible device (``get_rng_state_all``), and
+    a one-process run's as one tensor (``get_rng_state``), and restores each with its twin, so the other form failed
+    there ("Didn't manage to set back the RNG states of the CUDA"). The first process's device state (device 0's),
+    as one tensor, or for every visible device under several processes."""
+    cuda = state.get("cuda")
+    if cuda is None:
+        return state
+    first = cuda[0] if isinstance(cuda, (list, tuple)) else cuda
+    return {**state, "cuda": [first] * max(torch.cuda.device_count(), 1) if distributed else first}
 
 
 class TrainerAdapter(Trainer):
@@ -124,15 +139,18 @@ class TrainerAdapter(Trainer):
         several) and restored nothing: the row-seeded masks' step seeds (Python's ``random``:
         ``trainers.keyed_dropout.keyed_step``) started over. There every process takes the first process's state
         instead: every process of a run is seeded alike and draws one step seed a step, so that is each process's
-        state of those draws (the Trainer's own restore, from a temporary folder holding the first process's file
-        under the name it looks for)."""
+        state of those draws (the Trainer's own restore, from a temporary folder holding the first process's state
+        under the name it looks for, its CUDA part in this layout's form: :func:`rng_state_for_layout`)."""
         run = written_processes(checkpoint) if checkpoint is not None else None
         if run is None or run == self.args.world_size:
             return super()._load_rng_state(checkpoint)
         first = Path(checkpoint) / ("rng_state.pth" if run == 1 else "rng_state_0.pth")
+        with safe_globals():  # the Trainer's own allow-list for the numpy state inside
+            state = torch.load(first, weights_only=True)
+        distributed = self.args.parallel_mode == ParallelMode.DISTRIBUTED
         with tempfile.TemporaryDirectory() as folder:
             name = "rng_state.pth" if self.args.world_size == 1 else f"rng_state_{self.args.process_index}.pth"
-            os.symlink(first.resolve(), Path(folder) / name)
+            torch.save(rng_state_for_layout(state, distributed), Path(folder) / name)
             super()._load_rng_state(folder)
 
     def _lists_parameters(self, model) -> bool:
