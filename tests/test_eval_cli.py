@@ -210,7 +210,7 @@ def test_a_launch_of_several_processes_is_refused_before_anything_loads(tmp_path
                                                                          sts_fixture_dir: Path):
     """``torchrun --nproc_per_node 2 -m eval`` (or ``accelerate launch -m eval`` under a multi-GPU config) ran the
     whole evaluation in each process, on the same device, and both wrote the same --output_json at once, exit 0.
-    Now every process says why in one line before the model loads, and nothing is written."""
+    Now each process says why in one line before the model loads, and nothing is written."""
     from tests.launch import run_torchrun
 
     output_json = tmp_path / "results.json"
@@ -219,7 +219,8 @@ def test_a_launch_of_several_processes_is_refused_before_anything_loads(tmp_path
     line = ("python -m eval: error: this launch started 2 processes (WORLD_SIZE=2), and each would run the whole "
             "evaluation on the same device and write the same files; the evaluation runs in one process: "
             "python -m eval ... (--device cuda:N picks a GPU)")
-    assert output.count(line) == 2, output[-3000:]
+    # every process refuses; torchrun stops the others once one has failed, at times before they print
+    assert output.count(line) in (1, 2), output[-3000:]
     assert "STS dev" not in output and not output_json.exists()
     # the one traceback is torchrun's own report that a worker failed (docs/errors.md), none is a worker's
     assert output.count("Traceback (most recent call last)") == 1 and "ChildFailedError" in output, output[-3000:]
