@@ -396,8 +396,8 @@ def train_resumed_runs(root: Path) -> None:
 #: and 1 x 8, each resumed halfway by the other layout (:func:`train_resumed_runs`).
 LAYOUT = ["--method", "simcse", "--dropout_masks", "row_seeded", "--optim", "sgd", "--learning_rate", "0.1",
           "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
-          "--save_total_limit", "2", "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
-          "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
+          "--save_total_limit", "2", "--load_best_model_at_end", "false", "--disable_tqdm", "true",
+          "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false"]
 
 
 def in_one_thread(run) -> None:
