@@ -17,6 +17,8 @@ from eval.curves import (curves_from_history, find_standin_runs, history_note, i
 from eval.figure_record import Figure, FigureRefused, read_record, write_record
 from eval.plots import plot_seed_spread, plot_training_curves
 
+pytestmark = pytest.mark.draws_curves  # the training runs here draw their picture (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

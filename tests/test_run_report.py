@@ -74,6 +74,7 @@ def finished_run(tmp_path, monkeypatch):
     return tmp_path, corpus, write_sts_fixture(tmp_path / "senteval")
 
 
+@pytest.mark.draws_curves
 def test_a_nan_dev_score_is_explained_and_the_curves_are_drawn(finished_run, backbone, capsys):
     """A backbone whose last LayerNorm has zero weights gives every token its bias: every dev pair the same cosine, a
     nan Spearman. The summary said ``before nan`` without a word, and drawing the curves failed (StopIteration)."""
