@@ -78,7 +78,8 @@ def training_curves_not_drawn(request: pytest.FixtureRequest, monkeypatch: pytes
     """A training run in a test leaves its picture undrawn: ``eval.plots.plot_training_curves`` returns its path and
     writes nothing (matplotlib takes about 0.5 s a run: 130 s of the suite's 1,434 s of tests, 269 runs, measured
     2026-11-29). The tests of the picture are marked ``draws_curves`` and draw it; everything else the callback does
-    (``trainer_state.json``) is unchanged, and runs in other processes (torchrun, the scripts run as commands) draw."""
+    (``trainer_state.json``) is unchanged. The torchrun worker of the two-process runs does the same
+    (tests/workers/entry_point_runs.py); the scripts run as commands (tests/cli.py) draw theirs."""
     if request.node.get_closest_marker("draws_curves") is None:
         monkeypatch.setattr("eval.plots.plot_training_curves", lambda runs, path, title: Path(path))
 
