@@ -337,14 +337,18 @@ def cls_position_problem(tokenizer: Any) -> str | None:
 
 
 def position_zero_sees_only_itself(encoder: torch.nn.Module) -> bool:
-    """Whether ``encoder``'s last hidden state at position 0 ignores every later token, as in a causal
-    (decoder-only) backbone such as GPT-2: two rows that share their first token and differ after it are encoded
-    (eval mode, no gradient) and their position-0 states compared. Then a pooler that reads position 0 gives every
-    sentence that starts with the same token the same vector."""
-    ids = probe_ids(encoder, 9)
-    input_ids = torch.tensor([ids[:5], [ids[0], *ids[5:9]]], device=encoder.device)
-    states = probe_forward(encoder, input_ids, torch.ones_like(input_ids)).last_hidden_state
-    return torch.allclose(states[0, 0].float(), states[1, 0].float(), rtol=1e-4, atol=1e-5)
+    """Whether ``encoder``'s last hidden state at position 0 ignores every later token but not the first, as in a
+    causal (decoder-only) backbone such as GPT-2: two rows that share their first token and differ after it, and a
+    third that differs only in its first token, are encoded (eval mode, no gradient) and their position-0 states
+    compared. Then a pooler that reads position 0 gives every sentence that starts with the same token the same
+    vector. A degenerate backbone whose states ignore every token (a LayerNorm with zero weights gives each token
+    its bias) is not causal: its scores are nan whatever the pooler, which the evaluations explain
+    (:func:`eval.sts.nan_spearman_note`)."""
+    ids = probe_ids(encoder, 10)
+    input_ids = torch.tensor([ids[:5], [ids[0], *ids[5:9]], [ids[9], *ids[1:5]]], device=encoder.device)
+    first = probe_forward(encoder, input_ids, torch.ones_like(input_ids)).last_hidden_state[:, 0].float()
+    return (torch.allclose(first[0], first[1], rtol=1e-4, atol=1e-5)
+            and not torch.allclose(first[0], first[2], rtol=1e-4, atol=1e-5))
 
 
 def probe_ids(encoder: torch.nn.Module, count: int) -> list[int]:

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 import run_diffcse
 import run_unsup
@@ -80,20 +79,16 @@ def test_a_nan_dev_score_is_explained_and_the_curves_are_drawn(finished_run, bac
     nan Spearman. The summary said ``before nan`` without a word, and drawing the curves failed (StopIteration)."""
     from shutil import copytree
 
-    from safetensors.torch import load_file, save_file
+    from tests.tiny import zero_last_layer_norm
 
     tmp, corpus, senteval = finished_run
-    flat = copytree(backbone, tmp / "flat")
-    weights = load_file(flat / "model.safetensors")
-    last_norm = max(name for name in weights if name.endswith("output.LayerNorm.weight") and ".attention." not in name)
-    save_file({**weights, last_norm: torch.zeros_like(weights[last_norm])}, flat / "model.safetensors",
-              metadata={"format": "pt"})
+    flat = zero_last_layer_norm(copytree(backbone, tmp / "flat"))
     out = tmp / "run"
     result = in_process(run_unsup.main, [
         "--model_name_or_path", str(flat), "--train_file", str(corpus), "--senteval_dir", str(senteval),
         "--output_dir", str(out), "--max_steps", "2", "--eval_steps", "2", "--per_device_train_batch_size", "8",
         "--learning_rate", "1e-9", "--pooler_type", "avg", "--use_cpu", "true", "--dataloader_pin_memory", "false"],
-        capsys)  # avg: position 0 reads as causal (it sees only the first token, as every position)
+        capsys)
     assert result.code == 0, result.err[-3000:]
     summary = result.out[result.out.index("=== simcse: run summary ==="):]
     assert "STS-B dev Spearman x100: before nan -> " in summary

@@ -27,7 +27,7 @@ from tests.cli import in_process
 from tests.test_user_errors import base_args
 from eval.backbone import cls_position_problem
 from tests.tiny import (SPECIAL, WORDS, save_tiny_backbone, save_tiny_generator, tiny_config, tiny_corpus,
-                        tiny_tokenizer)
+                        tiny_tokenizer, zero_last_layer_norm)
 
 
 @pytest.fixture
@@ -198,6 +198,34 @@ def test_eval_refuses_a_position_zero_vector_where_position_zero_is_no_summary(n
                         prog="python -m eval")
     assert result.code == 1
     assert one_line_error(result, EVAL) == "error: " + expected.format(path=path)
+
+
+def degenerate_bert(folder: Path) -> Path:
+    """The tiny BERT whose states ignore every token (:func:`tests.tiny.zero_last_layer_norm`; tests/test_run_report.py
+    trains one to a nan dev score)."""
+    return zero_last_layer_norm(save_tiny_backbone(folder))
+
+
+@pytest.mark.parametrize("build, causal", [(tiny_gpt2, True), (save_tiny_backbone, False), (degenerate_bert, False)],
+                         ids=["gpt2", "bert", "degenerate_bert"])
+def test_a_backbone_is_causal_where_position_zero_sees_its_first_token_only(build, causal, tmp_path):
+    """GPT-2's position 0 sees its own token and no later one. A backbone whose states ignore every token (the
+    degenerate BERT) was called causal too, and its position-0 poolers refused as such; it is not: its scores are
+    nan whatever the pooler, which the evaluations explain."""
+    from eval.backbone import position_zero_sees_only_itself
+
+    encoder = AutoModel.from_pretrained(build(tmp_path / "backbone"))
+    assert position_zero_sees_only_itself(encoder) is causal
+
+
+def test_a_degenerate_backbone_is_not_refused_as_causal(corpus, tmp_path, capsys):
+    """The degenerate BERT with ``--pooler_type cls`` trains (it was refused: "is a causal (decoder-only) backbone")."""
+    path = degenerate_bert(tmp_path / "degenerate")
+    out = tmp_path / "out"
+    trained = in_process(run_unsup.main, base_args(path, corpus, out) + ["--eval_strategy", "no", "--pooler_type",
+                                                                         "cls"], capsys)
+    assert trained.code == 0, trained.err
+    assert "causal" not in trained.err and (out / "export" / "hf" / "model.safetensors").is_file()
 
 
 def test_cls_position_problem_names_a_tokenizer_with_no_cls_and_passes_one_that_starts_with_it(tmp_path):

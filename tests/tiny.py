@@ -57,6 +57,20 @@ def save_tiny_backbone(directory: str | Path, arch: str = "bert", seed: int = 0,
     return directory
 
 
+def zero_last_layer_norm(folder: str | Path) -> Path:
+    """Set the last output LayerNorm's weights of the BERT-like backbone saved in ``folder`` to 0: every token's last
+    hidden state is then that LayerNorm's bias, whatever the sentence (a degenerate backbone: nan STS scores)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(folder)
+    weights = load_file(folder / "model.safetensors")
+    last_norm = max(name for name in weights if name.endswith("output.LayerNorm.weight") and ".attention." not in name)
+    save_file({**weights, last_norm: torch.zeros_like(weights[last_norm])}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    return folder
+
+
 def save_tiny_generator(directory: str | Path, seed: int = 1) -> Path:
     """Save a tiny random DistilBERT masked LM + the tiny tokenizer (a stand-in for DiffCSE's generator,
     ``distilbert-base-uncased``, sharing the tiny backbone's vocabulary)."""
