@@ -64,7 +64,7 @@ from transformers.training_args import ParallelMode
 
 from models.module_lists import listed_parameters
 
-from .checkpoints import TRAINER_STATE, write_completion_marker, written_processes
+from .checkpoints import TRAINER_STATE, rng_state_files, write_completion_marker, written_processes
 from .resume_settings import write_run_arguments
 
 WRITTEN_FOR = "5.23.0"
@@ -144,12 +144,12 @@ class TrainerAdapter(Trainer):
         run = written_processes(checkpoint) if checkpoint is not None else None
         if run is None or run == self.args.world_size:
             return super()._load_rng_state(checkpoint)
-        first = Path(checkpoint) / ("rng_state.pth" if run == 1 else "rng_state_0.pth")
+        first = Path(checkpoint) / rng_state_files(run)[0]
         with safe_globals():  # the Trainer's own allow-list for the numpy state inside
             state = torch.load(first, weights_only=True)
         distributed = self.args.parallel_mode == ParallelMode.DISTRIBUTED
         with tempfile.TemporaryDirectory() as folder:
-            name = "rng_state.pth" if self.args.world_size == 1 else f"rng_state_{self.args.process_index}.pth"
+            name = rng_state_files(self.args.world_size)[self.args.process_index]
             torch.save(rng_state_for_layout(state, distributed), Path(folder) / name)
             super()._load_rng_state(folder)
 
