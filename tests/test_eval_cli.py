@@ -233,13 +233,9 @@ def test_a_nan_score_is_said_and_scipy_does_not_warn(tmp_path: Path, tiny_bert_d
     per process; now the table is followed by what the score means, and nothing warns."""
     from shutil import copytree
 
-    from safetensors.torch import load_file, save_file
+    from tests.tiny import zero_last_layer_norm
 
-    flat = copytree(tiny_bert_dir, tmp_path / "flat")
-    weights = load_file(flat / "model.safetensors")
-    last_norm = max(name for name in weights if name.endswith("output.LayerNorm.weight") and ".attention." not in name)
-    save_file({**weights, last_norm: torch.zeros_like(weights[last_norm])}, flat / "model.safetensors",
-              metadata={"format": "pt"})
+    flat = zero_last_layer_norm(copytree(tiny_bert_dir, tmp_path / "flat"))
     results = main(["--model_name_or_path", str(flat), "--pooler", "avg", "--mode", "dev", "--senteval_dir",
                     str(sts_fixture_dir), "--device", "cpu"])
     assert results["STSBenchmark"] is None and results["SICKRelatedness"] is None  # nan, written as null
