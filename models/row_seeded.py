@@ -330,13 +330,18 @@ def _signed32(value: int) -> int:
 
 def _kernel(compiled, device_type: str):
     """The compiled rule behind the call signature ``(operands, seed, shape)``: its operands in the form the
-    device's rule takes (int32 patterns on CPU) and the seed as :func:`_signed32`."""
+    device's rule takes (int32 patterns on CPU) and the seed as :func:`_signed32`. Called without autograd: a mask
+    has no gradient, and the grad mode is one of a compiled function's guards, so a cached step's no-grad pass
+    beside its gradient pass compiled each input rank twice (a second compile of every graph at the run's start)."""
     if device_type == "cuda":
-        return lambda operands, seed, shape: compiled(operands.row_ids, operands.thresholds, _signed32(seed),
-                                                      *shape[1:])
+        def cuda_kernel(operands: KeepOperands, seed: int, shape: torch.Size) -> torch.Tensor:
+            with torch.no_grad():
+                return compiled(operands.row_ids, operands.thresholds, _signed32(seed), *shape[1:])
+        return cuda_kernel
 
     def cpu_kernel(operands: KeepOperands, seed: int, shape: torch.Size) -> torch.Tensor:
-        return compiled(*operands.int32(), _signed32(seed), *shape[1:]).view(torch.bool)
+        with torch.no_grad():
+            return compiled(*operands.int32(), _signed32(seed), *shape[1:]).view(torch.bool)
     return cpu_kernel
 
 
