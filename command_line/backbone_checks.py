@@ -141,10 +141,10 @@ def check_pooler(model: ContrastiveModel, tokenizer: Any, flag: str, name: str) 
     if pooler is None:
         return
     if position_zero_sees_only_itself(model.encoder):
-        raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}) is a causal (decoder-only) backbone: its "
-                         f"position 0 sees only the first token, so --pooler_type {pooler} would give every sentence "
-                         f"that starts with the same token the same vector. Pass --pooler_type avg (the mean over "
-                         f"the sentence's tokens).")
+        raise UsageError(f"{flag} {name} ({type(model.encoder).__name__}): its position 0 sees only the first token "
+                         f"(a causal backbone, as decoder-only ones are), so --pooler_type {pooler} would give every "
+                         f"sentence that starts with the same token the same vector. Pass --pooler_type avg (the "
+                         f"mean over the sentence's tokens).")
     problem = cls_position_problem(tokenizer)
     if problem:
         raise UsageError(f"{flag} {name}: {problem}; --pooler_type {pooler} reads position 0, so it would train "

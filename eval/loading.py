@@ -150,9 +150,9 @@ def _transformer_embed_fn(model: torch.nn.Module, tokenizer: Any, pooler: str, n
             f"--pooler avg")
     if pooler == "cls_before_pooler" and position_zero_sees_only_itself(model):
         raise ModelLoadingError(
-            f"{name} ({type(model).__name__}) is a causal (decoder-only) model: its position 0 sees only the first "
-            f"token, so --pooler cls_before_pooler gives every sentence that starts with the same token the same "
-            f"vector; use --pooler avg (the mean over the sentence's tokens)"
+            f"{name} ({type(model).__name__}): its position 0 sees only the first token (a causal model, as "
+            f"decoder-only ones are), so --pooler cls_before_pooler gives every sentence that starts with the same "
+            f"token the same vector; use --pooler avg (the mean over the sentence's tokens)"
         )
     problem = cls_position_problem(tokenizer) if pooler in POSITION_ZERO_POOLERS else None
     if problem:

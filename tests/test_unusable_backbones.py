@@ -151,12 +151,12 @@ def test_a_generator_without_tokenizer_files_is_refused(backbone, corpus, tmp_pa
 POSITION_ZERO_CASES = {
     # causal: position 0 sees only the first token
     "gpt2": (tiny_gpt2,
-             "{path} (GPT2Model) is a causal (decoder-only) backbone: its position 0 sees only the first token, so "
-             "--pooler_type {pooler} would give every sentence that starts with the same token the same vector. "
-             "Pass --pooler_type avg (the mean over the sentence's tokens).",
-             "{path} (GPT2Model) is a causal (decoder-only) model: its position 0 sees only the first token, so "
-             "--pooler cls_before_pooler gives every sentence that starts with the same token the same vector; use "
-             "--pooler avg (the mean over the sentence's tokens)"),
+             "{path} (GPT2Model): its position 0 sees only the first token (a causal backbone, as decoder-only "
+             "ones are), so --pooler_type {pooler} would give every sentence that starts with the same token the "
+             "same vector. Pass --pooler_type avg (the mean over the sentence's tokens).",
+             "{path} (GPT2Model): its position 0 sees only the first token (a causal model, as decoder-only ones "
+             "are), so --pooler cls_before_pooler gives every sentence that starts with the same token the same "
+             "vector; use --pooler avg (the mean over the sentence's tokens)"),
     # XLNet's tokenizer puts <cls> last: before this check such a run trained the first word's state silently (and
     # before, the position check read XLNet's -1 table as a limit, so even --pooler_type avg was refused)
     "xlnet": (tiny_xlnet,
@@ -219,7 +219,7 @@ def test_a_backbone_is_causal_where_position_zero_sees_its_first_token_only(buil
 
 
 def test_a_degenerate_backbone_is_not_refused_as_causal(corpus, tmp_path, capsys):
-    """The degenerate BERT with ``--pooler_type cls`` trains (it was refused: "is a causal (decoder-only) backbone")."""
+    """The degenerate BERT with ``--pooler_type cls`` trains (it was refused as "a causal (decoder-only) backbone")."""
     path = degenerate_bert(tmp_path / "degenerate")
     out = tmp_path / "out"
     trained = in_process(run_unsup.main, base_args(path, corpus, out) + ["--eval_strategy", "no", "--pooler_type",
