@@ -9,7 +9,8 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
 - :func:`check_position_limit`: the longest view (``--max_seq_length`` plus what the method adds: PromptBERT's
   template) fits the backbone's position table (``max_position_embeddings``, less RoBERTa's padding offset).
 - :func:`check_forward`: the backbone has a token-embedding table (CANINE has none) and its forward runs on token
-  ids and an attention mask, the only inputs the models give it (Bros asks for boxes).
+  ids and an attention mask, the only inputs the models give it (Bros asks for boxes), of any length (Nystromformer
+  with fewer landmarks than its ``segment_means_seq_len`` takes that length only).
 - :func:`check_pooler`: a pooler that reads position 0 is refused on a causal (decoder-only) backbone, whose
   position 0 sees only the first token, and with a tokenizer that puts no [CLS] token there (XLNet's goes last,
   T5's has none), where it holds the first word; ``--pooler_type avg`` is the one to pass (decided: refused, not
@@ -33,8 +34,9 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from eval.backbone import (TEXT_ENCODER_ADVICE, backbone_config, bf16_forward_problem, cls_position_problem,
-                           draws_outside, encoder_decoder_problem, position_limit, position_zero_sees_only_itself,
-                           rows_first_problem, text_encoder_problem, tokenizer_problem, vocabulary_problem)
+                           draws_outside, encoder_decoder_problem, fixed_length_problem, position_limit,
+                           position_zero_sees_only_itself, rows_first_problem, text_encoder_problem, tokenizer_problem,
+                           vocabulary_problem)
 from models.base import ContrastiveModel
 from models.dropout import RowDropout, config_dropout_rates, row_dropout_reasons
 from trainers.errors import UsageError, UserError
@@ -126,8 +128,14 @@ def config_override_values(model_args: Any) -> dict[str, Any]:
 def check_forward(model: ContrastiveModel, flag: str, name: str) -> None:
     """Refuse a backbone without a token-embedding table (:func:`eval.backbone.token_embeddings_problem`: CANINE) or
     whose forward fails on token ids and an attention mask, the only inputs the models give it
-    (:func:`eval.backbone.forward_problem`: Bros needs boxes): both stopped the first probe with a traceback."""
+    (:func:`eval.backbone.forward_problem`: Bros needs boxes): both stopped the first probe with a traceback. First a
+    backbone that takes inputs of one length only (:func:`eval.backbone.fixed_length_problem`: Nystromformer), with
+    the ``--config_overrides`` that runs it (the built model's config, so the override given is seen)."""
     for backbone in (child for child in model.children() if isinstance(child, PreTrainedModel)):
+        if fixed_length := fixed_length_problem(backbone.config):
+            problem, setting = fixed_length
+            raise UsageError(f"{flag} {name} ({type(backbone).__name__}) {problem}. Pass --config_overrides {setting} "
+                             f"(recorded with the run and in its export's config.json).")
         if problem := text_encoder_problem(backbone):
             raise UsageError(f"{flag} {name} ({type(backbone).__name__}) {problem}. {TEXT_ENCODER_ADVICE}")
 

@@ -502,6 +502,24 @@ def token_embeddings_problem(model: torch.nn.Module) -> str | None:
 
 
 #: What a refusal of :func:`text_encoder_problem` advises.
+def fixed_length_problem(config: Any) -> tuple[str, str] | None:
+    """Why a backbone cannot read this repo's batches, whose width is their longest sentence's, and the config setting
+    that lets it, or ``None``. Nyströmformer's attention with ``num_landmarks`` below ``segment_means_seq_len``
+    reshapes every input into that many landmark segments, so it takes inputs of exactly ``segment_means_seq_len``
+    tokens (uw-madison/nystromformer-512: 512); with the two equal, transformers runs the exact softmax attention that
+    the Nystrom attention approximates, on inputs of any length. Without this check a run stopped at the forward probe
+    quoting a reshape error and called the backbone no text encoder."""
+    if getattr(config, "model_type", None) != "nystromformer":
+        return None
+    landmarks, length = getattr(config, "num_landmarks", None), getattr(config, "segment_means_seq_len", None)
+    if landmarks is None or landmarks == length:
+        return None
+    return (f"takes inputs of exactly segment_means_seq_len={length} tokens (its Nystrom attention averages them into "
+            f"num_landmarks={landmarks} segments), and this repo does not pad its batches to that length; with "
+            f"num_landmarks={length} it runs the exact softmax attention that the Nystrom attention approximates, on "
+            f"inputs of any length", f"num_landmarks={length}")
+
+
 TEXT_ENCODER_ADVICE = ("Use a text encoder with a token-embedding table whose forward reads token ids alone (BERT, "
                        "RoBERTa, ModernBERT...).")
 
@@ -556,9 +574,9 @@ def resolve_run_folder(model_name_or_path: str, purpose: Literal["evaluate", "tr
 __all__ = ["CLS_PROBE", "PADDING_OFFSET_MODEL_TYPES", "POOLER_PREFIX", "ST_PACKAGE", "ST_TRANSFORMER",
            "TEXT_ENCODER_ADVICE", "IncompleteWeightsError", "LoadedBackbone", "ModelLoadingError", "backbone_config",
            "bf16_forward_problem", "checkpoint_encoder", "cls_position_problem", "contrastive_checkpoint_method",
-           "draws_outside", "encoder_decoder_problem", "first_keys", "forward_problem", "in_hub_cache",
-           "load_auto_model", "load_backbone", "missing_weights_problem", "model_problem", "module_call_shapes",
-           "position_limit", "position_zero_sees_only_itself", "repeated_modules", "resolve_run_folder",
-           "rows_first_problem", "saved_tensors", "sentence_transformers_backbone", "text_encoder_problem",
-           "token_embeddings_problem", "tokenizer_problem", "transformer_module_path", "vocabulary_problem",
-           "weights_file_problem"]
+           "draws_outside", "encoder_decoder_problem", "first_keys", "fixed_length_problem", "forward_problem",
+           "in_hub_cache", "load_auto_model", "load_backbone", "missing_weights_problem", "model_problem",
+           "module_call_shapes", "position_limit", "position_zero_sees_only_itself", "repeated_modules",
+           "resolve_run_folder", "rows_first_problem", "saved_tensors", "sentence_transformers_backbone",
+           "text_encoder_problem", "token_embeddings_problem", "tokenizer_problem", "transformer_module_path",
+           "vocabulary_problem", "weights_file_problem"]

@@ -30,9 +30,9 @@ import torch
 from safetensors import SafetensorError
 
 from eval.backbone import (TEXT_ENCODER_ADVICE, IncompleteWeightsError, ModelLoadingError, bf16_forward_problem,
-                           cls_position_problem, encoder_decoder_problem, load_backbone, position_limit,
-                           position_zero_sees_only_itself, resolve_run_folder, text_encoder_problem, tokenizer_problem,
-                           transformer_module_path, vocabulary_problem, weights_file_problem)
+                           cls_position_problem, encoder_decoder_problem, fixed_length_problem, load_backbone,
+                           position_limit, position_zero_sees_only_itself, resolve_run_folder, text_encoder_problem,
+                           tokenizer_problem, transformer_module_path, vocabulary_problem, weights_file_problem)
 from eval.encoder import EmbedFn, SentenceEncoder, resolve_device
 from models.masks import prepare_attention_mask
 from models.poolers import POOLER_TYPES, POSITION_ZERO_POOLERS, needs_hidden_states, pool
@@ -369,6 +369,12 @@ def load_encoder(
     with _loading_errors(model_name_or_path):
         kind = detect_model_kind(model_name_or_path)
         backend = _BACKENDS[kind](model_name_or_path, pooler, device)
+    fixed_length = fixed_length_problem(backend.backbone.config) if backend.backbone is not None else None
+    if fixed_length:
+        problem, setting = fixed_length
+        raise ModelLoadingError(f"{model_name_or_path} ({type(backend.backbone).__name__}) {problem}. Set {setting} "
+                                f"in its config.json (run_unsup.py --config_overrides {setting} trains and exports "
+                                f"it so).")
     problem = text_encoder_problem(backend.backbone) if backend.backbone is not None else None
     if problem:
         raise ModelLoadingError(f"{model_name_or_path} ({type(backend.backbone).__name__}) {problem}. "

@@ -6,19 +6,21 @@ backbone whose forward cannot run under bf16 autocast (DeBERTa v1), DiffCSE on f
 ``--max_seq_length`` (plus PromptBERT's template) past the position table, a truncated ``model.safetensors``,
 ``--gradient_checkpointing`` on a backbone transformers has none for (ALBERT, MPNet, XLNet), per-row dropout on a
 backbone that holds its rows in another dimension than the first (XLNet) or draws dropout outside its modules
-(Longformer, Bloom), a backbone that is not a text encoder (Bros, CANINE). One line, a non-zero exit, no traceback;
+(Longformer, Bloom), a backbone that is not a text encoder (Bros, CANINE) or takes one input length only
+(Nyströmformer). One line, a non-zero exit, no traceback;
 docs/errors.md lists the messages."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import (AutoModel, AutoModelForMaskedLM, BloomConfig, BrosConfig, CanineConfig, DebertaConfig,
-                          GPT2Config, LayoutLMConfig, LongformerConfig, MarkupLMConfig, OPTConfig, T5Config,
-                          T5Tokenizer, TrainingArguments, XLNetConfig, XLNetTokenizer)
+                          GPT2Config, LayoutLMConfig, LongformerConfig, MarkupLMConfig, NystromformerConfig, OPTConfig,
+                          T5Config, T5Tokenizer, TrainingArguments, XLNetConfig, XLNetTokenizer)
 
 import eval.cli
 import run_diffcse
@@ -297,6 +299,48 @@ def test_a_backbone_that_is_not_a_text_encoder_is_refused_by_training_and_eval(a
                                             "--senteval_dir", str(sts_fixture_dir)], capsys, prog="python -m eval")
     assert evaluation.code == 1
     assert one_line_error(evaluation, EVAL) == f"error: {path} ({model}) {problem}. {advice}"
+
+
+def tiny_nystromformer(folder: Path, **config) -> Path:
+    """A tiny random Nystromformer (``config``: its landmarks and segment length) with the tiny tokenizer."""
+    tokenizer = tiny_tokenizer(folder)
+    AutoModel.from_config(NystromformerConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
+        max_position_embeddings=140, pad_token_id=0, **config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_backbone_that_takes_one_input_length_is_refused_naming_the_setting_that_trains_it(corpus, tmp_path, capsys,
+                                                                                             sts_fixture_dir):
+    """Nystromformer with fewer landmarks than its segment length (uw-madison/nystromformer-512: 64 of 512) reshapes
+    every input into its landmark segments: refused by training and python -m eval naming ``num_landmarks`` (it was
+    refused as "no text encoder", quoting the reshape's error); with ``--config_overrides num_landmarks=128`` (exact
+    softmax attention, any length) it trains, and its export, whose config says so, scores."""
+    path = tiny_nystromformer(tmp_path / "nystromformer", segment_means_seq_len=128, num_landmarks=16)
+    problem = ("(NystromformerModel) takes inputs of exactly segment_means_seq_len=128 tokens (its Nystrom attention "
+               "averages them into num_landmarks=16 segments), and this repo does not pad its batches to that length; "
+               "with num_landmarks=128 it runs the exact softmax attention that the Nystrom attention approximates, "
+               "on inputs of any length.")
+    args = base_args(path, corpus, tmp_path / "out") + ["--eval_strategy", "no", "--pooler_type", "avg"]
+    refused = in_process(run_unsup.main, args, capsys)
+    assert refused.code == 2
+    assert one_line_error(refused) == (f"run_unsup.py: error: --model_name_or_path {path} {problem} Pass "
+                                       f"--config_overrides num_landmarks=128 (recorded with the run and in its "
+                                       f"export's config.json).")
+    evaluation = in_process(eval.cli.main, ["--model_name_or_path", str(path), "--pooler", "avg", "--mode", "dev",
+                                            "--senteval_dir", str(sts_fixture_dir)], capsys, prog="python -m eval")
+    assert evaluation.code == 1
+    assert one_line_error(evaluation, EVAL) == (f"error: {path} {problem} Set num_landmarks=128 in its config.json "
+                                                f"(run_unsup.py --config_overrides num_landmarks=128 trains and exports "
+                                                f"it so).")
+    trained = in_process(run_unsup.main, args + ["--config_overrides", "num_landmarks=128"], capsys)
+    assert trained.code == 0, trained.err[-2000:]
+    export = tmp_path / "out" / "export" / "hf"
+    assert json.loads((export / "config.json").read_text())["num_landmarks"] == 128
+    scored = in_process(eval.cli.main, ["--model_name_or_path", str(export), "--mode", "dev",
+                                        "--senteval_dir", str(sts_fixture_dir)], capsys, prog="python -m eval")
+    assert scored.code == 0 and "STSB" in scored.out, scored.err[-2000:]
 
 
 def test_layoutlm_trains_with_its_unused_pooler_dropped_and_its_export_scores(corpus, tmp_path, capsys,
