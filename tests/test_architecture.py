@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,8 @@ REPORTING_MODULES = {"models/card.py", "trainers/divergence.py", "command_line/s
 LOCAL_PACKAGES = ("models", "trainers", "command_line", "data", "eval")
 
 
-def training_path_files() -> list[Path]:
+@functools.cache
+def training_path_files() -> tuple[Path, ...]:
     """The training scripts and every local module they import, directly or not (function-level imports too)."""
     seen: dict[str, Path] = {}
     todo = [ROOT / "run_unsup.py", ROOT / "run_diffcse.py"]
@@ -167,27 +169,34 @@ def training_path_files() -> list[Path]:
                     candidate = ROOT / (module.replace(".", "/") + ".py")
                     package = ROOT / module.replace(".", "/") / "__init__.py"
                     todo += [p for p in (candidate, package) if p.exists()]
-    return sorted(seen.values())
+    return tuple(sorted(seen.values()))
+
+
+@functools.cache
+def names_in_code(path: Path) -> frozenset[str]:
+    """What ``path``'s code - not docstrings or comments - names: attributes, keyword arguments, parameters,
+    variables and string constants (read once per test process: every setting's test looks names up in every file)."""
+    tree = module_tree(path)
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, (ast.keyword, ast.arg)) and node.arg is not None:
+            names.add(node.arg)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            names.add(node.value)
+    return frozenset(names)
 
 
 def files_naming(setting: str) -> set[str]:
     """Files on the training path (:func:`training_path_files`) whose code - not docstrings or comments - names
     ``setting``: an attribute, a keyword argument, a parameter, a variable or a string key."""
-    found = set()
-    for path in training_path_files():
-        tree = module_tree(path)
-        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                      and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-        for node in ast.walk(tree):
-            named = (isinstance(node, ast.Attribute) and node.attr == setting
-                     or isinstance(node, ast.keyword) and node.arg == setting
-                     or isinstance(node, ast.arg) and node.arg == setting
-                     or isinstance(node, ast.Name) and node.id == setting
-                     or isinstance(node, ast.Constant) and node.value == setting and id(node) not in docstrings)
-            if named:
-                found.add(str(path.relative_to(ROOT)))
-                break
+    found = {str(path.relative_to(ROOT)) for path in training_path_files() if setting in names_in_code(path)}
     return found - REPORTING_MODULES
 
 
