@@ -175,8 +175,11 @@ def check_precision(model: ContrastiveModel, bf16: bool, eval_dtype: str, flag: 
 
 
 #: The advice of a per-row dropout refusal: what trains such a backbone.
-WITHOUT_ROW_DROPOUT = ("Train it without (stream masks: no --dropout_masks row_seeded, no --cache_chunk_size; "
-                       "--method simcse, esimcse or promptbert)")
+#: The way out of a per-row dropout refusal: stream masks, which the cached step takes too (each chunk's masks are
+#: replayed from its RNG state: trainers/cached_step.py), and a method whose views need no per-row rates.
+WITHOUT_ROW_DROPOUT = ("Train it without per-row dropout (stream masks: --dropout_masks stream, with "
+                       "--cache_chunk_size too, whose chunks then replay their RNG states; --method simcse, esimcse or "
+                       "promptbert)")
 
 
 def check_row_dropout(model: ContrastiveModel, flag: str, name: str) -> None:

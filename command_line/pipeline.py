@@ -144,10 +144,10 @@ def repeated_keyed_masks_warning(model: ContrastiveModel) -> str | None:
             return (f"{type(backbone).__name__} (the {name}) calls {len(repeated)} of its dropout modules "
                     f"{max(repeated.values())} times in a pass ({module}: {calls} calls; ALBERT applies one layer "
                     f"at every depth, X-MOD one output dropout before and after its language adapter), and row-seeded "
-                    f"masks (--dropout_masks row_seeded, which --cache_chunk_size "
-                    f"implies) key a mask by its module, row and element: each call draws the same masks for a "
-                    f"sentence, where the papers' stream masks draw new ones. --dropout_masks stream without "
-                    f"--cache_chunk_size draws them anew.")
+                    f"masks (--dropout_masks row_seeded, --cache_chunk_size's default) "
+                    f"key a mask by its module, row and element: each call draws the same masks for a sentence, "
+                    f"where the papers' stream masks draw new ones. --dropout_masks stream draws them anew, with "
+                    f"--cache_chunk_size too (each chunk's masks replayed from its RNG state).")
     return None
 
 

@@ -425,7 +425,7 @@ def row_dropout_reasons(config) -> list[str]:
     if config.off_dropout:
         reasons.append("SimCSE++'s dropout-off negatives (--off_dropout)")
     if config.dropout_masks == "row_seeded":
-        reasons.append("row-seeded masks (--dropout_masks row_seeded, which --cache_chunk_size implies)")
+        reasons.append("row-seeded masks (--dropout_masks row_seeded, --cache_chunk_size's default)")
     return reasons
 
 

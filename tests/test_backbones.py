@@ -107,8 +107,8 @@ def test_row_seeded_masks_do_not_depend_on_the_padded_width_on_every_backbone(ar
 def test_row_seeded_masks_on_albert_s_shared_layer_say_that_its_depths_share_masks(tmp_path, capsys):
     """ALBERT applies one layer at every depth, its dropout modules with it, and a row-seeded mask is keyed by its
     module, row and element: every depth draws the same masks for a sentence (stream masks draw new ones per call).
-    Through run_unsup.py the run says so, in its log and summary; a stream-mask ALBERT run and a row-seeded BERT
-    run say nothing."""
+    Through run_unsup.py the run says so, in its log and summary, with the way out it names; stream-mask ALBERT runs,
+    uncached and cached, and a row-seeded BERT run say nothing."""
     from tests.cli import in_process
 
     corpus = tiny_corpus(tmp_path / "corpus.txt")
@@ -125,7 +125,13 @@ def test_row_seeded_masks_on_albert_s_shared_layer_say_that_its_depths_share_mas
     summary = shared.split("run summary ===", 1)[1]
     assert ("warning: AlbertModel (the encoder) calls 2 of its dropout modules 2 times in a pass "
             "(encoder.albert_layer_groups.0.albert_layers.0.attention.attention_dropout: 2 calls;") in summary
-    assert "draws the same masks" not in run("albert") + run("bert", "--dropout_masks", "row_seeded")
+    advice = summary.split("row-seeded masks (--dropout_masks row_seeded, --cache_chunk_size's default)", 1)[1]
+    assert advice.startswith(
+        " key a mask by its module, row and element: each call draws the same masks for a sentence, where the papers' "
+        "stream masks draw new ones. --dropout_masks stream draws them anew, with --cache_chunk_size too (each chunk's "
+        "masks replayed from its RNG state).")
+    assert "draws the same masks" not in (run("albert") + run("albert", "--cache_chunk_size", "4", "--dropout_masks",
+                                                               "stream") + run("bert", "--dropout_masks", "row_seeded"))
 
 
 def test_an_attention_dropout_per_row_dropout_cannot_find_stops_instead_of_drawing_stream_masks():

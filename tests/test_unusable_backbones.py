@@ -520,7 +520,7 @@ def test_rows_first_problem_names_where_a_backbone_holds_its_rows(tmp_path):
 @pytest.mark.parametrize("flags, feature", [
     (["--method", "s_simcse"], "S-SimCSE's sampled rates (--dropout_dist uniform)"),
     (["--method", "simcse_pp"], "SimCSE++'s dropout-off negatives (--off_dropout)"),
-    (["--cache_chunk_size", "4"], "row-seeded masks (--dropout_masks row_seeded, which --cache_chunk_size implies)"),
+    (["--cache_chunk_size", "4"], "row-seeded masks (--dropout_masks row_seeded, --cache_chunk_size's default)"),
 ])
 def test_per_row_dropout_on_a_length_first_backbone_is_refused_and_stream_masks_train(flags, feature, corpus, tmp_path,
                                                                                       capsys):
@@ -530,20 +530,23 @@ def test_per_row_dropout_on_a_length_first_backbone_is_refused_and_stream_masks_
     assert refused_per_row_dropout(path, flags, corpus, tmp_path, capsys) == (
         f"run_unsup.py: error: --model_name_or_path {path}: XLNetModel holds [3, 2, 32] at dropout for 2 rows of 3 "
         f"tokens, its rows in dimension 1, so the per-row dropout of {feature} cannot tell its rows apart. Train it "
-        "without (stream masks: no --dropout_masks row_seeded, no --cache_chunk_size; --method simcse, esimcse or "
-        "promptbert), or use a backbone that holds the batch first (BERT, RoBERTa, MPNet...).")
+        "without per-row dropout (stream masks: --dropout_masks stream, with --cache_chunk_size too, whose chunks then "
+        "replay their RNG states; --method simcse, esimcse or promptbert), or use a backbone that holds the batch "
+        "first (BERT, RoBERTa, MPNet...).")
 
 
 def refused_per_row_dropout(path: Path, flags: list[str], corpus: Path, tmp_path: Path, capsys) -> str:
     """The one-line refusal of a run of ``path`` with ``flags`` (per-row dropout), which exports nothing, after
-    checking that stream-mask SimCSE trains the same backbone (``--pooler_type avg``)."""
+    checking what it advises: stream-mask SimCSE trains the same backbone (``--pooler_type avg``), uncached and
+    cached."""
     out = tmp_path / "out"
     args = base_args(path, corpus, out) + ["--eval_strategy", "no", "--pooler_type", "avg"]
     refused = in_process(run_unsup.main, args + flags, capsys)
     assert refused.code == 2, refused.err
     assert not (out / "export").exists()
-    trained = in_process(run_unsup.main, args, capsys)  # SimCSE with stream masks
-    assert trained.code == 0, trained.err
+    for stream in ([], ["--cache_chunk_size", "4", "--dropout_masks", "stream", "--overwrite_output_dir", "true"]):
+        trained = in_process(run_unsup.main, args + stream, capsys)  # SimCSE with stream masks
+        assert trained.code == 0, trained.err
     return one_line_error(refused)
 
 
@@ -587,14 +590,15 @@ def test_per_row_dropout_on_a_backbone_that_draws_dropout_outside_its_modules_is
     2.4e-2 on OPT; row-seeded masks 5e-4 apart between a pass of 4 sentences and two of 2 on Longformer). OPT, with
     no dropout module at all, was not even probed. Refused in one line; stream-mask SimCSE trains them."""
     path = tiny_functional_dropout_backbone(arch, tmp_path / arch)
-    feature = {"longformer": "row-seeded masks (--dropout_masks row_seeded, which --cache_chunk_size implies)",
+    feature = {"longformer": "row-seeded masks (--dropout_masks row_seeded, --cache_chunk_size's default)",
                "bloom": "SimCSE++'s dropout-off negatives (--off_dropout)",
                "opt": "S-SimCSE's sampled rates (--dropout_dist uniform)"}[arch]
     assert refused_per_row_dropout(path, flags, corpus, tmp_path, capsys) == (
         f"run_unsup.py: error: --model_name_or_path {path}: {where} (torch's functional dropout at a rate it holds as "
         f"a number), so the per-row dropout of {feature} cannot plan it: those rows would get other masks and rates "
-        "than planned. Train it without (stream masks: no --dropout_masks row_seeded, no --cache_chunk_size; --method "
-        "simcse, esimcse or promptbert), or use a backbone whose dropout is all modules (BERT, RoBERTa, BigBird...).")
+        "than planned. Train it without per-row dropout (stream masks: --dropout_masks stream, with --cache_chunk_size "
+        "too, whose chunks then replay their RNG states; --method simcse, esimcse or promptbert), or use a backbone "
+        "whose dropout is all modules (BERT, RoBERTa, BigBird...).")
 
 
 def test_draws_outside_finds_no_draw_on_a_backbone_whose_dropout_is_all_modules(tmp_path):
