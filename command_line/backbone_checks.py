@@ -174,9 +174,9 @@ def check_precision(model: ContrastiveModel, bf16: bool, eval_dtype: str, flag: 
                          f"its forward stops with \"{problem}\". Pass {fixes} (fp32).")
 
 
-#: The advice of a per-row dropout refusal: what trains such a backbone.
-#: The way out of a per-row dropout refusal: stream masks, which the cached step takes too (each chunk's masks are
-#: replayed from its RNG state: trainers/cached_step.py), and a method whose views need no per-row rates.
+#: The advice of a per-row dropout refusal, what trains such a backbone: stream masks, which the cached step takes
+#: too (each chunk's masks are replayed from its RNG state: trainers/cached_step.py), and a method whose views need no
+#: per-row rates.
 WITHOUT_ROW_DROPOUT = ("Train it without per-row dropout (stream masks: --dropout_masks stream, with "
                        "--cache_chunk_size too, whose chunks then replay their RNG states; --method simcse, esimcse or "
                        "promptbert)")

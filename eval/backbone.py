@@ -501,7 +501,6 @@ def token_embeddings_problem(model: torch.nn.Module) -> str | None:
     return None
 
 
-#: What a refusal of :func:`text_encoder_problem` advises.
 def fixed_length_problem(config: Any) -> tuple[str, str] | None:
     """Why a backbone cannot read this repo's batches, whose width is their longest sentence's, and the config setting
     that lets it, or ``None``. Nyströmformer's attention with ``num_landmarks`` below ``segment_means_seq_len``
@@ -520,6 +519,7 @@ def fixed_length_problem(config: Any) -> tuple[str, str] | None:
             f"inputs of any length", f"num_landmarks={length}")
 
 
+#: What a refusal of :func:`text_encoder_problem` advises.
 TEXT_ENCODER_ADVICE = ("Use a text encoder with a token-embedding table whose forward reads token ids alone (BERT, "
                        "RoBERTa, ModernBERT...).")
 
