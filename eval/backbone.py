@@ -505,8 +505,8 @@ def fixed_length_problem(config: Any) -> tuple[str, str] | None:
     """Why a backbone cannot read this repo's batches, whose width is their longest sentence's, and the config setting
     that lets it, or ``None``. Nyströmformer's attention with ``num_landmarks`` below ``segment_means_seq_len``
     reshapes every input into that many landmark segments, so it takes inputs of exactly ``segment_means_seq_len``
-    tokens (uw-madison/nystromformer-512: 512); with the two equal, transformers runs the exact softmax attention that
-    the Nystrom attention approximates, on inputs of any length. Without this check a run stopped at the forward probe
+    tokens; with the two equal (transformers' default, 64 and 64), it runs the exact softmax attention that the
+    Nystrom attention approximates, on inputs of any length. Without this check a run stopped at the forward probe
     quoting a reshape error and called the backbone no text encoder."""
     if getattr(config, "model_type", None) != "nystromformer":
         return None

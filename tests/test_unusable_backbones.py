@@ -313,10 +313,11 @@ def tiny_nystromformer(folder: Path, **config) -> Path:
 
 def test_a_backbone_that_takes_one_input_length_is_refused_naming_the_setting_that_trains_it(corpus, tmp_path, capsys,
                                                                                              sts_fixture_dir):
-    """Nystromformer with fewer landmarks than its segment length (uw-madison/nystromformer-512: 64 of 512) reshapes
-    every input into its landmark segments: refused by training and python -m eval naming ``num_landmarks`` (it was
-    refused as "no text encoder", quoting the reshape's error); with ``--config_overrides num_landmarks=128`` (exact
-    softmax attention, any length) it trains, and its export, whose config says so, scores."""
+    """Nystromformer with fewer landmarks than its segment length (a config choice: transformers' default sets both to
+    64) reshapes every input into its landmark segments: refused by training and python -m eval naming
+    ``num_landmarks`` (it was refused as "no text encoder", quoting the reshape's error); with ``--config_overrides
+    num_landmarks=128`` (exact softmax attention, any length) it trains, and its export, whose config says so,
+    scores."""
     path = tiny_nystromformer(tmp_path / "nystromformer", segment_means_seq_len=128, num_landmarks=16)
     problem = ("(NystromformerModel) takes inputs of exactly segment_means_seq_len=128 tokens (its Nystrom attention "
                "averages them into num_landmarks=16 segments), and this repo does not pad its batches to that length; "
