@@ -39,6 +39,8 @@ multiply do; ``tests/test_row_seeded.py`` checks the result equals the int64 ref
 it, and ``tests/test_cuda.py`` on a GPU), in-place updates (no fresh temporaries) and, on CPU, blocks of
 :data:`CPU_BLOCK_ELEMENTS` so that the dozen passes of the mixer stay in the core's cache: about 8x faster than the
 int64 route on a CPU, and faster than torch's own ``bernoulli`` dropout (bench/keyed_masks.py; docs/benchmarks.md).
+The same int32 route serves a CPU call on an input too small to be worth the compiled kernel's build
+(:data:`CPU_FUSED_MIN_ELEMENTS`).
 
 Inside a compiled backbone (the fast path, ``trainers/fast_path.py``) the seeds are tensors: the step's seed reaches
 the graph as a device tensor (``trainers.keyed_dropout.StepDraws.stage``), each call's seed is
@@ -198,15 +200,16 @@ def keyed_keep_mask(seed: int, row_ids: torch.Tensor, shape: torch.Size, rates: 
 def keyed_keep_mask_from(seed: int | torch.Tensor, operands: KeepOperands, shape: torch.Size) -> torch.Tensor:
     """:func:`keyed_keep_mask` of the draw ``seed`` from a pass's :class:`KeepOperands`. One compiled call where
     ``torch.compile`` can build it (:func:`fused_keep_mask`: the line keys and the mask in one graph, the seed and
-    the sizes passed as integers, so no tensor is made on the host); elsewhere the line keys (:func:`line_keys`,
-    int64) then the int32 route op by op (:func:`_int32_keep_mask`). Same bits either way.
+    the sizes passed as integers, so no tensor is made on the host) and it is worth its build (:func:`_fuses`: on a
+    CPU, not for a small input before the kernel exists); elsewhere the line keys (:func:`line_keys`, int64) then the
+    int32 route op by op (:func:`_int32_keep_mask`). Same bits either way.
 
     A seed given as a 0-d int64 tensor (:func:`call_seed_tensor`) is a call inside a compiled backbone's graph: the
     rule written out in int64 (:func:`_keyed_rule`), which the compiler fuses with the dropout it feeds."""
     if isinstance(seed, torch.Tensor):
         return _keyed_rule(operands.row_ids, operands.thresholds, seed, *shape[1:])
     device_type = operands.row_ids.device.type
-    fused = fused_keep_mask(device_type)
+    fused = fused_keep_mask(device_type) if _fuses(device_type, shape) else None
     if fused is not None and shape.numel() > 0:
         try:
             return fused(operands, seed, shape)
@@ -291,6 +294,22 @@ def _int32_keep_mask(line_keys: torch.Tensor, thresholds: torch.Tensor, line_num
 _FUSED: dict[str, object] = {}
 #: Set to False to always run the op-by-op int32 route (no ``torch.compile``), e.g. to compare the two.
 FUSE_MASKS = True
+#: On a CPU, the compiled kernel is built at the first call whose input has at least this many elements; a smaller
+#: input's mask comes op by op until then (the same bits). The build (dynamo, then inductor's C++ for each input rank,
+#: checked on a probe) takes 7.3 s from a warm inductor cache and 59 s from a cold one at every process start (one
+#: thread of a 2-core AMD EPYC, 2026-12-02), while on inputs this small the op-by-op route costs only about 0.4 ms a
+#: call more than the kernel (2,816 elements: 0.55 against 0.17 ms): the tiny random models of the test suite
+#: (hidden 32), whose runs of a few steps never repaid the build. A real encoder's dropout inputs are far above it
+#: (MiniLM's hidden states at batch 64, two views of 32 tokens: 1,572,864 elements), so its run builds the kernel at
+#: its first call, as before. On CUDA the kernel is built at the first call whatever its size: there each eager op is
+#: a launch, and the build's probe reads the host, which must happen before a step graph is captured, not in it.
+CPU_FUSED_MIN_ELEMENTS = 1 << 16
+
+
+def _fuses(device_type: str, shape: torch.Size) -> bool:
+    """Whether a call's mask comes from the compiled kernel (:func:`fused_keep_mask`, where it builds): on CUDA
+    always; on a CPU once the kernel exists, or for an input of at least :data:`CPU_FUSED_MIN_ELEMENTS` elements."""
+    return device_type != "cpu" or device_type in _FUSED or shape.numel() >= CPU_FUSED_MIN_ELEMENTS
 
 
 def fused_keep_mask(device_type: str):

@@ -405,10 +405,10 @@ def test_trainer_steps_cached_equal_uncached_with_row_seeded_masks(paths, tmp_pa
 def test_a_cached_step_has_no_host_sync(paths, case, masks):
     """Like tests/test_no_host_sync.py for the uncached step: chunking, the RNG replay, row-seeded masks (the step's
     seed is a host-side draw) and DiffCSE's chunked RTD never make a GPU wait for the host (two steps: the second
-    with a non-empty ESimCSE queue). A step on a copy runs first: the process's first keyed masks build the fused
-    kernel and check it against the rule on a probe (``models.row_seeded._mismatch``: three host reads, once per
-    process), which the suite's order put in this test or in an earlier one (this test failed when run first in
-    its process, on main since the probe was added)."""
+    with a non-empty ESimCSE queue). A step on a copy runs first: what a process does once must not count as the
+    step's, e.g. the fused kernel's build and its check against the rule on a probe (``models.row_seeded._mismatch``:
+    three host reads, once per process), which this test failed on when run first in its process before the tiny
+    model's inputs stopped building the kernel on a CPU (``models.row_seeded.CPU_FUSED_MIN_ELEMENTS``)."""
     from tests.test_no_host_sync import HostSyncRecorder
 
     model = build(paths, case, dropout_masks=masks)

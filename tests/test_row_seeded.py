@@ -441,6 +441,80 @@ def test_the_cuda_rule_multiplies_no_index_by_a_constant_outside_int32():
     assert from_arange  # the coordinates were found
 
 
+def recorded_builds(monkeypatch) -> list[str]:
+    """A fresh process's state for the CPU kernel (none built yet), whose builds are recorded and return the
+    op-by-op route behind the kernel's signature (no compile in the test)."""
+    builds = []
+
+    def build(device_type):
+        builds.append(device_type)
+
+        def kernel(operands, seed, shape):
+            kernel.calls += 1
+            keys = row_seeded.line_keys(seed, operands.row_ids, shape)
+            return row_seeded._int32_keep_mask(keys, operands.thresholds, shape[-1]).view(shape)
+        kernel.calls = 0
+        return kernel
+
+    monkeypatch.setattr(row_seeded, "_FUSED", {})
+    monkeypatch.setattr(row_seeded, "FUSE_MASKS", True)
+    monkeypatch.setattr(row_seeded, "_build_fused", build)
+    return builds
+
+
+def test_a_small_cpu_input_takes_the_op_by_op_route_until_an_input_of_the_kernels_size_builds_it(monkeypatch):
+    """On a CPU the compiled kernel (7 s to build warm, about 40 s cold, at each process start) is built at the first
+    call whose input has at least CPU_FUSED_MIN_ELEMENTS elements; a smaller input before it gets its mask op by op,
+    the same bits. Once built, every call uses it. Inputs of the tiny test model's sizes, the threshold, one below."""
+    builds = recorded_builds(monkeypatch)
+    rates = torch.full((8,), 0.1)
+    threshold = row_seeded.CPU_FUSED_MIN_ELEMENTS
+
+    def mask_equals_rule(seed, shape):
+        shape = torch.Size(shape)
+        mask = keyed_keep_mask(seed, torch.arange(shape[0]), shape, rates[:shape[0]])
+        want = keyed_element_bits(seed, torch.arange(shape[0]), shape) >= 429496730
+        return torch.equal(mask, want)
+
+    for seed, shape in ((3, (8, 11, 32)), (4, (8, 2, 11, 11)), (5, (8, threshold // 8 - 1))):
+        assert mask_equals_rule(seed, shape)
+    assert builds == [] and "cpu" not in row_seeded._FUSED
+    assert mask_equals_rule(6, (8, 2, threshold // 16))  # exactly the threshold: built, and used
+    assert builds == ["cpu"] and row_seeded._FUSED["cpu"].calls == 1
+    assert mask_equals_rule(7, (8, 11, 32))  # a small input once it exists: the kernel
+    assert builds == ["cpu"] and row_seeded._FUSED["cpu"].calls == 2
+
+
+def test_a_tiny_models_row_seeded_run_builds_no_cpu_kernel(tmp_path, monkeypatch, capsys):
+    """Through the entry point: ``run_unsup.py --dropout_masks row_seeded`` on the tiny BERT (its dropout inputs
+    a few thousand elements) trains without building the compiled kernel; the same run on a CUDA tensor's device type
+    would build it at its first call (``_fuses`` is true for every size off a CPU)."""
+    import run_unsup
+    from tests.cli import in_process
+    from tests.tiny import tiny_corpus
+
+    builds = recorded_builds(monkeypatch)
+    op_by_op = {"calls": 0}
+    route = row_seeded._int32_keep_mask
+
+    def counted_route(*args):
+        op_by_op["calls"] += 1
+        return route(*args)
+
+    monkeypatch.setattr(row_seeded, "_int32_keep_mask", counted_route)
+    backbone = save_tiny_backbone(tmp_path / "bert", seed=0)
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=16)
+    result = in_process(run_unsup.main, [
+        "--method", "simcse", "--dropout_masks", "row_seeded", "--model_name_or_path", str(backbone),
+        "--train_file", str(corpus), "--output_dir", str(tmp_path / "run"), "--max_steps", "2",
+        "--per_device_train_batch_size", "4", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
+        "--disable_tqdm", "true", "--use_cpu", "true", "--bf16", "false"], capsys)
+    assert result.code == 0, result.err[-2000:]
+    assert op_by_op["calls"] >= 2 * 7  # its masks were keyed: 7 dropout calls a forward, 2 steps
+    assert builds == [] and "cpu" not in row_seeded._FUSED
+    assert row_seeded._fuses("cuda", torch.Size([4, 11, 32])) and not row_seeded._fuses("cpu", torch.Size([4, 11, 32]))
+
+
 def test_a_fused_kernel_that_fails_later_gives_way_to_the_same_masks(monkeypatch, caplog):
     """A compiled kernel that passed its build-time check but fails on a later input (a new specialisation that does
     not compile) is dropped for the process with one warning, and that call's mask comes from the op-by-op route."""
