@@ -296,7 +296,7 @@ _FUSED: dict[str, object] = {}
 FUSE_MASKS = True
 #: On a CPU, the compiled kernel is built at the first call whose input has at least this many elements; a smaller
 #: input's mask comes op by op until then (the same bits). The build (dynamo, then inductor's C++ for each input rank,
-#: checked on a probe) takes 7.3 s from a warm inductor cache and 59 s from a cold one at every process start (one
+#: checked on a probe) takes 7.3 s from a warm inductor cache and 59 s from a cold one, once in every process (one
 #: thread of a 2-core AMD EPYC, 2026-12-02), while on inputs this small the op-by-op route costs only about 0.4 ms a
 #: call more than the kernel (2,816 elements: 0.55 against 0.17 ms): the tiny random models of the test suite
 #: (hidden 32), whose runs of a few steps never repaid the build. A real encoder's dropout inputs are far above it
