@@ -73,11 +73,15 @@ def test_the_cpu_kernel_is_used_or_the_fallback_says_why(monkeypatch, caplog):
         assert not caplog.text
 
 
+def op_by_op_kernel(operands, seed, shape):
+    """The op-by-op int32 route behind the compiled kernel's signature ``(operands, seed, shape)``."""
+    keys = row_seeded.line_keys(seed, operands.row_ids, shape)
+    return row_seeded._int32_keep_mask(keys, operands.thresholds, shape[-1]).view(shape)
+
+
 def test_a_kernel_that_differs_from_the_rule_is_refused():
     """The check can fail: one flipped element of a kernel's output is caught, and the op-by-op route passes."""
-    def rule(operands, seed, shape):
-        keys = row_seeded.line_keys(seed, operands.row_ids, shape)
-        return row_seeded._int32_keep_mask(keys, operands.thresholds, shape[-1]).view(shape)
+    rule = op_by_op_kernel
 
     def one_flipped(operands, seed, shape):
         mask = rule(operands, seed, shape)
@@ -451,8 +455,7 @@ def recorded_builds(monkeypatch) -> list[str]:
 
         def kernel(operands, seed, shape):
             kernel.calls += 1
-            keys = row_seeded.line_keys(seed, operands.row_ids, shape)
-            return row_seeded._int32_keep_mask(keys, operands.thresholds, shape[-1]).view(shape)
+            return op_by_op_kernel(operands, seed, shape)
         kernel.calls = 0
         return kernel
 
@@ -463,7 +466,7 @@ def recorded_builds(monkeypatch) -> list[str]:
 
 
 def test_a_small_cpu_input_takes_the_op_by_op_route_until_an_input_of_the_kernels_size_builds_it(monkeypatch):
-    """On a CPU the compiled kernel (7 s to build warm, about 40 s cold, at each process start) is built at the first
+    """On a CPU the compiled kernel (7.3 s to build warm, 59 s cold, once in every process) is built at the first
     call whose input has at least CPU_FUSED_MIN_ELEMENTS elements; a smaller input before it gets its mask op by op,
     the same bits. Once built, every call uses it. Inputs of the tiny test model's sizes, the threshold, one below."""
     builds = recorded_builds(monkeypatch)
@@ -487,8 +490,8 @@ def test_a_small_cpu_input_takes_the_op_by_op_route_until_an_input_of_the_kernel
 
 def test_a_tiny_models_row_seeded_run_builds_no_cpu_kernel(tmp_path, monkeypatch, capsys):
     """Through the entry point: ``run_unsup.py --dropout_masks row_seeded`` on the tiny BERT (its dropout inputs
-    a few thousand elements) trains without building the compiled kernel; the same run on a CUDA tensor's device type
-    would build it at its first call (``_fuses`` is true for every size off a CPU)."""
+    a few thousand elements) trains its keyed masks op by op, without building the compiled kernel; on CUDA the kernel
+    is built at the first call whatever its size (``_fuses``)."""
     import run_unsup
     from tests.cli import in_process
     from tests.tiny import tiny_corpus
