@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterator, Protocol, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Iterator, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -89,6 +89,10 @@ def rates_from_uniform(distribution: str, low: float, high: float, uniform: torc
 class KeyedDraws(Protocol):
     """What a training step installs in ``row_seeded`` controllers (``trainers.keyed_dropout.StepDraws``): random
     numbers keyed by (the step, ``stream`` = 4 x network + kind, ``call``, the row's global index, the element)."""
+
+    def add_streams(self, streams: Iterable[int]) -> None:
+        """Streams a controller draws from (:meth:`RowDropoutController.keyed_streams`), registered when it gets the
+        draws, before any step: a staged key carries their seeds (``trainers.keyed_dropout.StepDraws.stage``)."""
 
     def row_ids(self, rows: int, device: torch.device) -> torch.Tensor:
         """The global indices of a pass's ``rows`` rows (sentence-major)."""
@@ -164,7 +168,14 @@ class RowDropoutController:
         """Install the keyed draws of ``row_seeded`` masks (``trainers.keyed_dropout`` does, for every controller)."""
         if not self.row_seeded:
             raise ValueError("keyed draws are for --dropout_masks row_seeded controllers")
+        draws.add_streams(self.keyed_streams())
         self.draws = draws
+
+    def keyed_streams(self) -> tuple[int, ...]:
+        """Every stream this controller's keyed draws use: each kind of draw of its network, and the masks of rows
+        with explicit keys (:data:`KEYED_ROWS_STREAM`)."""
+        return (*(4 * self.stream + kind for kind in (MASKS, RATES, PASS_RATES, UNIFORMS)),
+                4 * (self.stream + KEYED_ROWS_STREAM) + MASKS)
 
     def _keyed(self) -> KeyedDraws:
         if self.draws is None:

@@ -42,10 +42,11 @@ int64 route on a CPU, and faster than torch's own ``bernoulli`` dropout (bench/k
 The same int32 route serves a CPU call on an input too small to be worth the compiled kernel's build
 (:data:`CPU_FUSED_MIN_ELEMENTS`).
 
-Inside a compiled backbone (the fast path, ``trainers/fast_path.py``) the seeds are tensors: the step's seed reaches
-the graph as a device tensor (``trainers.keyed_dropout.StepDraws.stage``), each call's seed is
-:func:`call_seed_tensor` of it and its mask the int64 rule (:func:`_keyed_rule`), all in the backbone's graph, which
-the compiler fuses with the dropout the mask feeds: the same bits as the eager route, with no host value compiled in.
+Inside a compiled backbone (the fast path, ``trainers/fast_path.py``) the seeds are tensors: the step's seed and
+each network's stream seeds (:func:`stream_seed`, computed on the host) reach the graph as one device tensor
+(``trainers.keyed_dropout.StepDraws.stage``), each call's seed is :func:`call_seed_tensor` of its stream's seed and
+its mask the int64 rule (:func:`_keyed_rule`), all in the backbone's graph, which the compiler fuses with the dropout
+the mask feeds: the same bits as the eager route, with no host value compiled in.
 """
 from __future__ import annotations
 
@@ -100,20 +101,38 @@ def mix32_int(x: int) -> int:
     return x ^ (x >> 16)
 
 
+def stream_seed(step_seed: int, stream: int) -> int:
+    """The part of a draw's seed that the step's seed and the stream alone decide (every dropout call of a network
+    shares it): ``mix32(mix32(step_seed) ^ (step_seed >> 32) ^ stream * golden)``. Host-side integers only."""
+    return mix32_int(mix32_int(step_seed) ^ (step_seed >> 32) ^ (stream * _GOLDEN))
+
+
+def call_seed_from(stream_seed_: int, call: int) -> int:
+    """The 32-bit seed of draw ``call`` (the dropout module's index) of a stream whose :func:`stream_seed` is
+    ``stream_seed_``: ``mix32(stream_seed + call * golden)``."""
+    return mix32_int(stream_seed_ + call * _GOLDEN)
+
+
 def call_seed(step_seed: int, stream: int, call: int) -> int:
     """The 32-bit seed of one draw: the step's seed, a stream (which network / which kind of draw), the dropout
-    module's index. Host-side integers only."""
-    return mix32_int(mix32_int(mix32_int(step_seed) ^ (step_seed >> 32) ^ (stream * _GOLDEN)) + call * _GOLDEN)
+    module's index (:func:`stream_seed`, then :func:`call_seed_from`). Host-side integers only."""
+    return call_seed_from(stream_seed(step_seed, stream), call)
 
 
-def call_seed_tensor(step_seed: torch.Tensor, stream: int, call: int | torch.Tensor) -> torch.Tensor:
-    """:func:`call_seed` of a step seed held in a 0-d int64 tensor (a value below 2**62), computed by tensor
-    operations: what a compiled backbone reads, so that the step's seed is an input of its graph, not a constant
-    compiled into it (a new graph every step). The same 32 bits as :func:`call_seed`: every :func:`mix32_int` keeps
-    its operand's low 32 bits, which XOR and addition take from their operands' low 32 bits alone, so the constants
-    enter reduced modulo 2**32."""
+def stream_seed_tensor(step_seed: torch.Tensor, stream: int) -> torch.Tensor:
+    """:func:`stream_seed` of a step seed held in a 0-d int64 tensor (a value below 2**62), computed by tensor
+    operations (a compiled backbone reads the step's seed as an input of its graph, not a constant compiled into it:
+    a new graph every step). The same 32 bits: :func:`mix32_int` keeps its operand's low 32 bits, which XOR takes
+    from its operands' low 32 bits alone, so the constant enters reduced modulo 2**32."""
     low = mix32(step_seed & MASK32) ^ (step_seed >> 32) ^ ((stream * _GOLDEN) & MASK32)
-    return mix32((mix32(low & MASK32) + ((call * _GOLDEN) & MASK32)) & MASK32)
+    return mix32(low & MASK32)
+
+
+def call_seed_tensor(stream_seed_: torch.Tensor, call: int | torch.Tensor) -> torch.Tensor:
+    """:func:`call_seed_from` of a stream seed held in a 0-d int64 tensor (a value below 2**32: staged from the host,
+    ``trainers.keyed_dropout.StepDraws.stage``, or :func:`stream_seed_tensor`) and a call given as an integer or a
+    0-d int64 tensor (a dropout module's ``call`` buffer, what the layers compiled one at a time share)."""
+    return mix32((stream_seed_ + ((call * _GOLDEN) & MASK32)) & MASK32)
 
 
 def keyed_bits(seed: int | torch.Tensor, row_ids: torch.Tensor, row_numel: int) -> torch.Tensor:
@@ -399,6 +418,7 @@ def _mismatch(kernel, device_type: str) -> str | None:
     return f"its masks differ from the rule on {wrong} of {total} probe elements"
 
 
-__all__ = ["FUSE_MASKS", "KeepOperands", "call_seed", "call_seed_tensor", "fused_keep_mask", "inverse_cdf_sample",
-           "keyed_bits", "keyed_element_bits", "keyed_keep_mask", "keyed_keep_mask_from", "keyed_uniform", "keyed_uniforms",
-           "line_keys", "mix32", "mix32_int", "mix32_int32_"]
+__all__ = ["FUSE_MASKS", "KeepOperands", "call_seed", "call_seed_from", "call_seed_tensor", "fused_keep_mask",
+           "inverse_cdf_sample", "keyed_bits", "keyed_element_bits", "keyed_keep_mask", "keyed_keep_mask_from",
+           "keyed_uniform", "keyed_uniforms", "line_keys", "mix32", "mix32_int", "mix32_int32_", "stream_seed",
+           "stream_seed_tensor"]

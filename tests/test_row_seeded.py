@@ -272,7 +272,10 @@ def test_s_simcse_rates_are_keyed_by_sentence_or_view():
 def test_a_staged_key_gives_the_python_integers_masks_rates_and_pass_keys():
     """Once the step's key is staged on the device (the fast path, the step graph), every draw reads it there: the
     same masks and S-SimCSE rates as from the Python integers, in a chunk's pass too, whose key is derived on the
-    device; the key is one tensor for the run, written in place (a CUDA graph reads each step's)."""
+    device; the key is one tensor for the run, written in place (a CUDA graph reads each step's), and carries the
+    seed of each stream the controller registered, written out here from the module docstring's rule
+    (``mix32(mix32(seed) ^ (seed >> 32) ^ stream * golden)``, with the published mixer: the streams of network 0, its
+    four kinds of draw and its rows with explicit keys)."""
     controller = RowDropoutController("uniform", 0.0, 0.5, sentence_wise=True, masks="row_seeded")
     dropout = RowDropout(0.25, controller, index=3).train()
     x, views = torch.randn(12, 5, 8), torch.arange(2).repeat(6)
@@ -281,20 +284,72 @@ def test_a_staged_key_gives_the_python_integers_masks_rates_and_pass_keys():
         with controller.plan(views[4:], num_groups=2):
             return dropout(x[4:]), controller.rates(8, 0.1, torch.device("cpu"), call=4)
 
+    def stream_seeds(seed: int) -> list[int]:
+        return [lowbias32(lowbias32(seed) ^ (seed >> 32) ^ (stream * 0x9E3779B9)) for stream in (0, 1, 2, 3, 256)]
+
     draws = keyed(controller, 11, first=6, count=6)
     with pass_sentences(draws, 2, 6):
         from_integers = draw()
     draws.stage(torch.device("cpu"))
     staged = draws.pass_key
-    assert staged.tolist() == [11, 6]
+    assert staged.tolist() == [11, 6, *stream_seeds(11)]
     with pass_sentences(draws, 2, 6):
-        assert draws.pass_key.tolist() == [11, 8]
+        assert draws.pass_key.tolist() == [11, 8, *stream_seeds(11)]
         from_device = draw()
-    assert draws.pass_key is staged and staged.tolist() == [11, 6]
+    assert draws.pass_key is staged and staged.tolist() == [11, 6, *stream_seeds(11)]
     assert all(map(torch.equal, from_integers, from_device))
     draws.seed = 12
     draws.stage(torch.device("cpu"))
-    assert draws.pass_key is staged and staged.tolist() == [12, 6]
+    assert draws.pass_key is staged and staged.tolist() == [12, 6, *stream_seeds(12)]
+
+
+def test_a_stream_missing_from_the_staged_key_is_seeded_from_the_steps_seed():
+    """A draw of a stream that no controller registered (so the staged key has no slot for it) derives its stream's
+    seed from the staged step seed on the device: the same masks as from the Python integers."""
+    controller = RowDropoutController(masks="row_seeded")
+    dropout = RowDropout(0.25, controller, index=3).train()
+    x = torch.randn(6, 5, 8)
+    draws = StepDraws()
+    draws.seed, draws.first, draws.count = 2**61 + 5, 0, 6
+    controller.draws = draws  # installed without registering its streams
+    with controller.plan(torch.zeros(6, dtype=torch.long), num_groups=1):
+        from_integers = dropout(x)
+        draws.stage(torch.device("cpu"))
+        assert draws.pass_key.tolist() == [2**61 + 5, 0]
+        from_device = dropout(x)
+    assert torch.equal(from_integers, from_device) and not torch.equal(from_device, x)
+
+
+def test_a_compiled_dropout_call_mixes_only_its_own_index_into_its_streams_seed():
+    """In a compiled graph a dropout call reads its stream's seed from the staged key: the graph of a call on a
+    ``[rows, positions, features]`` input mixes 4 times (the call's index into the stream seed, the row, the
+    position, the element), 3 XORs each; derived from the step's seed (the key before stream seeds: 2 mixes more
+    and 2 XORs) it traced 20 XORs. The masks equal the eager ones."""
+    import operator
+
+    controller = RowDropoutController(masks="row_seeded")
+    draws = StepDraws()
+    controller.use_draws(draws)
+    dropout = RowDropout(0.25, controller, index=3).train()
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    def masks(x: torch.Tensor) -> torch.Tensor:
+        with controller.plan(torch.zeros(6, dtype=torch.long), num_groups=1):
+            return dropout(x)
+
+    x = torch.ones(6, 5, 8)
+    draws.seed, draws.first, draws.count = 2**61 + 9, 0, 6
+    eager = masks(x)
+    draws.stage(torch.device("cpu"))
+    torch._dynamo.reset()
+    compiled = torch.compile(masks, backend=capture, fullgraph=True)(x)
+    assert torch.equal(eager, compiled)
+    xors = [node for graph in graphs for node in graph.graph.nodes if node.target in (operator.xor, torch.bitwise_xor)]
+    assert len(graphs) == 1 and len(xors) == 12
 
 
 # ------------------------------------------------------------------------------------------------ the model

@@ -35,8 +35,8 @@ from torch import nn
 
 from models.distributed import rank
 from models.dropout import Call, RowDropout, RowDropoutController
-from models.row_seeded import (KeepOperands, call_seed, call_seed_tensor, inverse_cdf_sample, keyed_keep_mask_from,
-                               keyed_uniforms)
+from models.row_seeded import (KeepOperands, call_seed_from, call_seed_tensor, inverse_cdf_sample,
+                               keyed_keep_mask_from, keyed_uniforms, stream_seed, stream_seed_tensor)
 
 
 #: Row-id tensors a :class:`StepDraws` keeps at most (a run has a handful of pass layouts: the batch, its chunks, the
@@ -60,21 +60,36 @@ class StepDraws:
         #: depend on the seed): every dropout call and draw of a pass reads them, and a tensor made per call is a few
         #: host launches each on a GPU, where the step is bound by them.
         self._row_ids: dict[tuple, torch.Tensor] = {}
-        #: ``[step seed, first sentence]`` (int64, on the step's device) while a compiled backbone runs the step
-        #: (:meth:`stage`); ``None`` otherwise.
+        #: ``[step seed, first sentence, the stream seed of each registered stream...]`` (int64, on the step's
+        #: device) while a compiled backbone runs the step (:meth:`stage`); ``None`` otherwise.
         self.pass_key: torch.Tensor | None = None
         #: The device tensor :meth:`stage` writes each key into, one per device for the whole run.
         self._staged: dict[torch.device, torch.Tensor] = {}
+        #: The streams the controllers registered (:meth:`add_streams`), each with its slot in a staged key after
+        #: the step's seed and the first sentence.
+        self._stream_slots: dict[int, int] = {}
+        #: The running step's stream seeds computed on the host so far (the step's seed, then stream -> seed).
+        self._stream_seeds: tuple[int | None, dict[int, int]] = (None, {})
+
+    def add_streams(self, streams) -> None:
+        """Register ``streams`` (a controller's :meth:`models.dropout.RowDropoutController.keyed_streams`): a key
+        staged from then on carries their :func:`models.row_seeded.stream_seed`."""
+        for stream in streams:
+            self._stream_slots.setdefault(stream, len(self._stream_slots))
 
     def stage(self, device: torch.device) -> None:
         """Put the step's seed and the running pass's first sentence on ``device`` for a compiled backbone (the fast
         path calls this when a step begins; :func:`pass_sentences` derives each pass's key from it): one
-        asynchronous copy from pinned memory on a GPU into the run's key tensor, no host sync."""
-        key = torch.tensor([self.seed, self.first], dtype=torch.int64)
+        asynchronous copy from pinned memory on a GPU into the run's key tensor, no host sync. The key carries the
+        registered streams' seeds too, computed here on the host (a few integer hashes per step), so that a graph's
+        dropout call mixes only its own index into its stream's seed instead of deriving that seed from the step's
+        (two fewer ``mix32`` in every call: fewer operations to trace, 20 % of the tiny backbone's graph)."""
+        key = torch.tensor([self.seed, self.first, *(self._host_stream_seed(stream) for stream in self._stream_slots)],
+                           dtype=torch.int64)
         if device.type == "cuda":
             key = key.pin_memory()
-        if device not in self._staged:
-            self._staged[device] = torch.empty(2, dtype=torch.int64, device=device)
+        if device not in self._staged or self._staged[device].numel() != key.numel():
+            self._staged[device] = torch.empty(key.numel(), dtype=torch.int64, device=device)
         self.pass_key = self._staged[device]
         self.pass_key.copy_(key, non_blocking=True)
 
@@ -97,17 +112,26 @@ class StepDraws:
             self._row_ids[key] = torch.arange(rows, device=device) + key[2]
         return self._row_ids[key]
 
-    def _seed(self, stream: int, call: Call) -> int | torch.Tensor:
-        """The seed of one draw: a Python integer, or once the key is staged a 0-d tensor read from it.
+    def _host_stream_seed(self, stream: int) -> int:
+        """:func:`models.row_seeded.stream_seed` of the running step's seed, computed once per step and stream."""
+        seed, seeds = self._stream_seeds
+        if seed != self.seed:
+            seeds = {}
+            self._stream_seeds = (self.seed, seeds)
+        if stream not in seeds:
+            seeds[stream] = stream_seed(self.seed, stream)
+        return seeds[stream]
 
-        Staged, every call writes the whole :func:`models.row_seeded.call_seed_tensor`, whose first half depends on
-        the step seed and stream alone; it is left so because the compiler computes it once: inductor fuses a
-        graph's calls into one row-key kernel and its code generator merges equal expressions (torch 2.13, CPU: 12
-        calls in one graph made 14 scalar ``mix32`` rounds, not 36: the half's 2 once, each call's own 1), once per
-        block of rows, outside the loops over elements (docs/benchmarks.md, "The staged seed's step-only half")."""
+    def _seed(self, stream: int, call: Call) -> int | torch.Tensor:
+        """The seed of one draw: a Python integer, or once the key is staged a 0-d tensor read from it: its stream's
+        seed from the key's slot (a registered stream; any other from the step's seed, the same bits), the call's
+        index mixed in (:func:`models.row_seeded.call_seed_tensor`)."""
         if self.pass_key is not None:
-            return call_seed_tensor(self.pass_key[0], stream, call)
-        return call_seed(self.seed, stream, call)
+            slot = self._stream_slots.get(stream)
+            seed = (stream_seed_tensor(self.pass_key[0], stream) if slot is None or self.pass_key.numel() <= 2 + slot
+                    else self.pass_key[2 + slot])
+            return call_seed_tensor(seed, call)
+        return call_seed_from(self._host_stream_seed(stream), call)
 
     def uniforms(self, stream: int, call: Call, keys: torch.Tensor, per_key: int) -> torch.Tensor:
         return keyed_uniforms(self._seed(stream, call), keys, per_key)
@@ -175,7 +199,7 @@ def pass_sentences(draws: StepDraws | None, start: int, end: int) -> Iterator[No
     first, count, staged = draws.first, draws.count, draws.pass_key
     draws.first, draws.count = first + start, end - start
     if staged is not None:  # the pass's key from the staged one, on the device (no host copy: a CUDA graph replays it)
-        draws.pass_key = torch.stack((staged[0], staged[1] + start))
+        draws.pass_key = torch.cat((staged[:1], staged[1:2] + start, staged[2:]))
     try:
         yield
     finally:
