@@ -15,9 +15,10 @@ its per-row dropout controllers ``row_seeded`` (``models/dropout.py``); this mod
   (processes in rank order, as the all-gather concatenates them), so N processes draw one process's masks.
 - :func:`pass_sentences`: a pass over some of the step's sentences (a cached step's chunk): its rows' global
   indices start at those sentences (with a staged key, the pass's key is computed from it on the device).
-- :meth:`StepDraws.stage`: for a compiled backbone (the fast path, ``trainers/fast_path.py``), the step's seed and
-  the pass's first sentence as a device tensor, which the graph reads as an input: its dropout calls compute their
-  seeds (:func:`models.row_seeded.call_seed_tensor`), rows' ids and masks from it inside the graph, the same bits as
+- :meth:`StepDraws.stage`: for a compiled backbone (the fast path, ``trainers/fast_path.py``), the step's seed, the
+  pass's first sentence and the seed of each registered stream as a device tensor, which the graph reads as an
+  input: its dropout calls compute their seeds from their streams' (:func:`models.row_seeded.call_seed_tensor`),
+  rows' ids and masks from it inside the graph, the same bits as
   the eager pass computes from the Python integers (a Python integer read while compiling would be compiled in as a
   constant: a new graph every step). Once staged, the step's eager draws (DiffCSE's sampled tokens, S-SimCSE's
   rates outside a compiled region) read it too, and it is one tensor for the whole run, written in place: a step
