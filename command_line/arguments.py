@@ -416,7 +416,16 @@ class CLTrainingArguments(TrainingArguments):
     def take_over_torch_compile(self) -> None:
         """``--torch_compile`` (or a ``--torch_compile_mode`` / ``_backend``) turns on the fast path
         (``trainers.fast_path``: the backbone compiled at fixed shapes) instead of the Trainer's compile of the whole
-        model, which recompiles at every new batch width and at the epoch's short last batch."""
+        model, which recompiles at every new batch width and at the epoch's short last batch. ``--torch_compile
+        false`` beside a mode or backend is refused: which of the two the user meant cannot be told."""
+        if self.torch_compile is False and (self.torch_compile_mode or self.torch_compile_backend):
+            chosen = [f"--{name} {value}" for name, value in (
+                ("torch_compile_mode", self.torch_compile_mode), ("torch_compile_backend", self.torch_compile_backend))
+                if value]
+            flags = " and ".join(chosen)
+            raise UsageError(f"--torch_compile false turns the fast path off, but {flags} "
+                             f"{'choose' if len(chosen) > 1 else 'chooses'} how it compiles: drop {flags} for the "
+                             f"eager step, or --torch_compile false for the fast path")
         if self.torch_compile is None:
             self.torch_compile = default_fast_path(on_cpu=bool(self.use_cpu), bf16=bool(self.bf16),
                                                    processes=launched_world_size())

@@ -407,6 +407,20 @@ def test_the_layers_as_regions_need_the_fast_path(files, tmp_path, capsys):
     assert not (tmp_path / "out").exists()  # refused before anything is written
 
 
+@pytest.mark.parametrize("main, prog", [(run_unsup.main, "run_unsup.py"), (run_diffcse.main, "run_diffcse.py")])
+def test_the_fast_path_turned_off_refuses_a_compile_backend_or_mode(main, prog, files, tmp_path, capsys):
+    """``--torch_compile false --torch_compile_backend aot_eager`` (or a mode) ran the fast path: the backend turned it
+    back on, silently. Now both scripts exit 2 with one line naming the flags, before anything is written."""
+    result = in_process(main, [
+        "--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "2",
+        "--eval_strategy", "no", "--output_dir", str(tmp_path / "out"), "--torch_compile", "false",
+        "--torch_compile_backend", "aot_eager", "--torch_compile_mode", "default", *FAST_TRAINING_ARGS], capsys, prog)
+    assert result.code == 2 and "Traceback" not in result.err, result.err
+    assert ("--torch_compile false turns the fast path off, but --torch_compile_mode default and "
+            "--torch_compile_backend aot_eager choose how it compiles") in result.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_step_graph_run_compiles_its_regions_without_cuda_graph_trees():
     cuda = torch.device("cuda")
     assert compile_mode(None, cuda, 1, bf16=True) == "reduce-overhead"
