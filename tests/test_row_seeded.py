@@ -304,18 +304,22 @@ def test_a_staged_key_gives_the_python_integers_masks_rates_and_pass_keys():
 
 
 def test_a_stream_missing_from_the_staged_key_is_seeded_from_the_steps_seed():
-    """A draw of a stream that no controller registered (so the staged key has no slot for it) derives its stream's
-    seed from the staged step seed on the device: the same masks as from the Python integers."""
-    controller = RowDropoutController(masks="row_seeded")
-    dropout = RowDropout(0.25, controller, index=3).train()
+    """A controller that gets the draws once a key has been staged (DiffCSE's discriminator network, stream 1, here)
+    gets no slot: the staged key keeps its size (a captured CUDA graph reads that tensor) and its draws derive its
+    stream's seed from the staged step seed on the device: the same masks as from the Python integers."""
+    first = RowDropoutController(masks="row_seeded")
+    draws = keyed(first, 2**61 + 5, first=0, count=6)
+    late = RowDropoutController(masks="row_seeded", stream=1)
+    dropout = RowDropout(0.25, late, index=3).train()
     x = torch.randn(6, 5, 8)
-    draws = StepDraws()
-    draws.seed, draws.first, draws.count = 2**61 + 5, 0, 6
-    controller.draws = draws  # installed without registering its streams
-    with controller.plan(torch.zeros(6, dtype=torch.long), num_groups=1):
+    with late.plan(torch.zeros(6, dtype=torch.long), num_groups=1):
+        draws.stage(torch.device("cpu"))
+        staged = draws.pass_key
+        draws.pass_key = None
+        late.use_draws(draws)
         from_integers = dropout(x)
         draws.stage(torch.device("cpu"))
-        assert draws.pass_key.tolist() == [2**61 + 5, 0]
+        assert draws.pass_key is staged and staged.numel() == 2 + len(first.keyed_streams())
         from_device = dropout(x)
     assert torch.equal(from_integers, from_device) and not torch.equal(from_device, x)
 

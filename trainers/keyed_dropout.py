@@ -29,7 +29,7 @@ from __future__ import annotations
 import random
 import weakref
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 from torch import nn
@@ -72,11 +72,14 @@ class StepDraws:
         #: The running step's stream seeds computed on the host so far (the step's seed, then stream -> seed).
         self._stream_seeds: tuple[int | None, dict[int, int]] = (None, {})
 
-    def add_streams(self, streams) -> None:
-        """Register ``streams`` (a controller's :meth:`models.dropout.RowDropoutController.keyed_streams`): a key
-        staged from then on carries their :func:`models.row_seeded.stream_seed`."""
+    def add_streams(self, streams: Iterable[int]) -> None:
+        """Register ``streams`` (a controller's :meth:`models.dropout.RowDropoutController.keyed_streams`): a staged
+        key carries their :func:`models.row_seeded.stream_seed`. Once a key has been staged its size stays (a
+        captured CUDA graph reads that tensor), so a stream first registered later gets no slot: its draws derive
+        its seed from the staged step seed (:meth:`_seed`), the same bits."""
         for stream in streams:
-            self._stream_slots.setdefault(stream, len(self._stream_slots))
+            if stream not in self._stream_slots and not self._staged:
+                self._stream_slots[stream] = len(self._stream_slots)
 
     def stage(self, device: torch.device) -> None:
         """Put the step's seed and the running pass's first sentence on ``device`` for a compiled backbone (the fast
@@ -89,7 +92,7 @@ class StepDraws:
                            dtype=torch.int64)
         if device.type == "cuda":
             key = key.pin_memory()
-        if device not in self._staged or self._staged[device].numel() != key.numel():
+        if device not in self._staged:
             self._staged[device] = torch.empty(key.numel(), dtype=torch.int64, device=device)
         self.pass_key = self._staged[device]
         self.pass_key.copy_(key, non_blocking=True)
@@ -129,8 +132,7 @@ class StepDraws:
         index mixed in (:func:`models.row_seeded.call_seed_tensor`)."""
         if self.pass_key is not None:
             slot = self._stream_slots.get(stream)
-            seed = (stream_seed_tensor(self.pass_key[0], stream) if slot is None or self.pass_key.numel() <= 2 + slot
-                    else self.pass_key[2 + slot])
+            seed = stream_seed_tensor(self.pass_key[0], stream) if slot is None else self.pass_key[2 + slot]
             return call_seed_tensor(seed, call)
         return call_seed_from(self._host_stream_seed(stream), call)
 
