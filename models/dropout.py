@@ -171,11 +171,16 @@ class RowDropoutController:
         draws.add_streams(self.keyed_streams())
         self.draws = draws
 
+    def keyed_stream(self, kind: int, keyed_rows: bool = False) -> int:
+        """The stream of this controller's keyed draws of ``kind`` (``4 x network + kind``): its network's, or for
+        the masks of rows with explicit keys the network's :data:`KEYED_ROWS_STREAM` twin."""
+        return 4 * (self.stream + (KEYED_ROWS_STREAM if keyed_rows else 0)) + kind
+
     def keyed_streams(self) -> tuple[int, ...]:
         """Every stream this controller's keyed draws use: each kind of draw of its network, and the masks of rows
-        with explicit keys (:data:`KEYED_ROWS_STREAM`)."""
-        return (*(4 * self.stream + kind for kind in (MASKS, RATES, PASS_RATES, UNIFORMS)),
-                4 * (self.stream + KEYED_ROWS_STREAM) + MASKS)
+        with explicit keys."""
+        return (*(self.keyed_stream(kind) for kind in (MASKS, RATES, PASS_RATES, UNIFORMS)),
+                self.keyed_stream(MASKS, keyed_rows=True))
 
     def _keyed(self) -> KeyedDraws:
         if self.draws is None:
@@ -199,7 +204,7 @@ class RowDropoutController:
                 keys = torch.arange(plan.num_groups, device=device)
             else:
                 keys = draws.row_ids(groups.numel(), device) if plan.row_keys is None else plan.row_keys.to(device)
-            uniform = draws.uniforms(4 * self.stream + kind, call, keys, 1).squeeze(1)
+            uniform = draws.uniforms(self.keyed_stream(kind), call, keys, 1).squeeze(1)
             rates = rates_from_uniform(self.distribution, self.low, self.high, uniform)
         else:
             rates = self.sample(groups.numel() if self.sentence_wise else plan.num_groups, device)
@@ -211,7 +216,7 @@ class RowDropoutController:
         part of the rows draws what the full pass draws."""
         draws = self._keyed()
         row_ids = draws.row_ids(probabilities.size(0), probabilities.device)
-        return draws.categorical(probabilities, draws.uniforms(4 * self.stream + UNIFORMS, 0, row_ids,
+        return draws.categorical(probabilities, draws.uniforms(self.keyed_stream(UNIFORMS), 0, row_ids,
                                                                probabilities.size(1)))
 
     # -------------------------------------------------------------------------------------------- planning
@@ -328,9 +333,9 @@ class RowDropoutController:
         thresholds) made once per pass and rates (:meth:`_memo`), the mask itself one call."""
         draws = self._keyed()
         if plan.row_keys is None:
-            stream, row_ids = 4 * self.stream + MASKS, draws.row_ids(x.size(0), x.device)
+            stream, row_ids = self.keyed_stream(MASKS), draws.row_ids(x.size(0), x.device)
         else:
-            stream = 4 * (self.stream + KEYED_ROWS_STREAM) + MASKS
+            stream = self.keyed_stream(MASKS, keyed_rows=True)
             row_ids = self._memo(plan, ("row keys", str(x.device)), lambda: plan.row_keys.to(x.device))
         if rates_key is None:
             operands = draws.operands(row_ids, rates)

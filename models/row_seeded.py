@@ -50,6 +50,7 @@ the mask feeds: the same bits as the eager route, with no host value compiled in
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -101,9 +102,11 @@ def mix32_int(x: int) -> int:
     return x ^ (x >> 16)
 
 
+@functools.lru_cache(maxsize=256)
 def stream_seed(step_seed: int, stream: int) -> int:
     """The part of a draw's seed that the step's seed and the stream alone decide (every dropout call of a network
-    shares it): ``mix32(mix32(step_seed) ^ (step_seed >> 32) ^ stream * golden)``. Host-side integers only."""
+    shares it): ``mix32(mix32(step_seed) ^ (step_seed >> 32) ^ stream * golden)``. Host-side integers only; kept
+    for the last steps' streams, so a step's dropout calls and its staged key compute each once."""
     return mix32_int(mix32_int(step_seed) ^ (step_seed >> 32) ^ (stream * _GOLDEN))
 
 

@@ -69,8 +69,6 @@ class StepDraws:
         #: The streams the controllers registered (:meth:`add_streams`), each with its slot in a staged key after
         #: the step's seed and the first sentence.
         self._stream_slots: dict[int, int] = {}
-        #: The running step's stream seeds computed on the host so far (the step's seed, then stream -> seed).
-        self._stream_seeds: tuple[int | None, dict[int, int]] = (None, {})
 
     def add_streams(self, streams: Iterable[int]) -> None:
         """Register ``streams`` (a controller's :meth:`models.dropout.RowDropoutController.keyed_streams`): a staged
@@ -88,7 +86,7 @@ class StepDraws:
         registered streams' seeds too, computed here on the host (a few integer hashes per step), so that a graph's
         dropout call mixes only its own index into its stream's seed instead of deriving that seed from the step's
         (two fewer ``mix32`` in every call: fewer operations to trace, 20 % of the tiny backbone's graph)."""
-        key = torch.tensor([self.seed, self.first, *(self._host_stream_seed(stream) for stream in self._stream_slots)],
+        key = torch.tensor([self.seed, self.first, *(stream_seed(self.seed, stream) for stream in self._stream_slots)],
                            dtype=torch.int64)
         if device.type == "cuda":
             key = key.pin_memory()
@@ -116,16 +114,6 @@ class StepDraws:
             self._row_ids[key] = torch.arange(rows, device=device) + key[2]
         return self._row_ids[key]
 
-    def _host_stream_seed(self, stream: int) -> int:
-        """:func:`models.row_seeded.stream_seed` of the running step's seed, computed once per step and stream."""
-        seed, seeds = self._stream_seeds
-        if seed != self.seed:
-            seeds = {}
-            self._stream_seeds = (self.seed, seeds)
-        if stream not in seeds:
-            seeds[stream] = stream_seed(self.seed, stream)
-        return seeds[stream]
-
     def _seed(self, stream: int, call: Call) -> int | torch.Tensor:
         """The seed of one draw: a Python integer, or once the key is staged a 0-d tensor read from it: its stream's
         seed from the key's slot (a registered stream; any other from the step's seed, the same bits), the call's
@@ -134,7 +122,7 @@ class StepDraws:
             slot = self._stream_slots.get(stream)
             seed = stream_seed_tensor(self.pass_key[0], stream) if slot is None else self.pass_key[2 + slot]
             return call_seed_tensor(seed, call)
-        return call_seed_from(self._host_stream_seed(stream), call)
+        return call_seed_from(stream_seed(self.seed, stream), call)
 
     def uniforms(self, stream: int, call: Call, keys: torch.Tensor, per_key: int) -> torch.Tensor:
         return keyed_uniforms(self._seed(stream, call), keys, per_key)
