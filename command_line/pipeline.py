@@ -295,8 +295,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if step_graph is not None:
         metrics["step_graph_replays"] = step_graph.replays
         if step_graph.failure:
-            warnings.append(f"the step graph's capture failed ({step_graph.failure}): the run trained with the fast "
-                            "path's compiled regions from there on")
+            warnings.append(f"the step graph was not used, because {step_graph.failure}: the run trained with the "
+                            "fast path's compiled regions from there on")
     metrics.update(cut.metrics() if cut is not None else {})
     metrics["train_precision"] = training_precision(training_args.bf16, training_args.fp16)
     metrics["evaluation_seconds"] = round(trainer.evaluation_seconds, 2)  # of train_runtime (not training throughput)

@@ -9,7 +9,9 @@ backbone then takes the 4D mask as already prepared. Only the model types of
 :data:`PLAIN_BIDIRECTIONAL_MODEL_TYPES` get it, each checked in the tests to give its own 2D-mask outputs: a modeling
 module that imports ``create_bidirectional_mask`` may still attend otherwise (GPT-2 and XGLM import it for
 cross-attention and build a causal mask for themselves; ModernBERT's local layers build a sliding-window mask), and a
-prepared mask there would silently replace that attention with a plain bidirectional one. Any other backbone, a
+prepared mask there would silently replace that attention with a plain bidirectional one. ModernBERT gets its own
+mapping instead (:data:`LAYER_TYPE_MASKS`: each kind of layer's mask, built with its own function, the skip off;
+checked likewise). Any other backbone, a
 decoder (``config.is_decoder``), or an attention implementation without a mask function (e.g. flash attention, which
 takes the 2D mask) gets the 2D mask unchanged: its own masks, at the cost of transformers' host read.
 
@@ -22,10 +24,12 @@ built here, made by the graph's own kernels instead of ~30 operations launched o
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable
 
 import torch
 from torch import nn
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
+from transformers.masking_utils import (ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask,
+                                        create_bidirectional_sliding_window_mask)
 
 
 #: The model types whose self-attention is bidirectional over the whole sentence and whose modeling code builds its
@@ -37,6 +41,17 @@ PLAIN_BIDIRECTIONAL_MODEL_TYPES: frozenset[str] = frozenset({
     "albert", "bert", "camembert", "data2vec-text", "distilbert", "electra", "ernie", "megatron-bert", "mobilebert",
     "mpnet", "rembert", "roberta", "roformer", "xlm-roberta",
 })
+
+
+#: The encoders whose modeling code builds one mask per kind of layer, each with one transformers mask function,
+#: and takes the mapping ``{layer type: mask}`` as already prepared: ModernBERT's global layers attend over the whole
+#: sentence, its local layers in a sliding window (its ``attention_mask_mapping``; transformers 5.20 to 5.24). Its
+#: 2D mask would be read on the host twice per forward (both functions' skip check), and a step graph could not
+#: capture that step (``tests/test_no_host_sync.py``: the prepared mapping gives its own 2D-mask hidden states).
+LAYER_TYPE_MASKS: dict[str, dict[str, Callable[..., Any]]] = {
+    "modernbert": {"full_attention": create_bidirectional_mask,
+                   "sliding_attention": create_bidirectional_sliding_window_mask},
+}
 
 
 def builds_bidirectional_masks(model_class: type) -> bool:
@@ -51,29 +66,49 @@ def takes_prepared_mask(backbone: nn.Module) -> bool:
     """Whether ``backbone`` attends bidirectionally over the whole sentence and takes a prepared 4D mask as the very
     mask it would build itself (the module docstring): a listed model type, not a decoder, an attention
     implementation with a mask function, and modeling code that builds its mask with ``create_bidirectional_mask``."""
+    return mask_builders(backbone) is not None
+
+
+def mask_builders(backbone: nn.Module) -> dict[str, Callable[..., Any]] | None:
+    """The transformers function of each mask ``backbone`` builds itself from a 2D padding mask, ``{"": function}``
+    for a plain bidirectional encoder (:data:`PLAIN_BIDIRECTIONAL_MODEL_TYPES`: one mask, passed as is) or
+    ``{layer type: function}`` (:data:`LAYER_TYPE_MASKS`: the mapping passed), each the very function its modeling
+    module calls; ``None`` where it takes no prepared mask (a decoder, another model type, an attention
+    implementation without a mask function)."""
     config = getattr(backbone, "config", None)
-    return (config is not None and getattr(config, "model_type", None) in PLAIN_BIDIRECTIONAL_MODEL_TYPES
-            and not getattr(config, "is_decoder", False)
-            and config._attn_implementation in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping
-            and builds_bidirectional_masks(type(backbone)))
+    model_type = getattr(config, "model_type", None)
+    if (config is None or getattr(config, "is_decoder", False)
+            or config._attn_implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping):
+        return None
+    if model_type in PLAIN_BIDIRECTIONAL_MODEL_TYPES:
+        return {"": create_bidirectional_mask} if builds_bidirectional_masks(type(backbone)) else None
+    builders = LAYER_TYPE_MASKS.get(model_type)
+    module = sys.modules.get(type(backbone).__module__)
+    if builders is None or any(getattr(module, function.__name__, None) is not function
+                               for function in builders.values()):
+        return None
+    return builders
 
 
-def prepare_attention_mask(backbone: nn.Module, attention_mask: torch.Tensor) -> torch.Tensor:
+def prepare_attention_mask(backbone: nn.Module,
+                           attention_mask: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
     """[N, L] padding mask (1 = token) -> the mask ``backbone`` takes, built without reading it on the host: the
     4D mask of the backbone's attention implementation (bool for SDPA, additive for eager) where it
-    :func:`takes_prepared_mask`, else the 2D mask itself, as also where the compiled backbone builds it in its graph
+    :func:`takes_prepared_mask` (for :data:`LAYER_TYPE_MASKS`, ``{layer type: 4D mask}``), else the 2D mask itself, as also where the compiled backbone builds it in its graph
     (see the module docstring)."""
     if getattr(backbone, "_orig_mod", None) is not None:  # torch.compile's wrapper: the graph builds it (docstring)
         return attention_mask
-    if attention_mask.dim() != 2 or not takes_prepared_mask(backbone):
+    builders = mask_builders(backbone) if attention_mask.dim() == 2 else None
+    if builders is None:
         return attention_mask
-    config = backbone.config
     dtype = backbone.get_input_embeddings().weight.dtype
     shape_only = torch.empty((*attention_mask.shape, 0), dtype=dtype, device=attention_mask.device)
-    return create_bidirectional_mask(config=config, inputs_embeds=shape_only, attention_mask=attention_mask,
-                                     allow_is_bidirectional_skip=False)
+    masks = {layer_type: build(config=backbone.config, inputs_embeds=shape_only, attention_mask=attention_mask,
+                               allow_is_bidirectional_skip=False) for layer_type, build in builders.items()}
+    return masks.pop("") if "" in masks else masks
 
 
 __all__ = [
-    "PLAIN_BIDIRECTIONAL_MODEL_TYPES", "builds_bidirectional_masks", "prepare_attention_mask", "takes_prepared_mask",
+    "LAYER_TYPE_MASKS", "PLAIN_BIDIRECTIONAL_MODEL_TYPES", "builds_bidirectional_masks", "mask_builders",
+    "prepare_attention_mask", "takes_prepared_mask",
 ]

@@ -10,8 +10,9 @@ as on a GPU. Random operations draw from the generator at every replay (a CUDA g
 
 The capture itself leaves no trace, as a CUDA graph's capture runs nothing: the model's RNG states, buffers and
 gradients are restored after it (:class:`trainers.fast_path.StepSnapshot`). An operation that reads a value on the
-host (``.item()``, ``bool(tensor)``, ``torch.equal``) raises :class:`HostReadInCapture`, as a CUDA graph's capture
-fails on a synchronisation.
+host (``.item()``, ``bool(tensor)``, ``torch.equal``, boolean-mask indexing: :func:`trainers.host_reads.reads_on_host`)
+raises :class:`HostReadInCapture`, as a CUDA graph's capture fails on a synchronisation (the step graph's warm-up
+step, under :class:`trainers.host_reads.HostReadRecorder`, finds such a step before its capture).
 
 The simulation sees what goes through the dispatcher: eager operations and ``torch.compile``'s ``aot_eager``
 backend; inductor's CPU kernels bypass it (use the ``aot_eager`` backend with it).
@@ -29,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from trainers.fast_path import StepSnapshot
+from trainers.host_reads import reads_on_host
 
 
 DEBUG = bool(os.environ.get("OP_TAPE_DEBUG"))
@@ -46,13 +48,6 @@ def _aliases(func: torch._ops.OpOverload) -> bool:
     return any(r.alias_info is not None for r in func._schema.returns)
 
 
-def _reads_on_host(func: torch._ops.OpOverload) -> bool:
-    """Whether ``func`` returns a host value computed from a tensor (``aten.promote_types``, from dtypes, is not)."""
-    schema = func._schema
-    return (any("Tensor" in str(a.type) for a in schema.arguments)
-            and any("Tensor" not in str(r.type) for r in schema.returns))
-
-
 class _Recorder(TorchDispatchMode):
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -67,7 +62,7 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _reads_on_host(func):
+        if reads_on_host(func, args, kwargs) is not None:
             if DEBUG:
                 traceback.print_stack()
             raise HostReadInCapture(f"{func} reads a tensor's value on the host inside the captured step")

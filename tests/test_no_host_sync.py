@@ -10,40 +10,28 @@ itself is checked to catch each kind.
 """
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 
 from models.masks import PLAIN_BIDIRECTIONAL_MODEL_TYPES
 from tests.tiny import tiny_config, tiny_tokenizer
+from trainers.host_reads import HostReadRecorder
 from trainers.methods import build_collator, build_model
 
-SYNCING_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::nonzero_static", "aten::masked_select",
-               "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::item",
-               "aten::is_nonzero"}
-MASK_INDEXING_OPS = {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"}
 ROWS = [{"text": "the cat sits on the big red chair"}, {"text": "a dog runs in the park"},
         {"text": "music is good"}, {"text": "the old king reads a new book in the house"}]
 
 
-class HostSyncRecorder(TorchDispatchMode):
-    """Records every dispatched operation that would synchronise a GPU with the host."""
+class HostSyncRecorder(HostReadRecorder):
+    """The step graph's recorder (:class:`trainers.host_reads.HostReadRecorder`), its reads by operation."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.syncs: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if name in SYNCING_OPS:
-            self.syncs.append(name)
-        elif name in MASK_INDEXING_OPS:
-            indices = args[1] if len(args) > 1 else ()
-            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ()):
-                self.syncs.append(f"{name} with a boolean mask")
-        return func(*args, **(kwargs or {}))
+    @property
+    def syncs(self) -> list[str]:
+        return [read.operation for read in self.reads]
 
 
 @pytest.mark.parametrize("snippet, expected", [
@@ -58,6 +46,23 @@ def test_the_recorder_catches_each_kind_of_sync(snippet, expected):
     with recorder:
         snippet(torch.randn(5, 3))
     assert recorder.syncs == ([expected] if expected else [])
+
+
+def test_the_recorder_names_the_line_that_read_and_counts_copies_off_the_device():
+    """Each read names the line outside torch that made it (the warning of a step graph that is not captured), and a
+    copy out of a device that is not the host counts (the meta device stands in for a GPU: the copy itself fails)."""
+    recorder = HostSyncRecorder()
+    with recorder:
+        torch.equal(torch.ones(2), torch.ones(2))
+        line = inspect.currentframe().f_lineno - 1
+        with pytest.raises(NotImplementedError):
+            torch.empty(3, device="meta").to("cpu")
+        torch.ones(3).to("cpu", copy=True)  # host to host: no read
+    assert [str(read) for read in recorder.reads] == [
+        f"aten::equal at tests/test_no_host_sync.py:{line} in "
+        "test_the_recorder_names_the_line_that_read_and_counts_copies_off_the_device",
+        "aten::_to_copy at tests/test_no_host_sync.py:"
+        f"{line + 3} in test_the_recorder_names_the_line_that_read_and_counts_copies_off_the_device"]
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +191,6 @@ def test_every_listed_model_type_takes_the_prepared_mask_as_its_own(model_type, 
 @pytest.mark.parametrize("model_type, overrides", [
     ("gpt2", {}),  # causal; its module imports create_bidirectional_mask for cross-attention
     ("xglm", {}),  # likewise
-    ("modernbert", {"local_attention": 4, "global_attn_every_n_layers": 2, "pad_token_id": 0}),  # local layers
 ])
 def test_backbones_that_attend_otherwise_keep_their_own_masks(model_type, overrides, torch_single_thread):
     """A backbone whose self-attention is not plain bidirectional (causal, or a sliding window in some layers) gets
@@ -206,6 +210,40 @@ def test_backbones_that_attend_otherwise_keep_their_own_masks(model_type, overri
         own = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
         other = backbone(input_ids=ids, attention_mask=bidirectional).last_hidden_state
     assert (own - other)[mask.bool()].abs().max() > 1e-3
+
+
+#: A tiny ModernBERT whose local layers' window (4) is shorter than :func:`padded_batch`'s rows (12 tokens).
+MODERNBERT_LOCAL = {"local_attention": 4, "global_attn_every_n_layers": 2, "pad_token_id": 0}
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_modernbert_takes_each_layer_types_mask_prepared(attn, torch_single_thread):
+    """ModernBERT (:data:`models.masks.LAYER_TYPE_MASKS`) gets the mapping of its own two masks, built without a
+    host read: its hidden states are those of its 2D-mask call, which read the mask on the host twice (each mask
+    function's skip check); one bidirectional 4D mask for every layer would change them (its local layers attend
+    in a window), so the mapping is what matters."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    from models.masks import prepare_attention_mask
+
+    ids, mask = padded_batch()
+    backbone = tiny_backbone_of("modernbert", attn, **MODERNBERT_LOCAL)
+    with HostSyncRecorder() as preparing:
+        prepared = prepare_attention_mask(backbone, mask)
+    assert set(prepared) == {"full_attention", "sliding_attention"} and preparing.syncs == []
+    own_call, prepared_call = HostSyncRecorder(), HostSyncRecorder()
+    with torch.no_grad():
+        with own_call:
+            own = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        with prepared_call:
+            got = backbone(input_ids=ids, attention_mask=prepared).last_hidden_state
+        bidirectional = create_bidirectional_mask(config=backbone.config, inputs_embeds=torch.empty((*mask.shape, 0)),
+                                                  attention_mask=mask, allow_is_bidirectional_skip=False)
+        other = backbone(input_ids=ids, attention_mask=bidirectional).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(got[real], own[real], atol=1e-6, rtol=1e-5)
+    assert (other - own)[real].abs().max() > 1e-3
+    assert own_call.syncs == ["aten::_local_scalar_dense"] * 2 and prepared_call.syncs == []
 
 
 def test_a_compiled_backbone_builds_the_mask_in_its_graph(torch_single_thread, many_compiled_models):

@@ -22,6 +22,7 @@ import random
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoTokenizer
 
 import run_diffcse
@@ -47,6 +48,8 @@ def files(tmp_path_factory):
     return {"encoder": save_tiny_backbone(root / "encoder", seed=0, dropout=0.1),
             "roberta": save_tiny_backbone(root / "roberta", arch="roberta", seed=0, dropout=0.1),
             "distilbert": save_tiny_backbone(root / "distilbert", arch="distilbert", seed=0, dropout=0.1),
+            "modernbert": save_tiny_backbone(root / "modernbert", arch="modernbert", seed=0, dropout=0.1),
+            "ibert": save_tiny_backbone(root / "ibert", arch="ibert", seed=0, dropout=0.1),
             "generator": save_tiny_generator(root / "generator"),
             "corpus": tiny_corpus(root / "corpus.txt", n=60)}  # batch 8: 7 full batches, then a short one of 4
 
@@ -169,10 +172,27 @@ def test_every_method_the_step_graph_takes_replays_its_eager_steps(case, files, 
     assert model.step_shapes_settled()
 
 
-def test_an_esimcse_step_captured_while_its_queue_fills_would_replay_the_captured_slots(files, simulated_graphs):
+class ReadsNothing(TorchDispatchMode):
+    """A stand-in for trainers.host_reads.HostReadRecorder that records no read."""
+
+    reads: list = []
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_esimcse_step_captured_while_its_queue_fills_would_replay_the_captured_slots(files, simulated_graphs,
+                                                                                       monkeypatch):
     """Captured at the first step (an empty queue of 18, batches of 6), ESimCSE's replays write every batch where the
     captured step wrote (the host's fill count is frozen) and contrast with an empty queue: the steps differ from the
-    eager ones. The trainer captures only once the model's shapes are settled (the queue full)."""
+    eager ones. The trainer captures only once the model's shapes are settled (the queue full). The graph's twin (a
+    deep copy) reads its queue's new buffers once on the host in the warm-up step, which would keep the step graph
+    from capturing it (trainers.host_reads): that check is turned off here, to show what a capture would replay."""
+    monkeypatch.setattr(step_graph, "HostReadRecorder", ReadsNothing)
     model, batches = method_model("esimcse", files)
     assert not model.step_shapes_settled()
     eager, replayed = eager_and_graph_steps(model, batches)
@@ -329,10 +349,38 @@ def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_pat
     fast, _, _ = run_script("simcse", files, tmp_path / "fast", ["--step_graph", "false"])
     graphed, trainer, metrics = run_script("simcse", files, tmp_path / "graph", ["--step_graph", "true"])
     assert [(row["loss"], row["grad_norm"]) for row in graphed] == [(row["loss"], row["grad_norm"]) for row in fast]
-    assert trainer.step_graph.failure == "RuntimeError: operation not permitted when stream is capturing"
+    assert trainer.step_graph.failure == "its capture failed (RuntimeError: operation not permitted when stream is " \
+                                         "capturing)"
     assert metrics["step_graph_replays"] == 0
-    assert "step graph: the capture failed (RuntimeError" in caplog.text
-    assert "the step graph's capture failed (RuntimeError" in " ".join(capsys.readouterr().out.split())
+    assert "step graph: not used, because its capture failed (RuntimeError" in caplog.text
+    assert ("the step graph was not used, because its capture failed (RuntimeError"
+            in " ".join(capsys.readouterr().out.split()))
+
+
+@pytest.mark.parametrize("arch, host_read", [
+    ("modernbert", None),  # its two masks prepared (models/masks.py LAYER_TYPE_MASKS): its own code read them
+    ("ibert", "aten::_local_scalar_dense at transformers/models/ibert/quant_modules.py:")])  # QuantAct's NaN assert
+def test_a_step_that_reads_the_host_is_not_captured_and_the_warning_names_the_line(arch, host_read, files, tmp_path,
+                                                                                  simulated_graphs, caplog, capsys):
+    """The step graph's warm-up step runs under trainers.host_reads.HostReadRecorder: a backbone whose own code
+    reads a tensor on the host at every forward (I-BERT's quantisation modules assert on their ranges) is not
+    captured, for a capture would fail at that read, on a GPU in the middle of the stream's capture; the warning and
+    the summary name the read and its line, and the run logs the fast path's steps. ModernBERT, whose mask functions
+    read its 2D mask on the host, gets its masks prepared and is captured."""
+    backbone = ["--model_name_or_path", str(files[arch])]
+    fast, _, _ = run_script("simcse", files, tmp_path / "fast", ["--step_graph", "false", *backbone])
+    graphed, trainer, metrics = run_script("simcse", files, tmp_path / "graph", backbone)  # the default: the graph
+    assert [(row["loss"], row["grad_norm"]) for row in graphed] == [(row["loss"], row["grad_norm"]) for row in fast]
+    summary = " ".join(capsys.readouterr().out.split())
+    if host_read is None:
+        assert trainer.step_graph.failure is None and metrics["step_graph_replays"] == 4
+        return
+    reason = f"the step reads a tensor's value on the host ({host_read}"
+    assert trainer.step_graph.failure.startswith(reason)
+    assert trainer.step_graph.failure.endswith(" in forward), which a CUDA graph cannot capture")
+    assert metrics["step_graph_replays"] == 0 and not trainer.step_graph.captured
+    assert f"step graph: not used, because {reason}" in caplog.text
+    assert f"the step graph was not used, because {reason}" in summary
 
 
 @pytest.mark.parametrize("method, extra, reason", [

@@ -38,8 +38,11 @@ Where it is refused (:func:`step_graph_refusal`), a run that asks for it stops w
 several processes, fp16's gradient scaler, gradient accumulation, the cached step with stream masks (its replay
 restores the RNG state on the host; with its default row-seeded masks it is captured like any step: every chunk's
 passes, the loss and the replay in one graph), gradient checkpointing (its recomputation reads the RNG state on the
-host), a compile mode that records CUDA graphs itself. A capture that fails keeps the step it ran (the warm-up run's
-results) and the run goes on with the fast path's compiled regions, with a warning. Under the default a refusal
+host), a compile mode that records CUDA graphs itself. The step before the capture runs under
+:class:`trainers.host_reads.HostReadRecorder`: a step that reads a tensor's value on the host (a backbone's own
+code may: I-BERT's quantisation modules, a padding check without an attention mask) is not captured, and the warning
+names the read and its line. A capture that fails likewise keeps the step it ran (the warm-up run's results); the
+run goes on with the fast path's compiled regions, with a warning. Under the default a refusal
 only turns the graph off (a warning with the reason on a GPU): the fast path runs the step.
 """
 from __future__ import annotations
@@ -53,6 +56,7 @@ import torch
 from torch import nn
 
 from .errors import UsageError
+from .host_reads import HostReadRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +169,7 @@ class StepGraph:
         self.static_inputs: dict[str, Any] | None = None
         self.outputs: StepOutputs | None = None
         self.replays = 0
-        #: Why the run goes on without the graph (its capture failed), or ``None``.
+        #: Why the run goes on without the graph (its warm-up step read the host, or its capture failed), or ``None``.
         self.failure: str | None = None
 
     @property
@@ -193,8 +197,13 @@ class StepGraph:
         outputs (this step's); the parameters hold its gradients. A capture that fails is logged and leaves the run
         on its ordinary step (:attr:`failure`)."""
         self.backend = new_backend(self.model)
-        with self.backend.warm_up():
+        recorder = HostReadRecorder()
+        with self.backend.warm_up(), recorder:
             ran = body(inputs)
+        if recorder.reads:  # a capture would fail at that read (on a GPU, with the stream's state undefined)
+            self.give_up(f"the step reads a tensor's value on the host ({recorder.reads[0]}), which a CUDA graph "
+                         "cannot capture")
+            return ran
         self.static_inputs = {key: value.clone() if isinstance(value, torch.Tensor) else value
                               for key, value in inputs.items()}
         for param in self.parameters:
@@ -203,7 +212,8 @@ class StepGraph:
             with self.backend.capturing():
                 self.outputs = body(self.static_inputs)
         except Exception as error:  # noqa: BLE001 - the step already ran; the run goes on without the graph
-            self.give_up(error)
+            first_line = (str(error).strip().splitlines() or [""])[0][:300]
+            self.give_up(f"its capture failed ({type(error).__name__}: {first_line})")
         finally:
             for param, grad in zip(self.parameters, ran.grads):
                 param.grad = grad
@@ -212,12 +222,12 @@ class StepGraph:
                         "replay it", sum(grad is not None for grad in self.outputs.grads))
         return ran
 
-    def give_up(self, error: BaseException) -> None:
+    def give_up(self, reason: str) -> None:
+        """Go on without the graph (:attr:`failure`: ``reason``, why), with a warning."""
         self.outputs, self.static_inputs, self.backend = None, None, None
-        first_line = (str(error).strip().splitlines() or [""])[0][:300]
-        self.failure = f"{type(error).__name__}: {first_line}"
-        logger.warning("step graph: the capture failed (%s); the step it captured ran, and the run goes on with the "
-                       "fast path's compiled regions (--step_graph false skips the attempt)", self.failure)
+        self.failure = reason
+        logger.warning("step graph: not used, because %s; the step it ran counts, and the run goes on with the fast "
+                       "path's compiled regions (--step_graph false skips the attempt)", reason)
 
     def replay(self, inputs: Mapping[str, Any]) -> StepOutputs:
         """The step of ``inputs`` (which :meth:`fits`) by replaying the graph; the parameters' ``.grad`` are the
