@@ -58,14 +58,17 @@ def builds_bidirectional_masks(model_class: type) -> bool:
     """Whether ``model_class``'s modeling module builds its masks with transformers' ``create_bidirectional_mask``
     (and so takes a prepared 4D mask as is): that module imports the function by name, so its namespace holds the
     very same object. Decided from the loaded module's namespace, not by reading any source text."""
-    module = sys.modules.get(model_class.__module__)
-    return getattr(module, "create_bidirectional_mask", None) is create_bidirectional_mask
+    return module_holds(model_class, create_bidirectional_mask)
+
+
+def module_holds(model_class: type, function: Callable[..., Any]) -> bool:
+    """Whether ``model_class``'s modeling module holds ``function`` itself under its name (it imported it to call)."""
+    return getattr(sys.modules.get(model_class.__module__), function.__name__, None) is function
 
 
 def takes_prepared_mask(backbone: nn.Module) -> bool:
-    """Whether ``backbone`` attends bidirectionally over the whole sentence and takes a prepared 4D mask as the very
-    mask it would build itself (the module docstring): a listed model type, not a decoder, an attention
-    implementation with a mask function, and modeling code that builds its mask with ``create_bidirectional_mask``."""
+    """Whether ``backbone`` takes prepared masks as the very masks it would build itself (the module docstring;
+    :func:`mask_builders`)."""
     return mask_builders(backbone) is not None
 
 
@@ -81,11 +84,10 @@ def mask_builders(backbone: nn.Module) -> dict[str, Callable[..., Any]] | None:
             or config._attn_implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping):
         return None
     if model_type in PLAIN_BIDIRECTIONAL_MODEL_TYPES:
-        return {"": create_bidirectional_mask} if builds_bidirectional_masks(type(backbone)) else None
-    builders = LAYER_TYPE_MASKS.get(model_type)
-    module = sys.modules.get(type(backbone).__module__)
-    if builders is None or any(getattr(module, function.__name__, None) is not function
-                               for function in builders.values()):
+        builders = {"": create_bidirectional_mask}
+    else:
+        builders = LAYER_TYPE_MASKS.get(model_type)
+    if builders is None or not all(module_holds(type(backbone), build) for build in builders.values()):
         return None
     return builders
 
@@ -94,8 +96,8 @@ def prepare_attention_mask(backbone: nn.Module,
                            attention_mask: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
     """[N, L] padding mask (1 = token) -> the mask ``backbone`` takes, built without reading it on the host: the
     4D mask of the backbone's attention implementation (bool for SDPA, additive for eager) where it
-    :func:`takes_prepared_mask` (for :data:`LAYER_TYPE_MASKS`, ``{layer type: 4D mask}``), else the 2D mask itself, as also where the compiled backbone builds it in its graph
-    (see the module docstring)."""
+    :func:`takes_prepared_mask` (for :data:`LAYER_TYPE_MASKS`, ``{layer type: 4D mask}``), else the 2D mask itself,
+    as also where the compiled backbone builds it in its graph (see the module docstring)."""
     if getattr(backbone, "_orig_mod", None) is not None:  # torch.compile's wrapper: the graph builds it (docstring)
         return attention_mask
     builders = mask_builders(backbone) if attention_mask.dim() == 2 else None
@@ -110,5 +112,5 @@ def prepare_attention_mask(backbone: nn.Module,
 
 __all__ = [
     "LAYER_TYPE_MASKS", "PLAIN_BIDIRECTIONAL_MODEL_TYPES", "builds_bidirectional_masks", "mask_builders",
-    "prepare_attention_mask", "takes_prepared_mask",
+    "module_holds", "prepare_attention_mask", "takes_prepared_mask",
 ]

@@ -36,6 +36,7 @@ METADATA: frozenset[str] = frozenset({"aten::is_same_size", "aten::sym_size", "a
 COPIES: frozenset[str] = frozenset({"aten::_to_copy", "aten::copy_"})
 
 _TORCH_ROOT = os.path.dirname(torch.__file__) + os.sep
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class HostRead(NamedTuple):
@@ -94,8 +95,7 @@ def _short_path(path: str) -> str:
     marker = os.sep + "site-packages" + os.sep
     if marker in path:
         return path.split(marker, 1)[1]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    return path[len(root):] if path.startswith(root) else path
+    return path[len(_REPO_ROOT):] if path.startswith(_REPO_ROOT) else path
 
 
 class HostReadRecorder(TorchDispatchMode):

@@ -194,8 +194,9 @@ class StepGraph:
 
     def capture(self, inputs: Mapping[str, Any], body: Callable[[Mapping[str, Any]], StepOutputs]) -> StepOutputs:
         """Run the step of ``inputs`` once (``body``: forward, backward, clipping) and capture it. Returns the run's
-        outputs (this step's); the parameters hold its gradients. A capture that fails is logged and leaves the run
-        on its ordinary step (:attr:`failure`)."""
+        outputs (this step's); the parameters hold its gradients. A step whose run read a tensor on the host
+        (:class:`trainers.host_reads.HostReadRecorder`) is not captured, and a capture that fails is given up: either
+        is logged and leaves the run on its ordinary step (:attr:`failure`)."""
         self.backend = new_backend(self.model)
         recorder = HostReadRecorder()
         with self.backend.warm_up(), recorder:
