@@ -311,7 +311,9 @@ def test_a_run_that_ends_before_the_epochs_last_step_is_not_warned_of_it(max_ste
 def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_process_objective(tmp_path):
     """36 rows, 2 processes x 4: the run says, once in its log and once in its summary, that the epoch's last step
     holds 4 sentences from the epoch's start. With ``--dataloader_drop_last true`` (what the warning offers) it says
-    nothing and exports 1 process x 8's weights (dropout 0)."""
+    nothing and exports 1 process x 8's weights (dropout 0). Plain SGD: this tiny model's loss is ln 8 at dropout 0
+    (gradient norms ~4e-3), and AdamW turns a near-zero gradient's float noise into a full step (1.4e-4 apart between
+    two ATen capabilities of one process on an Intel Xeon, 2026-12-03), while SGD's step is the gradient's (1e-6)."""
     from safetensors.torch import load_file
 
     model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)
@@ -321,7 +323,7 @@ def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_
         return ["--method", "simcse", "--model_name_or_path", str(model_dir), "--train_file", str(corpus),
                 "--num_train_epochs", "1", "--eval_strategy", "no", "--save_strategy", "no",
                 "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--dataloader_pin_memory", "false",
-                "--use_cpu", "true", "--report_to", "none", "--bf16", "false", "--learning_rate", "1e-3",
+                "--use_cpu", "true", "--report_to", "none", "--bf16", "false", "--optim", "sgd", "--learning_rate", "1",
                 "--per_device_train_batch_size", str(batch), "--output_dir", str(tmp_path / run), *extra]
 
     drop_last = ("--dataloader_drop_last", "true")
@@ -337,7 +339,8 @@ def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_
     initial = load_file(tmp_path / "model" / "model.safetensors")
     for name in one:
         torch.testing.assert_close(two[name], one[name], atol=2e-5, rtol=1e-4, msg=name)
-    assert max(float((one[n] - initial[n]).abs().max()) for n in initial if n in one) > 1e-4
+    # the backbone's own weights moved (the export's pooler is SimCSE's MLP, which starts elsewhere)
+    assert max(float((one[n] - initial[n]).abs().max()) for n in initial if n in one and "pooler" not in n) > 1e-4
 
 
 #: Two-process runs resumed halfway (:func:`resumed_runs`): name -> (method, its flags). ``esimcse_own_queues``: each
