@@ -50,6 +50,7 @@ def files(tmp_path_factory):
             "distilbert": save_tiny_backbone(root / "distilbert", arch="distilbert", seed=0, dropout=0.1),
             "modernbert": save_tiny_backbone(root / "modernbert", arch="modernbert", seed=0, dropout=0.1),
             "ibert": save_tiny_backbone(root / "ibert", arch="ibert", seed=0, dropout=0.1),
+            "deberta-v2": save_tiny_backbone(root / "deberta-v2", arch="deberta-v2", seed=0, dropout=0.1),
             "generator": save_tiny_generator(root / "generator"),
             "corpus": tiny_corpus(root / "corpus.txt", n=60)}  # batch 8: 7 full batches, then a short one of 4
 
@@ -357,19 +358,23 @@ def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_pat
             in " ".join(capsys.readouterr().out.split()))
 
 
-@pytest.mark.parametrize("arch, host_read", [
-    ("modernbert", None),  # its two masks prepared (models/masks.py LAYER_TYPE_MASKS): its own code read them
-    ("ibert", "aten::_local_scalar_dense at transformers/models/ibert/quant_modules.py:")])  # QuantAct's NaN assert
-def test_a_step_that_reads_the_host_is_not_captured_and_the_warning_names_the_line(arch, host_read, files, tmp_path,
-                                                                                  simulated_graphs, caplog, capsys):
+@pytest.mark.parametrize("arch, method, host_read", [
+    ("modernbert", "simcse", None),  # its two masks prepared (models/masks.py LAYER_TYPE_MASKS): its own code read them
+    # its template pass gets the all-ones mask it builds itself (models.masks.checks_padding_without_mask): without
+    # a mask its forward looked for padding on the host (modeling_utils.py's warn_if_padding_and_no_attention_mask)
+    ("deberta-v2", "promptbert", None),
+    ("ibert", "simcse", "aten::_local_scalar_dense at transformers/models/ibert/quant_modules.py:")])  # QuantAct
+def test_a_step_that_reads_the_host_is_not_captured_and_the_warning_names_the_line(arch, method, host_read, files,
+                                                                                  tmp_path, simulated_graphs, caplog,
+                                                                                  capsys):
     """The step graph's warm-up step runs under trainers.host_reads.HostReadRecorder: a backbone whose own code
     reads a tensor on the host at every forward (I-BERT's quantisation modules assert on their ranges) is not
     captured, for a capture would fail at that read, on a GPU in the middle of the stream's capture; the warning and
     the summary name the read and its line, and the run logs the fast path's steps. ModernBERT, whose mask functions
-    read its 2D mask on the host, gets its masks prepared and is captured."""
+    read its 2D mask on the host, gets its masks prepared and is captured; so is DeBERTa-v2's PromptBERT step."""
     backbone = ["--model_name_or_path", str(files[arch])]
-    fast, _, _ = run_script("simcse", files, tmp_path / "fast", ["--step_graph", "false", *backbone])
-    graphed, trainer, metrics = run_script("simcse", files, tmp_path / "graph", backbone)  # the default: the graph
+    fast, _, _ = run_script(method, files, tmp_path / "fast", ["--step_graph", "false", *backbone])
+    graphed, trainer, metrics = run_script(method, files, tmp_path / "graph", backbone)  # the default: the graph
     assert [(row["loss"], row["grad_norm"]) for row in graphed] == [(row["loss"], row["grad_norm"]) for row in fast]
     summary = " ".join(capsys.readouterr().out.split())
     if host_read is None:
