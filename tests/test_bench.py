@@ -296,3 +296,27 @@ def test_the_optimizer_step_bench_compiles_the_clipped_adamw_to_the_eager_result
     assert eager["max_abs_difference_from_eager"] == 0 and compiled["max_abs_difference_from_eager"] < 1e-6
     assert compiled["host_ms_per_step"] > 0 and compiled["first_call_seconds"] > 0
     assert json.loads((tmp_path / "o.json").read_text()) == report
+
+
+def test_the_backbone_sweep_names_what_it_captured_and_why_it_did_not(tmp_path, capsys) -> None:
+    """``python -m bench.backbone_sweep`` (the GPU default simulated on the CPU, each row through run_unsup.py /
+    run_diffcse.py): BERT's SimCSE step is captured and logs the run without the graph's steps; I-BERT's is not
+    captured, for its quantisation modules' assert reads the host, and the row names that line; ALBERT's DiffCSE is
+    refused (its embeddings are narrower than its hidden states). The rows go to the table and the JSON file."""
+    from bench.backbone_sweep import main as sweep_main
+
+    output = tmp_path / "sweep.json"
+    rows = sweep_main(["--archs", "bert", "ibert", "--settings", "simcse", "--steps", "4",
+                       "--output_json", str(output)])
+    bert, ibert = rows
+    assert (bert.outcome, bert.equal, bert.replays) == ("captured", True, 1)  # of 4 steps, the last replayed
+    assert (ibert.outcome, ibert.equal, ibert.replays) == ("not captured", True, 0)
+    assert "transformers/models/ibert/quant_modules.py:" in ibert.reason
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["backbone", "setting", "outcome", "detail"]
+    assert table[1].split() == ["bert", "simcse", "captured", "replays:", "1,", "steps", "equal"]
+    assert table[2].split()[:4] == ["ibert", "simcse", "not", "captured"] and "quant_modules.py:" in table[2]
+    assert len(table) == 3  # the runs' own output stays out of the table
+    assert [row["outcome"] for row in json.loads(output.read_text())] == ["captured", "not captured"]
+    albert, = sweep_main(["--archs", "albert", "--settings", "diffcse_row_seeded", "--steps", "4"])
+    assert albert.outcome == "refused" and "embedding_size" in albert.reason

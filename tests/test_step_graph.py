@@ -28,6 +28,7 @@ from transformers import AutoTokenizer
 import run_diffcse
 import run_unsup
 import trainers.step_graph as step_graph
+from bench.backbone_sweep import run_method
 from tests.cli import in_process
 from tests.op_tape import HostReadInCapture, OpTape
 from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generator, tiny_corpus
@@ -205,28 +206,11 @@ def test_an_esimcse_step_captured_while_its_queue_fills_would_replay_the_capture
 def run_script(method: str, files, out, extra: list[str]) -> tuple[list[dict], CLTrainer, dict]:
     """The method's script for 8 steps (batch 8, the 8th short), compiled with ``aot_eager`` (whose operations the
     simulation records); its logged rows, the trainer and its final metrics."""
-    logged, trainers = [], []
-    original_log = CLTrainer.log
-
-    def record(self, logs, start_time=None):
-        if "loss" in logs:
-            logged.append(dict(logs))
-        trainers[:] = [self]
-        return original_log(self, logs, start_time)
-
     argv = ["--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "8",
             "--eval_strategy", "no", "--output_dir", str(out), "--seed", "7", "--max_seq_length", "12",
             "--save_strategy", "no", "--torch_compile", "true", "--torch_compile_backend", "aot_eager",
             *FAST_TRAINING_ARGS, *extra]
-    CLTrainer.log = record
-    try:
-        if method == "diffcse":
-            metrics = run_diffcse.main(argv + ["--generator_name", str(files["generator"])])
-        else:
-            metrics = run_unsup.main(argv + ["--method", method])
-    finally:
-        CLTrainer.log = original_log
-    return logged, trainers[0], metrics
+    return run_method(method, argv, files["generator"])
 
 
 #: SimCSE's run also evaluates STS-B dev at steps 4 and 8 (the model in eval mode between replays) with clipping off
