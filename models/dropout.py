@@ -489,11 +489,13 @@ def install_row_dropout(encoder: nn.Module, controller: RowDropoutController) ->
         module.add_module(ADDED_PROBABILITY_DROPOUT, RowDropout(module.attention_dropout, controller, index=index))
     config = getattr(encoder, "config", None)
     if config is not None and getattr(config, "_attn_implementation", None) != ROW_DROPOUT_ATTENTION:
-        if hasattr(encoder, "set_attn_implementation"):
+        # a backbone without transformers' AttentionInterface (DeBERTa-v2, MPNet, BigBird, Longformer) keeps its own
+        # attention (asked to switch, transformers would only log that it cannot): the per-row plan reaches its
+        # probabilities only through a dropout module, which the training scripts check (eval.backbone.draws_outside:
+        # a draw outside the modules is refused)
+        if hasattr(encoder, "set_attn_implementation") and getattr(encoder, "_can_set_attn_implementation",
+                                                                       lambda: True)():
             encoder.set_attn_implementation(ROW_DROPOUT_ATTENTION)
-        # a backbone without transformers' AttentionInterface (BigBird, Longformer) keeps its own attention: the
-        # per-row plan reaches its probabilities only through a dropout module, which the training scripts check
-        # (eval.backbone.draws_outside: a draw outside the modules is refused)
     return len(targets)
 
 

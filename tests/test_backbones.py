@@ -4,6 +4,8 @@ ModernBERT (local attention in every other layer). What cannot work is refused i
 (tests/test_unusable_backbones.py). Tiny random models built in code (:func:`tests.tiny.tiny_config`)."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -159,3 +161,38 @@ def test_an_attention_dropout_per_row_dropout_cannot_find_stops_instead_of_drawi
     torch.manual_seed(0)
     expected = torch.nn.functional.dropout(torch.softmax(query @ query.transpose(2, 3) * 0.5, -1), 0.5) @ query
     torch.testing.assert_close(plain, expected.transpose(1, 2))
+
+
+@pytest.mark.parametrize("arch, switched", [("deberta-v2", False), ("mpnet", False), ("bert", True)])
+def test_per_row_dropout_asks_only_an_attention_interface_backbone_to_switch_its_attention(arch, switched, tmp_path):
+    """Per-row dropout routes attention through its own function where the backbone takes transformers'
+    AttentionInterface (BERT); DeBERTa-v2 and MPNet keep their own attention, whose probabilities' dropout is a
+    module it replaced, so they are not asked to switch: asked, transformers logged to the user, at every run, that
+    the model 'does not support setting its attention implementation dynamically'. Through run_unsup.py."""
+    from transformers import AutoModel
+
+    from models.dropout import ROW_DROPOUT_ATTENTION, RowDropoutController, install_row_dropout
+
+    class Messages(logging.Handler):  # transformers' own logger (it does not propagate to pytest's capture)
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    messages = Messages()
+    backbone = save_tiny_backbone(tmp_path / arch, arch=arch)
+    logging.getLogger("transformers").addHandler(messages)
+    try:
+        metrics = run_unsup.main([
+            "--method", "s_simcse", "--dropout_masks", "row_seeded", "--model_name_or_path", str(backbone),
+            "--train_file", str(tiny_corpus(tmp_path / "corpus.txt")), "--max_steps", "2", "--eval_strategy", "no",
+            "--save_strategy", "no", "--output_dir", str(tmp_path / "run"), *FAST_TRAINING_ARGS])
+    finally:
+        logging.getLogger("transformers").removeHandler(messages)
+    assert metrics["train_loss"] > 0
+    assert not [m for m in messages.messages if "does not support setting its attention implementation" in m]
+    encoder = AutoModel.from_pretrained(str(backbone))
+    assert install_row_dropout(encoder, RowDropoutController(masks="row_seeded")) > 0
+    assert (encoder.config._attn_implementation == ROW_DROPOUT_ATTENTION) == switched
