@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -180,11 +181,14 @@ def main(argv: list[str] | None = None) -> list[SweepRow]:
     parser.add_argument("--steps", type=int, default=8, help="training steps per run (batch 8)")
     parser.add_argument("--output_json", type=Path, help="write the rows there")
     args = parser.parse_args(argv)
-    import logging
-
-    logging.getLogger("cse_repro").setLevel(logging.ERROR)  # the runs' warnings: the reason is in the row
     print(f"{'backbone':<12} {'setting':<20} {'outcome':<13} detail", flush=True)
-    rows = sweep(args.archs, args.settings, args.steps, report=lambda row: print(render(row), flush=True))
+    logger = logging.getLogger("cse_repro")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # the runs' warnings: the reason is in the row
+    try:
+        rows = sweep(args.archs, args.settings, args.steps, report=lambda row: print(render(row), flush=True))
+    finally:
+        logger.setLevel(level)  # a caller in this process (a test) logs as before
     if args.output_json:
         args.output_json.parent.mkdir(parents=True, exist_ok=True)
         args.output_json.write_text(json.dumps([asdict(row) for row in rows], indent=1) + "\n")

@@ -303,8 +303,11 @@ def test_the_backbone_sweep_names_what_it_captured_and_why_it_did_not(tmp_path, 
     run_diffcse.py): BERT's SimCSE step is captured and logs the run without the graph's steps; I-BERT's is not
     captured, for its quantisation modules' assert reads the host, and the row names that line; ALBERT's DiffCSE is
     refused (its embeddings are narrower than its hidden states). The rows go to the table and the JSON file."""
+    import logging
+
     from bench.backbone_sweep import main as sweep_main
 
+    level = logging.getLogger("cse_repro").level
     output = tmp_path / "sweep.json"
     rows = sweep_main(["--archs", "bert", "ibert", "--settings", "simcse", "--steps", "4",
                        "--output_json", str(output)])
@@ -320,3 +323,4 @@ def test_the_backbone_sweep_names_what_it_captured_and_why_it_did_not(tmp_path, 
     assert [row["outcome"] for row in json.loads(output.read_text())] == ["captured", "not captured"]
     albert, = sweep_main(["--archs", "albert", "--settings", "diffcse_row_seeded", "--steps", "4"])
     assert albert.outcome == "refused" and "embedding_size" in albert.reason
+    assert logging.getLogger("cse_repro").level == level  # later tests in this process log as before
