@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: set up ./.venv from requirements.txt, then run the whole suite (CPU, offline; 8-20 min on 2 cores, README "Tests").
+# The test command: set up ./.venv from requirements.txt, then run the whole suite (CPU, offline; 6-20 min on 2 cores, README "Tests").
 # Real-data tests run when SENTEVAL_DIR points at SentEval's data/downstream folder and skip otherwise. The two-process
 # (torchrun, gloo) tests give up after CSE_TORCHRUN_TIMEOUT seconds (default 600; tests/launch.py). The suite runs in
 # CSE_TEST_WORKERS pytest-xdist worker processes (default 2, the CI machine's cores; 0: in this process); a worker
