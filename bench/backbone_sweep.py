@@ -14,7 +14,8 @@ kernels; a host read inside the capture fails, as on a GPU), and once with ``--s
 - ``captured``: the step graph captured the step and replayed it; ``equal`` whether every logged loss and gradient
   norm is the run without the graph's, bit for bit;
 - ``not captured``: the run went on without the graph, and the reason it logged (e.g. a host read, and its line);
-- ``refused``: the script stopped with a usage error before training (its one line), as it would on a GPU.
+- ``refused``: the script stopped with a usage error before training (its one line), as it would on a GPU;
+- ``failed``: anything else raised (its type and message): a bug to look at.
 
 This is the sweep behind docs/cuda_paths.md's host-read row (9 backbone types x 7 settings, 2026-12-02/03); the
 suite runs two of its rows (``tests/test_bench.py``). On a GPU the real graph runs: ``scripts/gpu_check.sh``.
@@ -51,7 +52,7 @@ class SweepRow:
     """One backbone type under one method setting (the module docstring)."""
     arch: str
     setting: str
-    outcome: str  # "captured" | "not captured" | "refused"
+    outcome: str  # "captured" | "not captured" | "refused" | "failed"
     replays: int = 0
     equal: bool | None = None  # the logged steps are the run without the graph's (None: nothing to compare)
     reason: str = ""
@@ -135,8 +136,11 @@ def sweep_one(arch: str, setting: str, root: Path, steps: int, corpus: Path, gen
                                                        generator)
     except UserError as error:
         return SweepRow(arch, setting, "refused", reason=" ".join(str(error).split()))
-    except SystemExit as error:  # argparse's refusal (its line went to stderr)
-        return SweepRow(arch, setting, "refused", reason=f"exited with status {error.code}")
+    except SystemExit as error:  # argparse's refusal: its line, the last the run wrote
+        last = (runs_output.getvalue().strip().splitlines() or [f"exited with status {error.code}"])[-1]
+        return SweepRow(arch, setting, "refused", reason=last)
+    except Exception as error:  # a bug, reported in its row: the sweep goes on
+        return SweepRow(arch, setting, "failed", reason=f"{type(error).__name__}: {' '.join(str(error).split())}")
     graph = trainer.step_graph
     replays = int(metrics.get("step_graph_replays", 0))
     equal = ([(r["loss"], r["grad_norm"]) for r in graphed] == [(r["loss"], r["grad_norm"]) for r in without]

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from transformers.masking_utils import (ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask,
-                                        create_bidirectional_sliding_window_mask)
+                                        create_bidirectional_sliding_window_mask, create_causal_mask)
 
 
 #: The model types whose self-attention is bidirectional over the whole sentence and whose modeling code builds its
@@ -95,14 +95,28 @@ def mask_builders(backbone: nn.Module) -> dict[str, Callable[..., Any]] | None:
 
 def checks_padding_without_mask(backbone: nn.Module) -> bool:
     """Whether ``backbone``'s forward, given ``input_ids`` and no attention mask, looks for the pad token in their
-    first and last columns (transformers' ``PreTrainedModel.warn_if_padding_and_no_attention_mask``), a host read
-    of a device tensor: a host-device synchronisation, and a step a CUDA graph cannot capture. 32 model types of
-    transformers 5.24 call it, DeBERTa(-v2), ConvBERT, RoFormer, MegatronBERT and RemBERT among them; each encoder
-    of them then builds an all-ones mask for itself, so rows without padding can pass that mask instead
-    (``tests/test_no_host_sync.py``: the same hidden states, no read). ``False`` for a ``torch.compile`` wrapper: the
-    check is skipped while dynamo traces."""
+    first and last columns (transformers' ``PreTrainedModel.warn_if_padding_and_no_attention_mask``, called by 32
+    model types of transformers 5.24, DeBERTa(-v2), RoFormer, MegatronBERT and RemBERT among them): a host read of a
+    device tensor, i.e. a host-device synchronisation, and a step a CUDA graph cannot capture. Only with a pad token
+    in the config (the check returns before reading otherwise); ``False`` for a ``torch.compile`` wrapper (the check
+    is skipped while dynamo traces) and where the call sits outside the model's own ``forward``."""
     forward = getattr(inspect.unwrap(type(backbone).forward), "__code__", None)
-    return forward is not None and "warn_if_padding_and_no_attention_mask" in forward.co_names
+    return (forward is not None and "warn_if_padding_and_no_attention_mask" in forward.co_names
+            and getattr(getattr(backbone, "config", None), "pad_token_id", None) is not None)
+
+
+def masks_rows_without_padding(backbone: nn.Module) -> bool:
+    """Whether rows without padding go into ``backbone`` with an all-ones mask rather than none (PromptBERT's
+    template pass): where its forward would read the host without a mask (:func:`checks_padding_without_mask`) and
+    takes the all-ones mask without a read, either prepared (:func:`takes_prepared_mask`: RoFormer, MegatronBERT,
+    RemBERT) or into an attention that builds its own mask from it, as it does from the all-ones mask it makes when
+    given none (DeBERTa(-v2), LayoutLM: no transformers mask function in its module). The states are the mask-less
+    call's (``tests/test_no_host_sync.py``). Not masked: a model whose mask function would read the 2D mask instead
+    (ConvBERT, BigBird), and GPT-2, whose causal mask without a 2D mask also follows its position ids."""
+    if not checks_padding_without_mask(backbone):
+        return False
+    return takes_prepared_mask(backbone) or not any(
+        module_holds(type(backbone), function) for function in (create_bidirectional_mask, create_causal_mask))
 
 
 def prepare_attention_mask(backbone: nn.Module,
@@ -125,6 +139,5 @@ def prepare_attention_mask(backbone: nn.Module,
 
 __all__ = [
     "LAYER_TYPE_MASKS", "PLAIN_BIDIRECTIONAL_MODEL_TYPES", "builds_bidirectional_masks", "checks_padding_without_mask",
-    "mask_builders",
-    "module_holds", "prepare_attention_mask", "takes_prepared_mask",
+    "mask_builders", "masks_rows_without_padding", "module_holds", "prepare_attention_mask", "takes_prepared_mask",
 ]

@@ -39,7 +39,7 @@ from torch import nn
 
 from .base import ContrastiveModel
 from .config import ContrastiveConfig
-from .masks import checks_padding_without_mask, prepare_attention_mask
+from .masks import masks_rows_without_padding, prepare_attention_mask
 from .views import ViewLayout
 
 #: Template rows' dropout keys: template t's row n is key ``t * TEMPLATE_KEY_STRIDE + n``.
@@ -124,8 +124,8 @@ def templates_mask_states(encoder: nn.Module, templates: Sequence[TemplateIds], 
     attends only to its own tokens), so one pass over both templates' rows gives the same states (eval mode, 1e-6,
     tests/test_promptbert.py), with one backbone pass (a launch sequence on a GPU) fewer per step. Templates of equal
     length (the paper's two) need no padding and get no attention mask, as the code's passes, except on a backbone
-    that would then read its ids on the host (:func:`models.masks.checks_padding_without_mask`, e.g. DeBERTa-v2),
-    which gets the all-ones mask it would build itself; a shorter template is right-padded, and the mask hides its
+    that would then read its ids on the host and takes an all-ones mask without a read
+    (:func:`models.masks.masks_rows_without_padding`, e.g. DeBERTa-v2): that one gets the all-ones mask; a shorter template is right-padded, and the mask hides its
     padding (the same state up to float reordering). Dropout and gradients are
     the caller's mode, as in ``get_delta``: with stream dropout the masks are drawn in one call instead of two (other
     draws from the same i.i.d. Bernoulli masks); ``plan``, a context manager for the pass's dropout, keys row-seeded
@@ -138,7 +138,7 @@ def templates_mask_states(encoder: nn.Module, templates: Sequence[TemplateIds], 
     width = max(len(t) for t in templates)
     ids, positions, mask = (torch.cat(parts) for parts in zip(*(
         template_rows(t, i, r, width) for t, i, r in zip(templates, template_ids, rows))))
-    masked = any(len(t) < width for t in templates) or checks_padding_without_mask(encoder)
+    masked = any(len(t) < width for t in templates) or masks_rows_without_padding(encoder)
     with plan if plan is not None else nullcontext():
         hidden = encoder(input_ids=ids, position_ids=positions, return_dict=True,
                          attention_mask=prepare_attention_mask(encoder, mask) if masked else None).last_hidden_state

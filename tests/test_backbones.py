@@ -170,10 +170,11 @@ def test_per_row_dropout_asks_only_an_attention_interface_backbone_to_switch_its
     module it replaced, so they are not asked to switch: asked, transformers logged to the user, at every run, that
     the model 'does not support setting its attention implementation dynamically'. Through run_unsup.py."""
     from transformers import AutoModel
+    from transformers.utils import logging as transformers_logging
 
     from models.dropout import ROW_DROPOUT_ATTENTION, RowDropoutController, install_row_dropout
 
-    class Messages(logging.Handler):  # transformers' own logger (it does not propagate to pytest's capture)
+    class Messages(logging.Handler):  # what transformers' loggers write
         def __init__(self) -> None:
             super().__init__(logging.WARNING)
             self.messages: list[str] = []
@@ -184,6 +185,8 @@ def test_per_row_dropout_asks_only_an_attention_interface_backbone_to_switch_its
     messages = Messages()
     backbone = save_tiny_backbone(tmp_path / arch, arch=arch)
     logging.getLogger("transformers").addHandler(messages)
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_warning()  # whatever an earlier test in this process left
     try:
         metrics = run_unsup.main([
             "--method", "s_simcse", "--dropout_masks", "row_seeded", "--model_name_or_path", str(backbone),
@@ -191,6 +194,7 @@ def test_per_row_dropout_asks_only_an_attention_interface_backbone_to_switch_its
             "--save_strategy", "no", "--output_dir", str(tmp_path / "run"), *FAST_TRAINING_ARGS])
     finally:
         logging.getLogger("transformers").removeHandler(messages)
+        transformers_logging.set_verbosity(verbosity)
     assert metrics["train_loss"] > 0
     assert not [m for m in messages.messages if "does not support setting its attention implementation" in m]
     encoder = AutoModel.from_pretrained(str(backbone))

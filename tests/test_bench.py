@@ -324,3 +324,20 @@ def test_the_backbone_sweep_names_what_it_captured_and_why_it_did_not(tmp_path, 
     albert, = sweep_main(["--archs", "albert", "--settings", "diffcse_row_seeded", "--steps", "4"])
     assert albert.outcome == "refused" and "embedding_size" in albert.reason
     assert logging.getLogger("cse_repro").level == level  # later tests in this process log as before
+
+
+@pytest.mark.parametrize("raised, outcome, reason", [
+    (SystemExit(2), "refused", "run_unsup.py: error: argument --x: invalid value"),  # argparse's line, on stderr
+    (RuntimeError("a bug\n in two lines"), "failed", "RuntimeError: a bug in two lines")])
+def test_a_sweep_row_that_stops_says_how(raised, outcome, reason, tmp_path, monkeypatch) -> None:
+    """A run that argparse stops gives a refused row with the line it wrote; anything else unexpected a failed row
+    (its type and message), and the sweep goes on to the next row."""
+    import bench.backbone_sweep as backbone_sweep
+
+    def stops(method, argv, generator=None):
+        print("run_unsup.py: error: argument --x: invalid value", file=sys.stderr)
+        raise raised
+
+    monkeypatch.setattr(backbone_sweep, "run_method", stops)
+    row = backbone_sweep.sweep_one("bert", "simcse", tmp_path, 2, tmp_path / "corpus.txt", tmp_path / "generator")
+    assert (row.outcome, row.reason) == (outcome, reason)

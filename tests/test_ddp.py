@@ -313,7 +313,8 @@ def test_two_processes_warn_of_the_completed_last_step_and_drop_last_trains_one_
     holds 4 sentences from the epoch's start. With ``--dataloader_drop_last true`` (what the warning offers) it says
     nothing and exports 1 process x 8's weights (dropout 0). Plain SGD: this tiny model's loss is ln 8 at dropout 0
     (gradient norms ~4e-3), and AdamW turns a near-zero gradient's float noise into a full step (1.4e-4 apart between
-    two ATen capabilities of one process on an Intel Xeon, 2026-12-03), while SGD's step is the gradient's (1e-6)."""
+    two ATen capabilities of one process on an Intel Xeon, 2026-12-03), while SGD's step is the gradient itself,
+    its noise as small (1e-6 apart there)."""
     from safetensors.torch import load_file
 
     model_dir = save_tiny_backbone(tmp_path / "model", dropout=0.0)

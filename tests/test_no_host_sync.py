@@ -246,20 +246,26 @@ def test_modernbert_takes_each_layer_types_mask_prepared(attn, torch_single_thre
     assert own_call.syncs == ["aten::_local_scalar_dense"] * 2 and prepared_call.syncs == []
 
 
-@pytest.mark.parametrize("model_type, attn", [
-    ("deberta-v2", "eager"), ("deberta", "eager"), ("roformer", "eager"), ("megatron-bert", "eager"),
-    ("rembert", "eager"), ("layoutlm", "eager"), ("layoutlm", "sdpa"), ("bert", "sdpa"), ("bert", "eager")])
-def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_builds(model_type, attn,
+@pytest.mark.parametrize("model_type, attn, masked, overrides", [
+    ("deberta-v2", "eager", True, {}), ("deberta", "eager", True, {}), ("roformer", "eager", True, {}),
+    ("megatron-bert", "eager", True, {}), ("rembert", "eager", True, {}), ("layoutlm", "eager", True, {}),
+    ("layoutlm", "sdpa", True, {}),
+    ("convbert", "eager", False, {}),  # its mask function would read the all-ones 2D mask instead
+    ("gpt2", "sdpa", False, {"pad_token_id": 0}),  # a causal mask function (and packed-sequence detection)
+    ("bert", "sdpa", False, {}), ("bert", "eager", False, {})])  # no padding check
+def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_builds(model_type, attn, masked,
+                                                                                        overrides,
                                                                                         torch_single_thread):
     """PromptBERT's template rows have no padding and go in without a mask (the code's ``get_delta``), but a backbone
     whose forward then looks for the pad token on the host (``models.masks.checks_padding_without_mask``:
-    transformers' ``warn_if_padding_and_no_attention_mask``) gets the all-ones mask it would build itself: the very
-    states of its mask-less call, which read the host (at ``modeling_utils.py``), with no read at all. BERT takes no
-    mask there, as before (its mask-less call reads nothing)."""
-    from models.masks import checks_padding_without_mask
+    transformers' ``warn_if_padding_and_no_attention_mask``) and takes an all-ones mask without a read
+    (``models.masks.masks_rows_without_padding``) gets that mask: the very states of its mask-less call, which read
+    the host (at ``modeling_utils.py``), with no read at all. Any other backbone keeps the mask-less call: BERT (no
+    check), ConvBERT (its mask function would read the 2D mask), GPT-2 (its causal mask)."""
+    from models.masks import masks_rows_without_padding
     from models.promptbert import TemplateIds, templates_mask_states, template_rows
 
-    backbone = tiny_backbone_of(model_type, attn)
+    backbone = tiny_backbone_of(model_type, attn, **overrides)
     templates = [TemplateIds((2, 11, 12), (13, 4, 14, 3), 1), TemplateIds((2, 21, 22), (23, 4, 24, 3), 1)]
     rows = [5, 4]
     ids, positions, _ = (torch.cat(parts) for parts in zip(*(
@@ -271,11 +277,13 @@ def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_
         with template_pass:
             states = templates_mask_states(backbone, templates, rows)
     assert torch.equal(torch.cat(states), own[:, 3 + 1])  # each row's [MASK]: prefix 3, mask index 1
-    checks = checks_padding_without_mask(backbone)
-    assert checks == (model_type != "bert")
+    assert masks_rows_without_padding(backbone) == masked
     padding_check = [read for read in own_call.reads if read.where.startswith("transformers/modeling_utils.py:")]
-    assert len(padding_check) == checks
-    assert template_pass.reads == []  # nor the mask functions' skip check (the mask is prepared)
+    assert len(padding_check) == (model_type != "bert")
+    if masked:
+        assert template_pass.reads == []  # nor the mask functions' skip check (the mask is prepared)
+    else:  # the same call
+        assert [r.operation for r in template_pass.reads] == [r.operation for r in own_call.reads]
 
 
 def test_a_compiled_backbone_builds_the_mask_in_its_graph(torch_single_thread, many_compiled_models):

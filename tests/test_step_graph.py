@@ -28,7 +28,7 @@ from transformers import AutoTokenizer
 import run_diffcse
 import run_unsup
 import trainers.step_graph as step_graph
-from bench.backbone_sweep import run_method
+from bench.backbone_sweep import run_method, simulated_cuda_graphs
 from tests.cli import in_process
 from tests.op_tape import HostReadInCapture, OpTape
 from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generator, tiny_corpus
@@ -57,9 +57,10 @@ def files(tmp_path_factory):
 
 
 @pytest.fixture
-def simulated_graphs(monkeypatch):
+def simulated_graphs():
     """CUDA graphs simulated on this CPU (the run's graph backend is the op tape)."""
-    monkeypatch.setattr(step_graph, "new_backend", OpTape)
+    with simulated_cuda_graphs():
+        yield
 
 
 # ------------------------------------------------------------------------------------------------ the simulation
@@ -344,7 +345,7 @@ def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_pat
 
 @pytest.mark.parametrize("arch, method, host_read", [
     ("modernbert", "simcse", None),  # its two masks prepared (models/masks.py LAYER_TYPE_MASKS): its own code read them
-    # its template pass gets the all-ones mask it builds itself (models.masks.checks_padding_without_mask): without
+    # its template pass gets an all-ones mask (models.masks.masks_rows_without_padding): without
     # a mask its forward looked for padding on the host (modeling_utils.py's warn_if_padding_and_no_attention_mask)
     ("deberta-v2", "promptbert", None),
     ("ibert", "simcse", "aten::_local_scalar_dense at transformers/models/ibert/quant_modules.py:")])  # QuantAct
