@@ -109,18 +109,26 @@ def simulated_cuda_graphs() -> Iterator[None]:
         step_graph.new_backend = original
 
 
+def simulated_gpu_argv(backbone: str | Path, corpus: str | Path, steps: int) -> list[str]:
+    """The flags of a short CPU run of the GPU's default path (the module docstring): ``steps`` steps of batch 8 on
+    ``backbone`` and ``corpus``, fp32, no evaluation or checkpoint, the fast path compiled with ``aot_eager``."""
+    from tests.tiny import FAST_TRAINING_ARGS
+
+    return ["--model_name_or_path", str(backbone), "--train_file", str(corpus), "--max_steps", str(steps),
+            "--eval_strategy", "no", "--save_strategy", "no", "--seed", "7", "--max_seq_length", "12",
+            "--torch_compile", "true", "--torch_compile_backend", "aot_eager", *FAST_TRAINING_ARGS]
+
+
 def sweep_one(arch: str, setting: str, root: Path, steps: int, corpus: Path, generator: Path) -> SweepRow:
     """One row (the module docstring): the two runs of ``setting`` on a tiny ``arch`` backbone under ``root``."""
-    from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone
-    from trainers.errors import UserError
-
     import torch
+
+    from tests.tiny import save_tiny_backbone
+    from trainers.errors import UserError
 
     backbone = root / arch
     method, flags = SETTINGS[setting]
-    argv = ["--model_name_or_path", str(backbone), "--train_file", str(corpus), "--max_steps", str(steps),
-            "--eval_strategy", "no", "--save_strategy", "no", "--seed", "7", "--max_seq_length", "12",
-            "--torch_compile", "true", "--torch_compile_backend", "aot_eager", *FAST_TRAINING_ARGS, *flags]
+    argv = [*simulated_gpu_argv(backbone, corpus, steps), *flags]
     out = root / "runs" / f"{arch}-{setting}"
     runs_output = io.StringIO()  # the runs' summaries and progress bars: the row says what matters
     try:

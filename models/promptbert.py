@@ -125,9 +125,9 @@ def templates_mask_states(encoder: nn.Module, templates: Sequence[TemplateIds], 
     tests/test_promptbert.py), with one backbone pass (a launch sequence on a GPU) fewer per step. Templates of equal
     length (the paper's two) need no padding and get no attention mask, as the code's passes, except on a backbone
     that would then read its ids on the host and takes an all-ones mask without a read
-    (:func:`models.masks.masks_rows_without_padding`, e.g. DeBERTa-v2): that one gets the all-ones mask; a shorter template is right-padded, and the mask hides its
-    padding (the same state up to float reordering). Dropout and gradients are
-    the caller's mode, as in ``get_delta``: with stream dropout the masks are drawn in one call instead of two (other
+    (:func:`models.masks.masks_rows_without_padding`, e.g. DeBERTa-v2): that one gets the all-ones mask; a shorter
+    template is right-padded, and the mask hides its padding (the same state up to float reordering). Dropout and
+    gradients are the caller's mode, as in ``get_delta``: with stream dropout the masks are drawn in one call instead of two (other
     draws from the same i.i.d. Bernoulli masks); ``plan``, a context manager for the pass's dropout, keys row-seeded
     masks by each row's key and coordinates only, so they are the per-template passes' masks, padding or not.
     ``template_ids``: each template's ``prefix + suffix`` already on the encoder's device (a training step passes

@@ -28,7 +28,7 @@ from transformers import AutoTokenizer
 import run_diffcse
 import run_unsup
 import trainers.step_graph as step_graph
-from bench.backbone_sweep import run_method, simulated_cuda_graphs
+from bench.backbone_sweep import run_method, simulated_cuda_graphs, simulated_gpu_argv
 from tests.cli import in_process
 from tests.op_tape import HostReadInCapture, OpTape
 from tests.tiny import FAST_TRAINING_ARGS, save_tiny_backbone, save_tiny_generator, tiny_corpus
@@ -207,10 +207,7 @@ def test_an_esimcse_step_captured_while_its_queue_fills_would_replay_the_capture
 def run_script(method: str, files, out, extra: list[str]) -> tuple[list[dict], CLTrainer, dict]:
     """The method's script for 8 steps (batch 8, the 8th short), compiled with ``aot_eager`` (whose operations the
     simulation records); its logged rows, the trainer and its final metrics."""
-    argv = ["--model_name_or_path", str(files["encoder"]), "--train_file", str(files["corpus"]), "--max_steps", "8",
-            "--eval_strategy", "no", "--output_dir", str(out), "--seed", "7", "--max_seq_length", "12",
-            "--save_strategy", "no", "--torch_compile", "true", "--torch_compile_backend", "aot_eager",
-            *FAST_TRAINING_ARGS, *extra]
+    argv = [*simulated_gpu_argv(files["encoder"], files["corpus"], 8), "--output_dir", str(out), *extra]
     return run_method(method, argv, files["generator"])
 
 
