@@ -105,14 +105,38 @@ def checks_padding_without_mask(backbone: nn.Module) -> bool:
             and getattr(getattr(backbone, "config", None), "pad_token_id", None) is not None)
 
 
+def infers_packing_without_mask(backbone: nn.Module) -> bool:
+    """Whether ``backbone``, given ``position_ids`` and no attention mask, may build a packed-sequence mask from them:
+    from transformers 5.25, ``create_bidirectional_mask`` takes the position ids and, without a 2D mask, reads any
+    step other than +1 between neighbours in a row as the start of another sequence, which the tokens before it do not
+    attend to (``masking_utils.find_packed_sequence_indices``; BERT, RoBERTa, ELECTRA, XLM-R, ModernBERT... pass
+    them), and reads on the host whether it found one. Decided from the loaded modules: the backbone's module holds
+    that function, and the function takes ``position_ids``."""
+    return (module_holds(type(backbone), create_bidirectional_mask)
+            and "position_ids" in inspect.signature(create_bidirectional_mask).parameters)
+
+
 def masks_rows_without_padding(backbone: nn.Module) -> bool:
     """Whether rows without padding go into ``backbone`` with an all-ones mask rather than none (PromptBERT's
-    template pass): where its forward would read the host without a mask (:func:`checks_padding_without_mask`) and
-    takes the all-ones mask without a read, either prepared (:func:`takes_prepared_mask`: RoFormer, MegatronBERT,
-    RemBERT) or into an attention that builds its own mask from it, as it does from the all-ones mask it makes when
-    given none (DeBERTa(-v2), LayoutLM: no transformers mask function in its module). The states are the mask-less
-    call's (``tests/test_no_host_sync.py``). Not masked: a model whose mask function would read the 2D mask instead
-    (ConvBERT, BigBird), and GPT-2, whose causal mask without a 2D mask also follows its position ids."""
+    template pass, whose position ids skip n places after the prefix), each case a mask taken without a host read:
+
+    - it takes a prepared mask (:func:`takes_prepared_mask`: BERT, RoBERTa, ModernBERT...) and, given no mask, may
+      treat the prefix and the suffix as two packed sequences (:func:`infers_packing_without_mask`, transformers
+      5.25 on): the prepared all-ones mask keeps the whole-row attention of the official code's mask-less call
+      (transformers 4), and the states of the mask-less call of a transformers without that inference;
+    - its forward would read the host without a mask (:func:`checks_padding_without_mask`) and takes the all-ones
+      mask, either prepared (RoFormer, MegatronBERT, RemBERT) or into an attention that builds its own mask from
+      it, as it does from the all-ones mask it makes when given none (DeBERTa(-v2), LayoutLM: no transformers mask
+      function in its module): the states of its mask-less call.
+
+    Checked in ``tests/test_no_host_sync.py``. Not masked: a model whose mask function would read the 2D mask instead
+    (ConvBERT, BigBird), and GPT-2, whose causal mask without a 2D mask also follows its position ids; they keep the
+    mask-less call, and so what their mask functions infer from the position ids. A ``torch.compile`` wrapper is
+    decided by the model it wraps for the first case (its graph would infer the packing, unconditionally while
+    traced), gets the 2D mask (:func:`prepare_attention_mask`), and never the second (no host read while traced)."""
+    model = getattr(backbone, "_orig_mod", backbone)  # a compiled backbone infers the packing in its graph
+    if takes_prepared_mask(model) and infers_packing_without_mask(model):
+        return True
     if not checks_padding_without_mask(backbone):
         return False
     return takes_prepared_mask(backbone) or not any(
@@ -139,5 +163,6 @@ def prepare_attention_mask(backbone: nn.Module,
 
 __all__ = [
     "LAYER_TYPE_MASKS", "PLAIN_BIDIRECTIONAL_MODEL_TYPES", "builds_bidirectional_masks", "checks_padding_without_mask",
-    "mask_builders", "masks_rows_without_padding", "module_holds", "prepare_attention_mask", "takes_prepared_mask",
+    "infers_packing_without_mask", "mask_builders", "masks_rows_without_padding", "module_holds",
+    "prepare_attention_mask", "takes_prepared_mask",
 ]

@@ -123,10 +123,13 @@ def templates_mask_states(encoder: nn.Module, templates: Sequence[TemplateIds], 
     mask), so this pass is not the code's form, but it computes the same thing: the rows are independent (each
     attends only to its own tokens), so one pass over both templates' rows gives the same states (eval mode, 1e-6,
     tests/test_promptbert.py), with one backbone pass (a launch sequence on a GPU) fewer per step. Templates of equal
-    length (the paper's two) need no padding and get no attention mask, as the code's passes, except on a backbone
-    that would then read its ids on the host and takes an all-ones mask without a read
-    (:func:`models.masks.masks_rows_without_padding`, e.g. DeBERTa-v2): that one gets the all-ones mask; a shorter
-    template is right-padded, and the mask hides its padding (the same state up to float reordering). Dropout and
+    length (the paper's two) need no padding, and the code's passes have no attention mask: every token of a row
+    attends to every other (transformers 4 made an all-ones mask). A backbone that takes an all-ones mask without a
+    host read gets one where its mask-less call would differ
+    (:func:`models.masks.masks_rows_without_padding`): BERT and RoBERTa from transformers 5.25, whose mask-less call
+    would read the jump in the position ids after the prefix as the start of another packed sequence, and a backbone
+    that would read its ids on the host (e.g. DeBERTa-v2); any other gets none. A shorter template is right-padded,
+    and the mask hides its padding (the same state up to float reordering). Dropout and
     gradients are the caller's mode, as in ``get_delta``: with stream dropout the masks are drawn in one call instead of two (other
     draws from the same i.i.d. Bernoulli masks); ``plan``, a context manager for the pass's dropout, keys row-seeded
     masks by each row's key and coordinates only, so they are the per-template passes' masks, padding or not.

@@ -252,7 +252,7 @@ def test_modernbert_takes_each_layer_types_mask_prepared(attn, torch_single_thre
     ("layoutlm", "sdpa", True, {}),
     ("convbert", "eager", False, {}),  # its mask function would read the all-ones 2D mask instead
     ("gpt2", "sdpa", False, {"pad_token_id": 0}),  # a causal mask function (and packed-sequence detection)
-    ("bert", "sdpa", False, {}), ("bert", "eager", False, {})])  # no padding check
+    ("bert", "sdpa", False, {}), ("bert", "eager", False, {})])  # no padding check (but packing, 5.25 on)
 def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_builds(model_type, attn, masked,
                                                                                         overrides,
                                                                                         torch_single_thread):
@@ -260,9 +260,12 @@ def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_
     whose forward then looks for the pad token on the host (``models.masks.checks_padding_without_mask``:
     transformers' ``warn_if_padding_and_no_attention_mask``) and takes an all-ones mask without a read
     (``models.masks.masks_rows_without_padding``) gets that mask: the very states of its mask-less call, which read
-    the host (at ``modeling_utils.py``), with no read at all. Any other backbone keeps the mask-less call: BERT (no
-    check), ConvBERT (its mask function would read the 2D mask), GPT-2 (its causal mask)."""
-    from models.masks import masks_rows_without_padding
+    the host (at ``modeling_utils.py``), with no read at all. So does BERT from transformers 5.25, whose mask-less
+    call would attend within the prefix and within the suffix only (packed sequences inferred from the position ids'
+    jump, ``models.masks.infers_packing_without_mask``): its masked pass gives the whole rows' states (the code's,
+    whose transformers 4 made an all-ones mask), no read. Any other backbone keeps the mask-less call: BERT before
+    5.25 (no check), ConvBERT (its mask function would read the 2D mask), GPT-2 (its causal mask)."""
+    from models.masks import infers_packing_without_mask, masks_rows_without_padding
     from models.promptbert import TemplateIds, templates_mask_states, template_rows
 
     backbone = tiny_backbone_of(model_type, attn, **overrides)
@@ -276,11 +279,18 @@ def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_
             own = backbone(input_ids=ids, position_ids=positions).last_hidden_state
         with template_pass:
             states = templates_mask_states(backbone, templates, rows)
-    assert torch.equal(torch.cat(states), own[:, 3 + 1])  # each row's [MASK]: prefix 3, mask index 1
-    assert masks_rows_without_padding(backbone) == masked
+        whole_rows = backbone(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids))
+    packs = model_type == "bert" and infers_packing_without_mask(backbone)  # it passes its position ids (5.25 on)
+    mask_state = slice(None), 3 + 1  # each row's [MASK]: prefix 3, mask index 1
+    if not packs:
+        assert torch.equal(torch.cat(states), own[mask_state])
+    else:  # the mask-less call attends within the prefix and within the suffix only: the masked pass does not
+        assert not torch.allclose(own[mask_state], whole_rows.last_hidden_state[mask_state], atol=1e-4)
+    torch.testing.assert_close(torch.cat(states), whole_rows.last_hidden_state[mask_state], rtol=1e-6, atol=1e-6)
+    assert masks_rows_without_padding(backbone) == (masked or packs)
     padding_check = [read for read in own_call.reads if read.where.startswith("transformers/modeling_utils.py:")]
     assert len(padding_check) == (model_type != "bert")
-    if masked:
+    if masked or packs:
         assert template_pass.reads == []  # nor the mask functions' skip check (the mask is prepared)
     else:  # the same call
         assert [r.operation for r in template_pass.reads] == [r.operation for r in own_call.reads]

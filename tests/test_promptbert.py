@@ -123,6 +123,13 @@ def test_a_bad_template_is_one_clear_error_at_parse_time(template, message):
 
 
 # ----------------------------------------------------------------------------------------- the denoising
+def official_code_attention(input_ids: torch.Tensor) -> dict:
+    """The attention of ``get_delta``'s mask-less call in the code's transformers 4, where a missing mask was all
+    ones: passed explicitly, since from transformers 5.25 BERT given position ids and no mask treats the jump after
+    the prefix as the start of another packed sequence (``masking_utils.find_packed_sequence_indices``)."""
+    return {"attention_mask": torch.ones_like(input_ids)}
+
+
 def written_out_pooled(model, batch, denoise: bool) -> torch.Tensor:
     """Each row alone: its [MASK] state, minus (denoise) the template alone with the suffix at positions P + n..."""
     encoder, mask_id = model.encoder, model.mask_token_id
@@ -137,8 +144,8 @@ def written_out_pooled(model, batch, denoise: bool) -> torch.Tensor:
             if denoise:
                 alone = torch.tensor([prefix + suffix])
                 positions = torch.tensor([list(range(len(prefix))) + [len(prefix) + n + k for k in range(len(suffix))]])
-                h = h - encoder(input_ids=alone, position_ids=positions).last_hidden_state[
-                    0, len(prefix) + suffix.index(mask_id)]
+                h = h - encoder(input_ids=alone, position_ids=positions, **official_code_attention(alone)
+                                ).last_hidden_state[0, len(prefix) + suffix.index(mask_id)]
             out[b, v] = h
     return out
 
@@ -182,7 +189,8 @@ def official_cl_forward_loss(model, batch) -> torch.Tensor:
         d_position_ids = torch.arange(d_input_ids.shape[1]).unsqueeze(0).repeat(length, 1).long()
         d_position_ids[:, len(bs) + 1:] += torch.arange(length).unsqueeze(-1)
         m_mask = d_input_ids == ids["mask_token_id"]
-        last_hidden = encoder(input_ids=d_input_ids, position_ids=d_position_ids).last_hidden_state
+        last_hidden = encoder(input_ids=d_input_ids, position_ids=d_position_ids,
+                              **official_code_attention(d_input_ids)).last_hidden_state
         return last_hidden[m_mask], d_input_ids.shape[1]
 
     templates = [t["prefix"] + t["suffix"] for t in ids["templates"]]
