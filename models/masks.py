@@ -37,10 +37,13 @@ from transformers.masking_utils import (ALL_MASK_ATTENTION_FUNCTIONS, create_bid
 #: mask with ``create_bidirectional_mask`` alone (for an encoder, ``config.is_decoder`` false), so that a prepared 4D
 #: mask is the mask they build themselves (``tests/test_no_host_sync.py``: the same hidden states as their 2D-mask
 #: call, eager and SDPA). Not listed, on purpose: GPT-2 and XGLM (causal), ModernBERT (sliding-window local layers),
-#: Longformer and BigBird (their own windowed and block-sparse attention).
+#: Longformer and BigBird (their own windowed and block-sparse attention), ESM (its embeddings read the 2D mask).
+#: BERT-generation, RoBERTa-PreLayerNorm, XLM-R XL and X-MOD added 2026-12-03: from transformers 5.25 their mask-less
+#: PromptBERT template pass would infer packed sequences (:func:`masks_rows_without_padding`).
 PLAIN_BIDIRECTIONAL_MODEL_TYPES: frozenset[str] = frozenset({
-    "albert", "bert", "camembert", "data2vec-text", "distilbert", "electra", "ernie", "megatron-bert", "mobilebert",
-    "mpnet", "rembert", "roberta", "roformer", "xlm-roberta",
+    "albert", "bert", "bert-generation", "camembert", "data2vec-text", "distilbert", "electra", "ernie",
+    "megatron-bert", "mobilebert", "mpnet", "rembert", "roberta", "roberta-prelayernorm", "roformer", "xlm-roberta",
+    "xlm-roberta-xl", "xmod",
 })
 
 

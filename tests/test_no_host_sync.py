@@ -142,7 +142,8 @@ def tiny_backbone_of(model_type: str, attn: str, **overrides) -> torch.nn.Module
     sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37,
              "vocab_size": 100, "dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 37, "n_embd": 32, "n_layer": 2,
              "n_head": 2, "embedding_size": 32, "true_hidden_size": 32, "intra_bottleneck_size": 32,
-             "d_model": 32, "ffn_dim": 37, "attention_heads": 2, "num_layers": 2, **overrides}
+             "d_model": 32, "ffn_dim": 37, "attention_heads": 2, "num_layers": 2,
+             "default_language": "en_XX", **overrides}  # X-MOD's adapters: one language
     for name, value in sizes.items():
         if hasattr(config, name):
             setattr(config, name, value)
