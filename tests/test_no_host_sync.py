@@ -266,7 +266,7 @@ def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_
     jump, ``models.masks.infers_packing_without_mask``): its masked pass gives the whole rows' states (the code's,
     whose transformers 4 made an all-ones mask), no read. Any other backbone keeps the mask-less call: BERT before
     5.25 (no check), ConvBERT (its mask function would read the 2D mask), GPT-2 (its causal mask)."""
-    from models.masks import infers_packing_without_mask, masks_rows_without_padding
+    from models.masks import infers_packing_without_mask, masks_rows_without_padding, takes_prepared_mask
     from models.promptbert import TemplateIds, templates_mask_states, template_rows
 
     backbone = tiny_backbone_of(model_type, attn, **overrides)
@@ -289,6 +289,11 @@ def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_
         assert not torch.allclose(own[mask_state], whole_rows.last_hidden_state[mask_state], atol=1e-4)
     torch.testing.assert_close(torch.cat(states), whole_rows.last_hidden_state[mask_state], rtol=1e-6, atol=1e-6)
     assert masks_rows_without_padding(backbone) == (masked or packs)
+    # compiled (the fast path's): decided by the model it wraps where the graph would infer packing (a mask-less
+    # call there takes the packed mask unconditionally), never for the padding check (skipped while traced)
+    may_pack = takes_prepared_mask(backbone) and infers_packing_without_mask(backbone)
+    assert may_pack >= packs
+    assert masks_rows_without_padding(torch.compile(backbone)) == may_pack
     padding_check = [read for read in own_call.reads if read.where.startswith("transformers/modeling_utils.py:")]
     assert len(padding_check) == (model_type != "bert")
     if masked or packs:
