@@ -102,6 +102,8 @@ def method_warnings(model: ContrastiveModel) -> list[str]:
         warnings.append(warning)
     if (warning := repeated_keyed_masks_warning(model)) is not None:
         warnings.append(warning)
+    if (warning := model.backbone_warning()) is not None:
+        warnings.append(warning)
     if "hard_neg" in model.optional_view_columns and "hard_neg" not in model.view_columns:
         warnings.append("the corpus has no hard_neg column, so supervised SimCSE trains on its (sent0, sent1) pairs "
                         "without hard negatives: Eq. 1 with sent1 as the positive, the paper's Table 4 rows without "

@@ -225,6 +225,11 @@ class ContrastiveModel(PreTrainedModel):
         base's is its encoder."""
         return [(self, "encoder")]
 
+    def backbone_warning(self) -> str | None:
+        """Hook: what this method loses on this backbone without an error (logged at the start of a training run and
+        repeated in its summary: ``command_line.pipeline.method_warnings``), or ``None``: the base's, none."""
+        return None
+
     def cuda_graph_refusal(self) -> str | None:
         """Hook: why this model's training step must not run under CUDA graphs (the fast path then compiles without
         them: ``trainers.fast_path.compile_mode``), or ``None``: the base's, none."""

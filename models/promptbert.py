@@ -27,6 +27,7 @@ uncached one.
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -41,6 +42,13 @@ from .base import ContrastiveModel
 from .config import ContrastiveConfig
 from .masks import masks_rows_without_padding, prepare_attention_mask
 from .views import ViewLayout
+
+
+def takes_position_ids(encoder: nn.Module) -> bool:
+    """Whether ``encoder``'s forward names a ``position_ids`` argument (RoFormer's takes it into ``**kwargs`` and
+    numbers its rotary positions by the token index, so the template rows' shifted positions change nothing)."""
+    return "position_ids" in inspect.signature(getattr(encoder, "_orig_mod", encoder).forward).parameters
+
 
 #: Template rows' dropout keys: template t's row n is key ``t * TEMPLATE_KEY_STRIDE + n``.
 TEMPLATE_KEY_STRIDE = 1 << 20
@@ -296,6 +304,18 @@ class PromptBERTModel(ContrastiveModel):
         """None: the sentence vector is the [MASK] state, which follows the sentence in the template."""
         return None
 
+    def backbone_warning(self) -> str | None:
+        """The denoising on a backbone whose forward takes no ``position_ids`` (:func:`takes_position_ids`): every n
+        gets the same template state ``h^_n``, a denoising the paper's Sec. 5 does not describe. ``None`` otherwise."""
+        config = self.config
+        if not (config.template_denoising or config.dev_denoising or config.test_denoising) or takes_position_ids(
+                self.encoder):
+            return None
+        return (f"PromptBERT's template denoising places the suffix after n tokens through position_ids, which "
+                f"{type(self.encoder).__name__}'s forward does not take (e.g. RoFormer's rotary embeddings follow the "
+                f"token index): every n gets the same template state (Sec. 5 subtracts the state at the sentence's "
+                f"length); pass --template_denoising false --dev_denoising false for none")
+
     def gradient_checkpointing_refusal(self) -> str | None:
         """Also with row-seeded masks and denoising: a recomputed layer of the sentence pass would meet the template
         pass's plan."""
@@ -307,4 +327,4 @@ class PromptBERTModel(ContrastiveModel):
 
 
 __all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",
-           "template_mask_states", "template_rows", "templates_mask_states"]
+           "takes_position_ids", "template_mask_states", "template_rows", "templates_mask_states"]

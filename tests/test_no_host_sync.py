@@ -302,6 +302,34 @@ def test_the_template_pass_gives_a_backbone_that_checks_for_padding_the_mask_it_
         assert [r.operation for r in template_pass.reads] == [r.operation for r in own_call.reads]
 
 
+@pytest.mark.parametrize("model_type", sorted(PLAIN_BIDIRECTIONAL_MODEL_TYPES))
+def test_every_template_row_attends_over_all_its_tokens(model_type, torch_single_thread):
+    """PromptBERT's template pass gives, on every model type that takes a prepared mask, each row's [MASK] state of
+    the row's whole-row attention (its call with an all-ones mask: the official code's mask-less call in
+    transformers 4), whatever the installed transformers infers from the position ids of a mask-less call (from
+    5.25, packed sequences: the jump after the prefix). A later transformers that changes what a mask-less call
+    attends to fails here, on the types it changes."""
+    from models.promptbert import TemplateIds, takes_position_ids, templates_mask_states, template_rows
+
+    templates = [TemplateIds((2, 11, 12), (13, 4, 14, 3), 1), TemplateIds((2, 21, 22), (23, 4, 24, 3), 1)]
+    rows = [5, 4]
+    ids, positions, _ = (torch.cat(parts) for parts in zip(*(
+        template_rows(t, torch.tensor(t.prefix + t.suffix), r, len(t)) for t, r in zip(templates, rows))))
+    checked = []
+    for attn in ("sdpa", "eager"):
+        backbone = tiny_backbone_of(model_type, attn)
+        if backbone is None:
+            continue
+        with torch.no_grad():
+            states = torch.cat(templates_mask_states(backbone, templates, rows))
+            whole_rows = backbone(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids))
+        torch.testing.assert_close(states, whole_rows.last_hidden_state[:, 3 + 1], rtol=1e-6, atol=1e-6)
+        if takes_position_ids(backbone):  # RoFormer's do not reach it (tests/test_promptbert.py warns of it)
+            assert (states[1:5] - states[:1]).abs().max() > 1e-4  # n moves the state: the position ids are used
+        checked.append(attn)
+    assert "eager" in checked
+
+
 def test_a_compiled_backbone_builds_the_mask_in_its_graph(torch_single_thread, many_compiled_models):
     """The fast path's compiled backbone takes the 2D mask (no ~30 eager operations before each call); its graph
     builds the same 4D mask: the hidden states equal the eager backbone's on the prepared mask."""

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer
 
+import run_unsup
 from command_line.arguments import MethodArguments, parse_args
 from data.prompt_templates import PromptCollator, add_period, tokenize_template
 from eval.loading import load_encoder
@@ -471,3 +472,32 @@ def test_the_template_pass_benchmark_times_two_forms_of_one_computation(tmp_path
     main(["--config", "tiny", "--widths", "12", "--iters", "1", "--device", "cpu", "--output_json", str(out)])
     [row] = json.loads(out.read_text())
     assert row["width"] == 12 and row["rows"] == 3 and row["one_pass_ms"] > 0 and row["pass_per_template_ms"] > 0
+
+
+def test_a_backbone_without_position_ids_is_warned_that_every_length_gets_one_template_state(quiet, tmp_path,
+                                                                                             capsys, caplog):
+    """RoFormer's forward takes no ``position_ids`` (its rotary positions follow the token index): the template
+    rows' shifted positions change nothing, so every n gets the same ``h^_n``. ``run_unsup.py --method promptbert``
+    on it says so at the start and in the summary; on BERT, which takes them, nothing is said."""
+    roformer = save_tiny_backbone(tmp_path / "roformer", arch="roformer", dropout=0.0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(6)) for i in range(16)))
+    warning = "RoFormerModel's forward does not take"
+    for backbone, warned in ((roformer, True), (quiet, False)):
+        caplog.clear()
+        capsys.readouterr()
+        with caplog.at_level(logging.WARNING):
+            run_unsup.main(["--method", "promptbert", "--model_name_or_path", str(backbone), "--train_file",
+                            str(corpus), "--max_steps", "1", "--per_device_train_batch_size", "4", "--eval_strategy",
+                            "no", "--output_dir", str(tmp_path / backbone.name), "--use_cpu", "true"])
+        logged = [r.getMessage() for r in caplog.records if "forward does not take" in r.getMessage()]
+        summary = capsys.readouterr().out
+        assert len(logged) == warned and ("warning: PromptBERT's template denoising" in summary) == warned
+        model = build_model("promptbert", str(backbone))
+        with torch.no_grad():
+            states = template_mask_states(model.encoder.eval(), model.templates[0], 4)
+        if warned:
+            assert warning in logged[0] and "--template_denoising false --dev_denoising false" in logged[0]
+            torch.testing.assert_close(states[1:], states[:1].expand(3, -1), rtol=0, atol=0)  # what it says
+        else:
+            assert (states[1:] - states[:1]).abs().max() > 1e-3

@@ -5,7 +5,8 @@ import math
 from pathlib import Path
 
 from transformers import (AlbertConfig, AutoModel, BertConfig, BertTokenizerFast, DebertaV2Config, DistilBertConfig,
-                          ElectraConfig, IBertConfig, ModernBertConfig, MPNetConfig, RobertaConfig)
+                          ElectraConfig, IBertConfig, ModernBertConfig, MPNetConfig, RobertaConfig,
+                          RoFormerConfig)
 
 WORDS = ("the a an of to and in is was for on that with as by it at from his her he she they this be are were "
          "cat dog man woman car bank river tree city music film game book water food song team war king "
@@ -24,8 +25,8 @@ def tiny_tokenizer(directory: str | Path) -> BertTokenizerFast:
 
 def tiny_config(arch: str = "bert", vocab_size: int = 200, dropout: float = 0.1, **overrides):
     """hidden 32, 2 layers, 2 heads; ``arch`` in bert | roberta | distilbert | albert and electra (embeddings of 16) |
-    deberta-v2 | mpnet | ibert (its embeddings return a tuple) | modernbert (attention windows of 8 in every other layer;
-    the tiny tokenizer's special ids)."""
+    deberta-v2 | mpnet | ibert (its embeddings return a tuple) | roformer (rotary positions) | modernbert (attention
+    windows of 8 in every other layer; the tiny tokenizer's special ids)."""
     if arch == "distilbert":
         return DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=37,
                                 max_position_embeddings=64, dropout=dropout, attention_dropout=dropout,
@@ -38,7 +39,8 @@ def tiny_config(arch: str = "bert", vocab_size: int = 200, dropout: float = 0.1,
     if arch in ("albert", "electra"):  # factorised embeddings, mapped to the hidden size after them
         overrides = {"embedding_size": 16, **overrides}
     config_class = {"bert": BertConfig, "roberta": RobertaConfig, "albert": AlbertConfig, "electra": ElectraConfig,
-                    "deberta-v2": DebertaV2Config, "mpnet": MPNetConfig, "ibert": IBertConfig}[arch]
+                    "deberta-v2": DebertaV2Config, "mpnet": MPNetConfig, "ibert": IBertConfig,
+                    "roformer": RoFormerConfig}[arch]
     return config_class(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=37, max_position_embeddings=70, hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout, pad_token_id=0, **overrides)
