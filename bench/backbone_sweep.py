@@ -32,8 +32,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-#: The backbone types swept: ``tests.tiny.tiny_config``'s architectures.
+#: The backbone types swept by default: ``tests.tiny.tiny_config``'s architectures (RoFormer's, in
+#: ``tests/test_promptbert.py``, aside).
 ARCHS = ("bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "mpnet", "modernbert", "ibert")
+
+#: The encoders of transformers 5.25 swept on request (``--archs``; 2026-12-04): EuroBERT, GTE, Jina embeddings v3
+#: and Nomic BERT (rotary positions), RoCBert.
+MORE_ARCHS = ("eurobert", "gte", "jina_embeddings_v3", "nomic_bert", "roc_bert")
+
+#: The table's backbone column: the longest name.
+ARCH_WIDTH = max(map(len, ARCHS + MORE_ARCHS))
 
 #: Method settings: name -> (method, flags). Stream masks are the default; the row-seeded ones are the keyed masks.
 SETTINGS: dict[str, tuple[str, list[str]]] = {
@@ -183,17 +191,17 @@ def render(row: SweepRow) -> str:
     equal = {None: "", True: "steps equal", False: "STEPS DIFFER"}[row.equal]
     detail = f"replays: {row.replays}, {equal}" if row.outcome == "captured" else "; ".join(
         part for part in (equal, row.reason) if part)
-    return f"{row.arch:<12} {row.setting:<20} {row.outcome:<13} {detail}"
+    return f"{row.arch:<{ARCH_WIDTH}} {row.setting:<20} {row.outcome:<13} {detail}"
 
 
 def main(argv: list[str] | None = None) -> list[SweepRow]:
     parser = argparse.ArgumentParser(prog="python -m bench.backbone_sweep", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--archs", nargs="+", default=list(ARCHS), choices=ARCHS)
+    parser.add_argument("--archs", nargs="+", default=list(ARCHS), choices=ARCHS + MORE_ARCHS)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--steps", type=int, default=8, help="training steps per run (batch 8)")
     parser.add_argument("--output_json", type=Path, help="write the rows there")
     args = parser.parse_args(argv)
-    print(f"{'backbone':<12} {'setting':<20} {'outcome':<13} detail", flush=True)
+    print(f"{'backbone':<{ARCH_WIDTH}} {'setting':<20} {'outcome':<13} detail", flush=True)
     logger = logging.getLogger("cse_repro")
     level = logger.level
     logger.setLevel(logging.ERROR)  # the runs' warnings: the reason is in the row

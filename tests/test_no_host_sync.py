@@ -133,6 +133,11 @@ def test_prepared_attention_masks_give_the_same_hidden_states(arch, attn, padded
     torch.testing.assert_close(got[real], expected[real], atol=1e-6, rtol=1e-5)
 
 
+#: Special token ids inside the tiny vocabulary of 100 for the model types whose defaults lie outside it.
+TINY_SPECIAL_IDS = {"eurobert": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "mask_token_id": 3,
+                                 "num_key_value_heads": 2}}
+
+
 def tiny_backbone_of(model_type: str, attn: str, **overrides) -> torch.nn.Module | None:
     """A tiny random ``model_type`` backbone (2 layers, hidden 32, vocabulary 100) with attention ``attn``; ``None``
     where the model type has no such attention implementation."""
@@ -143,7 +148,8 @@ def tiny_backbone_of(model_type: str, attn: str, **overrides) -> torch.nn.Module
              "vocab_size": 100, "dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 37, "n_embd": 32, "n_layer": 2,
              "n_head": 2, "embedding_size": 32, "true_hidden_size": 32, "intra_bottleneck_size": 32,
              "d_model": 32, "ffn_dim": 37, "attention_heads": 2, "num_layers": 2,
-             "default_language": "en_XX", **overrides}  # X-MOD's adapters: one language
+             "default_language": "en_XX",  # X-MOD's adapters: one language
+             **TINY_SPECIAL_IDS.get(model_type, {}), **overrides}
     for name, value in sizes.items():
         if hasattr(config, name):
             setattr(config, name, value)
@@ -325,7 +331,9 @@ def test_every_template_row_attends_over_all_its_tokens(model_type, torch_single
             whole_rows = backbone(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids))
         torch.testing.assert_close(states, whole_rows.last_hidden_state[:, 3 + 1], rtol=1e-6, atol=1e-6)
         if takes_position_ids(backbone):  # RoFormer's do not reach it (tests/test_promptbert.py warns of it)
-            assert (states[1:5] - states[:1]).abs().max() > 1e-4  # n moves the state: the position ids are used
+            # n moves the state: the position ids are used (RoFormer's states: exactly equal; rotary tiny models of
+            # long wavelengths, GTE's and Jina v3's, move by ~7e-5)
+            assert (states[1:5] - states[:1]).abs().max() > 1e-5
         checked.append(attn)
     assert "eager" in checked
 

@@ -52,6 +52,8 @@ def files(tmp_path_factory):
             "modernbert": save_tiny_backbone(root / "modernbert", arch="modernbert", seed=0, dropout=0.1),
             "ibert": save_tiny_backbone(root / "ibert", arch="ibert", seed=0, dropout=0.1),
             "deberta-v2": save_tiny_backbone(root / "deberta-v2", arch="deberta-v2", seed=0, dropout=0.1),
+            "gte": save_tiny_backbone(root / "gte", arch="gte", seed=0, dropout=0.1),
+            "roc_bert": save_tiny_backbone(root / "roc_bert", arch="roc_bert", seed=0, dropout=0.1),
             "generator": save_tiny_generator(root / "generator"),
             "corpus": tiny_corpus(root / "corpus.txt", n=60)}  # batch 8: 7 full batches, then a short one of 4
 
@@ -345,6 +347,10 @@ def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_pat
     # its template pass gets an all-ones mask (models.masks.masks_rows_without_padding): without
     # a mask its forward looked for padding on the host (modeling_utils.py's warn_if_padding_and_no_attention_mask)
     ("deberta-v2", "promptbert", None),
+    # the encoders of transformers 5.25 listed in models.masks.PLAIN_BIDIRECTIONAL_MODEL_TYPES since 2026-12-04: GTE
+    # (rotary) and RoCBert read their 2D mask on the host (masking_utils' _ignore_bidirectional_mask_sdpa) before
+    ("gte", "promptbert", None),
+    ("roc_bert", "promptbert", None),
     ("ibert", "simcse", "aten::_local_scalar_dense at transformers/models/ibert/quant_modules.py:")])  # QuantAct
 def test_a_step_that_reads_the_host_is_not_captured_and_the_warning_names_the_line(arch, method, host_read, files,
                                                                                   tmp_path, simulated_graphs, caplog,
@@ -353,7 +359,8 @@ def test_a_step_that_reads_the_host_is_not_captured_and_the_warning_names_the_li
     reads a tensor on the host at every forward (I-BERT's quantisation modules assert on their ranges) is not
     captured, for a capture would fail at that read, on a GPU in the middle of the stream's capture; the warning and
     the summary name the read and its line, and the run logs the fast path's steps. ModernBERT, whose mask functions
-    read its 2D mask on the host, gets its masks prepared and is captured; so is DeBERTa-v2's PromptBERT step."""
+    read its 2D mask on the host, gets its masks prepared and is captured; so are DeBERTa-v2's, GTE's and RoCBert's
+    PromptBERT steps."""
     backbone = ["--model_name_or_path", str(files[arch])]
     fast, _, _ = run_script(method, files, tmp_path / "fast", ["--step_graph", "false", *backbone])
     graphed, trainer, metrics = run_script(method, files, tmp_path / "graph", backbone)  # the default: the graph
