@@ -8,6 +8,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+import torch
 import transformers
 
 from trainers.trainer_adapter import RELIED_ON, WRITTEN_FOR
@@ -170,3 +171,27 @@ def test_a_resume_in_another_layout_restores_the_first_processs_rng_state_cuda_i
     one = rng_state_for_layout({"cuda": devices[1]}, distributed=True)["cuda"]
     assert len(one) == 2 and all(torch.equal(value, devices[1]) for value in one)
     assert rng_state_for_layout({"cpu": devices[0]}, distributed=False) == {"cpu": devices[0]}  # no CUDA state
+
+
+def test_the_cached_step_takes_the_model_inside_the_wrappers_whatever_its_compiled_layers():
+    """The cached step calls the bare model (``trainers.trainer_adapter.model_inside_wrappers``): a model whose layers
+    the fast path swapped for compiled ones is the model itself, where accelerate 1.10-1.12's ``unwrap_model`` raised
+    (KeyError '_orig_mod': the cached step's compiled warm-up failed and the whole run stepped eagerly; under those
+    versions ``tests/test_step_graph.py``'s cached run, in the lower-bound suite of ``.ci/run``, fails without it)."""
+    import accelerate
+    from accelerate.utils import extract_model_from_parallel
+    from packaging.version import Version
+    from torch import nn
+
+    from trainers.trainer_adapter import model_inside_wrappers
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    model[1] = torch.compile(model[1], backend="eager")  # a layer of the fast path, swapped in for the step
+    assert model_inside_wrappers(model) is model
+    assert model_inside_wrappers(torch.compile(model, backend="eager")) is model
+    assert model_inside_wrappers(nn.DataParallel(model)) is model  # the Trainer's on several GPUs without DDP
+    if Version(accelerate.__version__) < Version("1.13"):
+        with pytest.raises(KeyError, match="_orig_mod"):
+            extract_model_from_parallel(model)
+    else:
+        assert extract_model_from_parallel(model) is model

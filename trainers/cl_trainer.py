@@ -40,7 +40,7 @@ from .fast_path import (CompiledBackbone, StepSnapshot, backbone_compile_refusal
 from .keyed_dropout import keyed_step, step_draws
 from .process_state import first_process_values, load_process_state, process_state_files, save_process_state
 from .step_graph import StepGraph, StepOutputs, step_graph_refusal, step_graph_wanted
-from .trainer_adapter import TrainerAdapter, exclude_from_ddp, pin_tensorboard_dir
+from .trainer_adapter import TrainerAdapter, exclude_from_ddp, pin_tensorboard_dir, model_inside_wrappers
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class CLTrainer(TrainerAdapter):
         """The cached step's loss and metrics (:func:`trainers.cached_step.cached_loss`: its backward, which the stock
         step runs, replays the chunks; ``rng_states=False`` in a step graph, with row-seeded masks)."""
         refuse_unsupported(self)
-        return cached_loss(self.accelerator.unwrap_model(model), inputs, self.args.cache_chunk_size,
+        return cached_loss(model_inside_wrappers(model), inputs, self.args.cache_chunk_size,
                            autocast=self.accelerator.autocast,
                            average_gradients_over=world_size() if isinstance(model, DistributedDataParallel) else 1,
                            rng_states=rng_states)

@@ -41,8 +41,8 @@ member when the installed library changes one of them (:data:`RELIED_ON`).
   :func:`pin_tensorboard_dir` gives it the folder the Trainer would, up front.
 
 Everything else the training core uses is public: ``compute_loss`` and ``training_step`` overrides, callbacks,
-``accelerator.autocast`` / ``unwrap_model`` (the cached step is a loss whose backward replays the chunks,
-``trainers/cached_step.py``, so the stock step scales and backpropagates it).
+``accelerator.autocast`` (the cached step is a loss whose backward replays the chunks, ``trainers/cached_step.py``,
+so the stock step scales and backpropagates it). Not ``accelerator.unwrap_model``: :func:`model_inside_wrappers`.
 """
 from __future__ import annotations
 
@@ -220,6 +220,21 @@ def _sagemaker_mp() -> bool:
     return is_sagemaker_mp_enabled()
 
 
+def model_inside_wrappers(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside the Trainer's wrappers: DDP's and ``DataParallel``'s ``.module``, a whole-model
+    ``torch.compile``'s ``_orig_mod``. Not ``accelerator.unwrap_model``: before accelerate 1.13 it took a model holding
+    compiled submodules (the fast path's layers, swapped in for the step) for one compiled by regions and read
+    ``model.__dict__["_orig_mod"]``, a KeyError that turned the cached step's compiled warm-up into the eager step for
+    the whole run (accelerate 1.10-1.12, ``utils/other.py`` ``extract_model_from_parallel``)."""
+    while True:
+        if isinstance(model, (DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        elif isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+            model = model._orig_mod
+        else:
+            return model
+
+
 def pin_tensorboard_dir(trainer: Trainer) -> None:
     """Give the TensorBoard callback its folder now (``<output_dir>/<default_logdir()>``, what the Trainer gives it
     at ``on_train_begin``): a writer opened by an earlier log would write every curve to ./runs."""
@@ -228,4 +243,5 @@ def pin_tensorboard_dir(trainer: Trainer) -> None:
             callback.logging_dir = os.path.join(trainer.args.output_dir, default_logdir())
 
 
-__all__ = ["PLAIN_GRADIENTS", "RELIED_ON", "TrainerAdapter", "WRITTEN_FOR", "pin_tensorboard_dir"]
+__all__ = ["PLAIN_GRADIENTS", "RELIED_ON", "TrainerAdapter", "WRITTEN_FOR", "model_inside_wrappers",
+           "pin_tensorboard_dir"]
