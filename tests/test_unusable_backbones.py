@@ -572,6 +572,16 @@ def tiny_functional_dropout_backbone(arch: str, folder: Path) -> Path:
     return folder
 
 
+def opt_draws_layerdrop_only_when_set() -> bool:
+    """Whether OPT's decoder draws its LayerDrop coin (``torch.rand([])`` per layer in training) only at a layerdrop
+    above 0, as transformers 5.25 does; 5.20 draws it at every layer whatever the rate, and the probe reports it."""
+    import inspect
+
+    from transformers.models.opt.modeling_opt import OPTDecoder
+
+    return "self.layerdrop > 0" in inspect.getsource(OPTDecoder.forward)
+
+
 @pytest.mark.parametrize("arch, flags, where", [
     ("longformer", ["--cache_chunk_size", "4"],
      "LongformerModel draws dropout outside its dropout modules, at encoder.layer.0.attention.self (bernoulli_); "
@@ -591,6 +601,9 @@ def test_per_row_dropout_on_a_backbone_that_draws_dropout_outside_its_modules_is
     2.4e-2 on OPT; row-seeded masks 5e-4 apart between a pass of 4 sentences and two of 2 on Longformer). OPT, with
     no dropout module at all, was not even probed. Refused in one line; stream-mask SimCSE trains them."""
     path = tiny_functional_dropout_backbone(arch, tmp_path / arch)
+    if arch == "opt" and not opt_draws_layerdrop_only_when_set():  # transformers 5.20: the coin at layerdrop 0 too
+        where = ("OPTModel draws dropout outside its dropout modules, at decoder (rand); decoder.layers.0.self_attn "
+                 "(bernoulli_); decoder.layers.0 (bernoulli_) and 2 more modules")
     feature = {"longformer": "row-seeded masks (--dropout_masks row_seeded, --cache_chunk_size's default)",
                "bloom": "SimCSE++'s dropout-off negatives (--off_dropout)",
                "opt": "S-SimCSE's sampled rates (--dropout_dist uniform)"}[arch]
