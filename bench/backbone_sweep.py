@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterator
 #: ``tests/test_promptbert.py``, aside).
 ARCHS = ("bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "mpnet", "modernbert", "ibert")
 
-#: The encoders of transformers 5.25 swept on request (``--archs``; 2026-12-04): EuroBERT, GTE, Jina embeddings v3
-#: and Nomic BERT (rotary positions), RoCBert.
+#: More encoders (transformers 5.20 to 5.25 have them) swept on request (``--archs``; 2026-12-04): EuroBERT, GTE,
+#: Jina embeddings v3 and Nomic BERT (rotary positions), RoCBert.
 MORE_ARCHS = ("eurobert", "gte", "jina_embeddings_v3", "nomic_bert", "roc_bert")
 
 #: The table's backbone column: the longest name.

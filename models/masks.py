@@ -40,8 +40,9 @@ from transformers.masking_utils import (ALL_MASK_ATTENTION_FUNCTIONS, create_bid
 #: Longformer and BigBird (their own windowed and block-sparse attention), ESM (its embeddings read the 2D mask).
 #: BERT-generation, RoBERTa-PreLayerNorm, XLM-R XL and X-MOD added 2026-12-03: from transformers 5.25 their mask-less
 #: PromptBERT template pass would infer packed sequences (:func:`masks_rows_without_padding`). Added 2026-12-04: the
-#: rotary embedding encoders of transformers 5.25 (EuroBERT, GTE, Jina embeddings v3, Nomic BERT), whose 2D mask was
-#: read on the host at every forward, and RoCBert, whose mask-less template pass inferred packed sequences.
+#: rotary embedding encoders EuroBERT, GTE, Jina embeddings v3 and Nomic BERT (in transformers 5.20 to 5.25), whose 2D
+#: mask was read on the host at every forward, and RoCBert, likewise, whose mask-less template pass also inferred packed
+#: sequences (5.25).
 PLAIN_BIDIRECTIONAL_MODEL_TYPES: frozenset[str] = frozenset({
     "albert", "bert", "bert-generation", "camembert", "data2vec-text", "distilbert", "electra", "ernie", "eurobert",
     "gte", "jina_embeddings_v3", "megatron-bert", "mobilebert", "mpnet", "nomic_bert", "rembert", "roberta",

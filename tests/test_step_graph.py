@@ -347,8 +347,8 @@ def test_a_capture_that_fails_leaves_the_run_on_its_compiled_step(files, tmp_pat
     # its template pass gets an all-ones mask (models.masks.masks_rows_without_padding): without
     # a mask its forward looked for padding on the host (modeling_utils.py's warn_if_padding_and_no_attention_mask)
     ("deberta-v2", "promptbert", None),
-    # the encoders of transformers 5.25 listed in models.masks.PLAIN_BIDIRECTIONAL_MODEL_TYPES since 2026-12-04: GTE
-    # (rotary) and RoCBert read their 2D mask on the host (masking_utils' _ignore_bidirectional_mask_sdpa) before
+    # encoders listed in models.masks.PLAIN_BIDIRECTIONAL_MODEL_TYPES since 2026-12-04: GTE (rotary) and RoCBert read
+    # their 2D mask on the host (masking_utils' _ignore_bidirectional_mask_sdpa) before
     ("gte", "promptbert", None),
     ("roc_bert", "promptbert", None),
     ("ibert", "simcse", "aten::_local_scalar_dense at transformers/models/ibert/quant_modules.py:")])  # QuantAct

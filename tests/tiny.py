@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from transformers import (AlbertConfig, AutoConfig, AutoModel, BertConfig, BertTokenizerFast, DebertaV2Config, DistilBertConfig,
-                          ElectraConfig, IBertConfig, ModernBertConfig, MPNetConfig, RobertaConfig,
+from transformers import (AlbertConfig, AutoConfig, AutoModel, BertConfig, BertTokenizerFast, DebertaV2Config,
+                          DistilBertConfig, ElectraConfig, IBertConfig, ModernBertConfig, MPNetConfig, RobertaConfig,
                           RoFormerConfig)
 
 WORDS = ("the a an of to and in is was for on that with as by it at from his her he she they this be are were "
@@ -32,7 +32,8 @@ def tiny_tokenizer(directory: str | Path) -> BertTokenizerFast:
 def tiny_config(arch: str = "bert", vocab_size: int = 200, dropout: float = 0.1, **overrides):
     """hidden 32, 2 layers, 2 heads; ``arch`` in bert | roberta | distilbert | albert and electra (embeddings of 16) |
     deberta-v2 | mpnet | ibert (its embeddings return a tuple) | roformer (rotary positions) | modernbert (attention
-    windows of 8 in every other layer; the tiny tokenizer's special ids) | eurobert | :data:`ROTARY_BERT_ARCHS` (with its extras)."""
+    windows of 8 in every other layer; the tiny tokenizer's special ids) | eurobert | :data:`ROTARY_BERT_ARCHS` (with
+    its extras)."""
     if arch == "distilbert":
         return DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=37,
                                 max_position_embeddings=64, dropout=dropout, attention_dropout=dropout,
