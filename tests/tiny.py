@@ -14,11 +14,11 @@ WORDS = ("the a an of to and in is was for on that with as by it at from his her
          "guitar piano table chair house street park school ball cup road sky sun moon").split()
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
-#: BERT-style configs (``hidden_dropout_prob``...) of the encoders :func:`tiny_config` builds through ``AutoConfig``:
-#: the rotary embedding encoders GTE, Nomic BERT and Jina embeddings v3, and RoCBert (its pronunciation and shape
-#: embeddings beside the token's).
-ROTARY_BERT_ARCHS: dict[str, dict] = {"gte": {}, "nomic_bert": {"head_dim": 16}, "jina_embeddings_v3": {},
-                                       "roc_bert": {"pronunciation_vocab_size": 20, "shape_vocab_size": 20}}
+#: The encoders with BERT's config names (``hidden_dropout_prob``...) that :func:`tiny_config` builds through
+#: ``AutoConfig``, each with its extra settings: the rotary embedding encoders GTE, Nomic BERT and Jina embeddings v3,
+#: and RoCBert (absolute positions; pronunciation and shape embeddings beside the token's).
+BERT_STYLE_CONFIG_ARCHS: dict[str, dict] = {"gte": {}, "nomic_bert": {"head_dim": 16}, "jina_embeddings_v3": {},
+                                            "roc_bert": {"pronunciation_vocab_size": 20, "shape_vocab_size": 20}}
 
 
 def tiny_tokenizer(directory: str | Path) -> BertTokenizerFast:
@@ -32,8 +32,8 @@ def tiny_tokenizer(directory: str | Path) -> BertTokenizerFast:
 def tiny_config(arch: str = "bert", vocab_size: int = 200, dropout: float = 0.1, **overrides):
     """hidden 32, 2 layers, 2 heads; ``arch`` in bert | roberta | distilbert | albert and electra (embeddings of 16) |
     deberta-v2 | mpnet | ibert (its embeddings return a tuple) | roformer (rotary positions) | modernbert (attention
-    windows of 8 in every other layer; the tiny tokenizer's special ids) | eurobert | :data:`ROTARY_BERT_ARCHS` (with
-    its extras)."""
+    windows of 8 in every other layer; the tiny tokenizer's special ids) | eurobert |
+    :data:`BERT_STYLE_CONFIG_ARCHS` (with their extras)."""
     if arch == "distilbert":
         return DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=37,
                                 max_position_embeddings=64, dropout=dropout, attention_dropout=dropout,
@@ -48,8 +48,8 @@ def tiny_config(arch: str = "bert", vocab_size: int = 200, dropout: float = 0.1,
                                     num_attention_heads=2, num_key_value_heads=2, head_dim=16, intermediate_size=37,
                                     max_position_embeddings=70, attention_dropout=dropout, pad_token_id=0,
                                     bos_token_id=2, eos_token_id=3, mask_token_id=4, **overrides)
-    if arch in ROTARY_BERT_ARCHS:
-        overrides = {**ROTARY_BERT_ARCHS[arch], **overrides}
+    if arch in BERT_STYLE_CONFIG_ARCHS:
+        overrides = {**BERT_STYLE_CONFIG_ARCHS[arch], **overrides}
         return AutoConfig.for_model(arch, vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
                                     num_attention_heads=2, intermediate_size=37, max_position_embeddings=70,
                                     hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, pad_token_id=0,

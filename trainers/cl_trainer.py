@@ -40,7 +40,7 @@ from .fast_path import (CompiledBackbone, StepSnapshot, backbone_compile_refusal
 from .keyed_dropout import keyed_step, step_draws
 from .process_state import first_process_values, load_process_state, process_state_files, save_process_state
 from .step_graph import StepGraph, StepOutputs, step_graph_refusal, step_graph_wanted
-from .trainer_adapter import TrainerAdapter, exclude_from_ddp, pin_tensorboard_dir, model_inside_wrappers
+from .trainer_adapter import TrainerAdapter, exclude_from_ddp, model_inside_wrappers, pin_tensorboard_dir
 
 logger = logging.getLogger(__name__)
 

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, is_compiled_module
 from torch.nn.parallel import DistributedDataParallel
 from transformers import Trainer
 from transformers.integrations import TensorBoardCallback
@@ -229,7 +229,7 @@ def model_inside_wrappers(model: torch.nn.Module) -> torch.nn.Module:
     while True:
         if isinstance(model, (DistributedDataParallel, torch.nn.DataParallel)):
             model = model.module
-        elif isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        elif is_compiled_module(model):
             model = model._orig_mod
         else:
             return model
