@@ -115,9 +115,17 @@ def infers_packing_without_mask(backbone: nn.Module) -> bool:
     """Whether ``backbone``, given ``position_ids`` and no attention mask, may build a packed-sequence mask from them:
     from transformers 5.25, ``create_bidirectional_mask`` takes the position ids and, without a 2D mask, reads any
     step other than +1 between neighbours in a row as the start of another sequence, which the tokens before it do not
-    attend to (``masking_utils.find_packed_sequence_indices``; BERT, RoBERTa, ELECTRA, XLM-R, ModernBERT... pass
-    them), and reads on the host whether it found one. Decided from the loaded modules: the backbone's module holds
-    that function, and the function takes ``position_ids``."""
+    attend to (``masking_utils.find_packed_sequence_indices``), and reads on the host whether it found one. Decided
+    from the loaded modules: the backbone's module holds that function, and the function takes ``position_ids``.
+
+    An over-approximation: it holds wherever the module holds the function (every type of
+    :data:`PLAIN_BIDIRECTIONAL_MODEL_TYPES` and ModernBERT among them), but in
+    transformers 5.25 only some pass their position ids to the function (a mask-less call on template rows differs
+    from an all-ones-mask call: the BERT, ERNIE, RoBERTa, CamemBERT, data2vec-text, RoBERTa-PreLayerNorm, XLM-R
+    (-XL), ELECTRA, BERT-generation, X-MOD and RoCBert models); ALBERT, DistilBERT, MobileBERT, MPNet, EuroBERT,
+    GTE, Jina v3, Nomic BERT, MegatronBERT, RemBERT, RoFormer and ModernBERT do not (the same states). The all-ones
+    mask it leads to (:func:`masks_rows_without_padding`) is harmless for those: the states of their mask-less call,
+    and no host read (the mask is prepared)."""
     return (module_holds(type(backbone), create_bidirectional_mask)
             and "position_ids" in inspect.signature(create_bidirectional_mask).parameters)
 

@@ -27,7 +27,6 @@ uncached one.
 """
 from __future__ import annotations
 
-import inspect
 import itertools
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -42,12 +41,6 @@ from .base import ContrastiveModel
 from .config import ContrastiveConfig
 from .masks import masks_rows_without_padding, prepare_attention_mask
 from .views import ViewLayout
-
-
-def takes_position_ids(encoder: nn.Module) -> bool:
-    """Whether ``encoder``'s forward names a ``position_ids`` argument (RoFormer's takes it into ``**kwargs`` and
-    numbers its rotary positions by the token index, so the template rows' shifted positions change nothing)."""
-    return "position_ids" in inspect.signature(getattr(encoder, "_orig_mod", encoder).forward).parameters
 
 
 #: Template rows' dropout keys: template t's row n is key ``t * TEMPLATE_KEY_STRIDE + n``.
@@ -133,11 +126,12 @@ def templates_mask_states(encoder: nn.Module, templates: Sequence[TemplateIds], 
     tests/test_promptbert.py), with one backbone pass (a launch sequence on a GPU) fewer per step. Templates of equal
     length (the paper's two) need no padding, and the code's passes have no attention mask: every token of a row
     attends to every other (transformers 4 made an all-ones mask). A backbone that takes an all-ones mask without a
-    host read gets one where its mask-less call would differ
-    (:func:`models.masks.masks_rows_without_padding`): BERT and RoBERTa from transformers 5.25, whose mask-less call
-    would read the jump in the position ids after the prefix as the start of another packed sequence, and a backbone
-    that would read its ids on the host (e.g. DeBERTa-v2); any other gets none. A shorter template is right-padded,
-    and the mask hides its padding (the same state up to float reordering). Dropout and
+    host read gets one where its mask-less call may differ (:func:`models.masks.masks_rows_without_padding`): from
+    transformers 5.25 every one that takes a prepared mask (BERT and RoBERTa, whose mask-less call would read the jump
+    in the position ids after the prefix as the start of another packed sequence; harmlessly, also ALBERT, ModernBERT
+    and the others that do not pass their position ids: :func:`models.masks.infers_packing_without_mask`), and a
+    backbone that would read its ids on the host (e.g. DeBERTa-v2); any other gets none. A shorter template is
+    right-padded, and the mask hides its padding (the same state up to float reordering). Dropout and
     gradients are the caller's mode, as in ``get_delta``: with stream dropout the masks are drawn in one call instead of two (other
     draws from the same i.i.d. Bernoulli masks); ``plan``, a context manager for the pass's dropout, keys row-seeded
     masks by each row's key and coordinates only, so they are the per-template passes' masks, padding or not.
@@ -163,6 +157,43 @@ def template_mask_states(encoder: nn.Module, template: TemplateIds, rows: int, p
     no padding, no attention mask, the code's ``get_delta``); the test-time denoising's pass."""
     return templates_mask_states(encoder, [template], [rows], plan,
                                  None if template_ids is None else [template_ids])[0]
+
+
+#: :func:`template_states_follow_length`'s rows (n = 0 .. 7) and its tolerance, relative to the states' largest
+#: magnitude (at least 1): about 8 float32 roundings.
+LENGTH_PROBE_ROWS, LENGTH_PROBE_RTOL = 8, 1e-6
+
+
+def template_states_follow_length(encoder: nn.Module, template: TemplateIds) -> bool:
+    """Whether ``encoder``'s template state ``h^_n`` changes with n, the sentence length whose state PromptBERT's
+    template denoising (Sec. 5) subtracts, i.e. whether the backbone follows the template rows' shifted position ids.
+
+    Measured, not read from the forward's signature (DeBERTa-v2's forward takes ``position_ids`` and its embeddings
+    drop them without absolute position embeddings): one template pass (:func:`template_mask_states`) over
+    n = 0 .. 7 (fewer where the position embeddings end sooner), in eval mode (each module's mode restored after,
+    also on an error), without gradients, on the encoder's device; a compiled wrapper's model runs eager (no graph
+    compiled for this shape). ``False`` where no row's [MASK] state differs from row 0's by more than
+    :data:`LENGTH_PROBE_RTOL` times the states' largest magnitude. A backbone whose positions follow the token index
+    (RoFormer's rotary embeddings; DeBERTa(-v2/v3) with ``position_biased_input=False``, whose relative attention is
+    all its position information) computes every row from the same inputs with the same kernels: exactly 0 in
+    float32 and bfloat16 (tests/test_promptbert.py). Tiny random backbones that follow the ids differ by at least
+    1.6e-5 relative in float32 (ModernBERT, whose random attention barely depends on position; GTE, Nomic BERT,
+    Jina v3 2e-5 to 3.5e-5; EuroBERT 3e-3; absolute position embeddings ~1), 2.6e-4 in bfloat16; trained ones by
+    far more. The tolerance sits 16 times below the smallest and still above a few float32 roundings."""
+    model = getattr(encoder, "_orig_mod", encoder)
+    rows = LENGTH_PROBE_ROWS
+    if (limit := getattr(getattr(model, "config", None), "max_position_embeddings", None)) is not None:
+        rows = max(2, min(rows, limit - len(template) + 1))
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            states = template_mask_states(model, template, rows).float()
+    finally:
+        for module, training in modes:
+            module.training = training
+    tolerance = LENGTH_PROBE_RTOL * max(1.0, states.abs().max().item())
+    return (states[1:] - states[:1]).abs().max().item() > tolerance
 
 
 def prompt_embedding(encoder: nn.Module, template: TemplateIds, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -305,16 +336,19 @@ class PromptBERTModel(ContrastiveModel):
         return None
 
     def backbone_warning(self) -> str | None:
-        """The denoising on a backbone whose forward takes no ``position_ids`` (:func:`takes_position_ids`): every n
-        gets the same template state ``h^_n``, a denoising the paper's Sec. 5 does not describe. ``None`` otherwise."""
+        """The denoising on a backbone whose template states ignore the shifted position ids
+        (:func:`template_states_follow_length`): every n gets the same template state ``h^_n``, a denoising the
+        paper's Sec. 5 does not describe; names the denoising flags that are on. ``None`` otherwise."""
         config = self.config
-        if not (config.template_denoising or config.dev_denoising or config.test_denoising) or takes_position_ids(
-                self.encoder):
+        flags = [f"--{name} false" for name in ("template_denoising", "dev_denoising", "test_denoising")
+                 if getattr(config, name)]
+        if not flags or template_states_follow_length(self.encoder, self.templates[0]):
             return None
         return (f"PromptBERT's template denoising places the suffix after n tokens through position_ids, which "
-                f"{type(self.encoder).__name__}'s forward does not take (e.g. RoFormer's rotary embeddings follow the "
+                f"{type(getattr(self.encoder, '_orig_mod', self.encoder)).__name__} ignores (RoFormer's rotary "
+                f"embeddings, and DeBERTa's relative attention without absolute position embeddings, follow the "
                 f"token index): every n gets the same template state (Sec. 5 subtracts the state at the sentence's "
-                f"length); pass --template_denoising false --dev_denoising false for none")
+                f"length); pass {' '.join(flags)} to run without denoising")
 
     def gradient_checkpointing_refusal(self) -> str | None:
         """Also with row-seeded masks and denoising: a recomputed layer of the sentence pass would meet the template
@@ -327,4 +361,4 @@ class PromptBERTModel(ContrastiveModel):
 
 
 __all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",
-           "takes_position_ids", "template_mask_states", "template_rows", "templates_mask_states"]
+           "template_mask_states", "template_rows", "template_states_follow_length", "templates_mask_states"]

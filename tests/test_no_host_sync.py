@@ -313,9 +313,12 @@ def test_every_template_row_attends_over_all_its_tokens(model_type, torch_single
     """PromptBERT's template pass gives, on every model type that takes a prepared mask, each row's [MASK] state of
     the row's whole-row attention (its call with an all-ones mask: the official code's mask-less call in
     transformers 4), whatever the installed transformers infers from the position ids of a mask-less call (from
-    5.25, packed sequences: the jump after the prefix). A later transformers that changes what a mask-less call
-    attends to fails here, on the types it changes."""
-    from models.promptbert import TemplateIds, takes_position_ids, templates_mask_states, template_rows
+    5.25, packed sequences: the jump after the prefix). From 5.25 every listed type gets the prepared all-ones mask
+    (``models.masks.infers_packing_without_mask`` holds for each), so the pass makes no mask-less call here: a later
+    transformers that changes what a mask-less call attends to does not fail here; one under which the prepared mask
+    attends otherwise than the type's own all-ones-mask call does. The states follow n where the backbone follows
+    the position ids (``template_states_follow_length``): every type but RoFormer."""
+    from models.promptbert import TemplateIds, template_states_follow_length, templates_mask_states, template_rows
 
     templates = [TemplateIds((2, 11, 12), (13, 4, 14, 3), 1), TemplateIds((2, 21, 22), (23, 4, 24, 3), 1)]
     rows = [5, 4]
@@ -330,9 +333,10 @@ def test_every_template_row_attends_over_all_its_tokens(model_type, torch_single
             states = torch.cat(templates_mask_states(backbone, templates, rows))
             whole_rows = backbone(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids))
         torch.testing.assert_close(states, whole_rows.last_hidden_state[:, 3 + 1], rtol=1e-6, atol=1e-6)
-        if takes_position_ids(backbone):  # RoFormer's do not reach it (tests/test_promptbert.py warns of it)
-            # n moves the state: the position ids are used (RoFormer's states: exactly equal; rotary tiny models of
-            # long wavelengths, GTE's and Jina v3's, move by ~7e-5)
+        follows = template_states_follow_length(backbone, templates[0])
+        assert follows == (model_type != "roformer")  # RoFormer's rotary positions: tests/test_promptbert.py warns
+        if follows:  # n moves the state: the position ids are used (RoFormer's states: exactly equal; rotary tiny
+            # models of long wavelengths, GTE's and Jina v3's, move by ~7e-5)
             assert (states[1:5] - states[:1]).abs().max() > 1e-5
         checked.append(attn)
     assert "eager" in checked

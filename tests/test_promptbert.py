@@ -474,30 +474,74 @@ def test_the_template_pass_benchmark_times_two_forms_of_one_computation(tmp_path
     assert row["width"] == 12 and row["rows"] == 3 and row["one_pass_ms"] > 0 and row["pass_per_template_ms"] > 0
 
 
-def test_a_backbone_without_position_ids_is_warned_that_every_length_gets_one_template_state(quiet, tmp_path,
-                                                                                             capsys, caplog):
-    """RoFormer's forward takes no ``position_ids`` (its rotary positions follow the token index): the template
-    rows' shifted positions change nothing, so every n gets the same ``h^_n``. ``run_unsup.py --method promptbert``
-    on it says so at the start and in the summary; on BERT, which takes them, nothing is said."""
-    roformer = save_tiny_backbone(tmp_path / "roformer", arch="roformer", dropout=0.0)
+#: DeBERTa-v3's position settings (microsoft/deberta-v3-base's config): relative attention only, no absolute position
+#: embeddings, so its embeddings drop the position ids its forward takes.
+DEBERTA_V3_POSITIONS = {"position_biased_input": False, "relative_attention": True, "pos_att_type": ["p2c", "c2p"],
+                        "position_buckets": 256, "norm_rel_ebd": "layer_norm", "share_att_key": True}
+
+
+@pytest.mark.parametrize("arch, overrides, arguments, warned_flags", [
+    ("roformer", {}, [], "--template_denoising false --dev_denoising false"),
+    ("deberta-v2", DEBERTA_V3_POSITIONS, ["--template_denoising", "false", "--test_denoising", "true"],
+     "--dev_denoising false --test_denoising false"),
+    ("deberta-v2", {**DEBERTA_V3_POSITIONS, "position_biased_input": True}, [], None),
+    ("bert", {}, [], None),
+], ids=["roformer", "deberta-v3-positions", "deberta-v2-absolute-positions", "bert"])
+def test_a_backbone_without_position_ids_is_warned_that_every_length_gets_one_template_state(
+        arch, overrides, arguments, warned_flags, tmp_path, capsys, caplog):
+    """RoFormer's rotary positions follow the token index, and so does DeBERTa's relative attention without absolute
+    position embeddings (``position_biased_input=False``, DeBERTa-v3's setting: its forward takes ``position_ids``,
+    its embeddings drop them): the template rows' shifted positions change nothing, so every n gets the same
+    ``h^_n``. ``run_unsup.py --method promptbert`` on them says so at the start and in the summary, naming only the
+    denoising flags that are on; on BERT and on DeBERTa-v2 with absolute positions nothing is said."""
+    backbone = save_tiny_backbone(tmp_path / arch, arch=arch, dropout=0.0, **overrides)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(6)) for i in range(16)))
-    warning = "RoFormerModel's forward does not take"
-    for backbone, warned in ((roformer, True), (quiet, False)):
-        caplog.clear()
-        capsys.readouterr()
-        with caplog.at_level(logging.WARNING):
-            run_unsup.main(["--method", "promptbert", "--model_name_or_path", str(backbone), "--train_file",
-                            str(corpus), "--max_steps", "1", "--per_device_train_batch_size", "4", "--eval_strategy",
-                            "no", "--output_dir", str(tmp_path / backbone.name), "--use_cpu", "true"])
-        logged = [r.getMessage() for r in caplog.records if "forward does not take" in r.getMessage()]
-        summary = capsys.readouterr().out
-        assert len(logged) == warned and ("warning: PromptBERT's template denoising" in summary) == warned
-        model = build_model("promptbert", str(backbone))
-        with torch.no_grad():
-            states = template_mask_states(model.encoder.eval(), model.templates[0], 4)
-        if warned:
-            assert warning in logged[0] and "--template_denoising false --dev_denoising false" in logged[0]
-            torch.testing.assert_close(states[1:], states[:1].expand(3, -1), rtol=0, atol=0)  # what it says
-        else:
-            assert (states[1:] - states[:1]).abs().max() > 1e-3
+    with caplog.at_level(logging.WARNING):
+        run_unsup.main(["--method", "promptbert", "--model_name_or_path", str(backbone), "--train_file",
+                        str(corpus), "--max_steps", "1", "--per_device_train_batch_size", "4", "--eval_strategy",
+                        "no", "--output_dir", str(tmp_path / "out"), "--use_cpu", "true", *arguments])
+    logged = [r.getMessage() for r in caplog.records if "every n gets the same template state" in r.getMessage()]
+    summary = capsys.readouterr().out
+    warned = warned_flags is not None
+    assert len(logged) == warned and ("warning: PromptBERT's template denoising" in summary) == warned
+    model = build_model("promptbert", str(backbone))
+    with torch.no_grad():
+        states = template_mask_states(model.encoder.eval(), model.templates[0], 4)
+    if warned:
+        assert f"which {type(model.encoder).__name__} ignores" in logged[0]
+        assert f"; pass {warned_flags} to run without denoising" in logged[0]  # the flags that are on, only
+        torch.testing.assert_close(states[1:], states[:1].expand(3, -1), rtol=0, atol=0)  # what it says
+    else:
+        assert (states[1:] - states[:1]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("arch, overrides, follows", [
+    ("bert", {}, True), ("roberta", {}, True), ("distilbert", {}, True), ("albert", {}, True), ("electra", {}, True),
+    ("mpnet", {}, True), ("roc_bert", {}, True), ("modernbert", {}, True), ("eurobert", {}, True), ("gte", {}, True),
+    ("nomic_bert", {}, True), ("jina_embeddings_v3", {}, True), ("deberta-v2", {}, True),
+    ("deberta-v2", {**DEBERTA_V3_POSITIONS, "position_biased_input": True}, True),
+    ("deberta-v2", DEBERTA_V3_POSITIONS, False), ("deberta-v2", {"position_biased_input": False}, False),
+    ("roformer", {}, False),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_the_length_probe_tells_which_backbones_follow_the_template_rows_position_ids(arch, overrides, follows, dtype):
+    """``template_states_follow_length`` runs the template pass and compares the rows' states: tiny random rotary
+    backbones (ModernBERT, GTE, Nomic BERT, Jina v3, EuroBERT), whose random attention barely depends on position,
+    still follow the ids by 16 times its tolerance in float32; RoFormer and DeBERTa without absolute positions give
+    every row the very same state, in bfloat16 too. Each module's mode is restored; a compiled wrapper gets its
+    model's answer."""
+    from models.promptbert import template_states_follow_length
+    from tests.tiny import tiny_config
+
+    torch.manual_seed(0)
+    encoder = AutoModel.from_config(tiny_config(arch, vocab_size=100, dropout=0.1, **overrides)).to(dtype).train()
+    kept = encoder.get_input_embeddings().eval()  # a mode of its own, kept
+    modes = [m.training for m in encoder.modules()]
+    template = TemplateIds((2, 11, 12), (13, 4, 14, 3), 1)
+    assert template_states_follow_length(encoder, template) is follows
+    assert [m.training for m in encoder.modules()] == modes and not kept.training
+    assert template_states_follow_length(torch.compile(encoder), template) is follows
+    with pytest.raises(IndexError):  # an id beyond the vocabulary: the modes are restored all the same
+        template_states_follow_length(encoder, TemplateIds((2, 500), (4, 3), 0))
+    assert [m.training for m in encoder.modules()] == modes
