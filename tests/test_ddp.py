@@ -358,7 +358,8 @@ RESUMED_RUNS = {
 def resumed_runs(tmp_path_factory) -> Path:
     """Each :data:`RESUMED_RUNS` run trained by two processes with dropout on: four steps in one run
     (``<name>/full``), and steps 3-4 resumed by two processes from its checkpoint-2 (``<name>/resumed``), all
-    eight runs through the entry points in one torchrun launch. Returns the root folder."""
+    eight runs through the entry points in one torchrun launch, each logging at step 4 (a logging window its
+    checkpoint-2 falls inside). Returns the root folder."""
     return built_once(tmp_path_factory, "ddp_resumed", train_resumed_runs)
 
 
@@ -372,7 +373,7 @@ def train_resumed_runs(root: Path) -> None:
                   "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2",
                   "--save_total_limit", "2", "--load_best_model_at_end", "false", "--disable_tqdm", "true",
                   "--dataloader_pin_memory", "false", "--use_cpu", "true", "--report_to", "none", "--bf16", "false",
-                  "--per_device_train_batch_size", "4"]
+                  "--per_device_train_batch_size", "4", "--logging_steps", "4"]
         full = root / name / "full"
         runs += [[script, [*common, "--output_dir", str(full)]],
                  [script, [*common, "--output_dir", str(root / name / "resumed"), "--resume_from_checkpoint",
@@ -439,6 +440,22 @@ def test_two_processes_resumed_halfway_end_on_the_uninterrupted_runs_weights(res
     runs = resumed_runs / name
     assert_resumed_run_ends_on_the_uninterrupted_runs_weights(runs / "full", runs / "resumed", 2, 4)
     assert_complete_for(runs / "full" / "checkpoint-2", processes=2)
+
+
+@pytest.mark.parametrize("name", RESUMED_RUNS)
+def test_two_processes_resumed_inside_a_logging_window_log_the_uninterrupted_runs_window(resumed_runs, name):
+    """The log at step 4 averages steps 1-4 over both processes; the resume from checkpoint-2 logged the mean of steps
+    3-4 alone. Each checkpoint holds the window's sums averaged over the processes (``trainers/logging_window.py``),
+    and the resumed run's step-4 log (its loss and the model's metrics) is the uninterrupted run's."""
+    def logged(run: Path) -> dict:
+        history = json.loads((run / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+        (entry,) = [entry for entry in history if "loss" in entry]
+        return {key: value for key, value in entry.items() if key != "sentences_per_second"}
+
+    runs = resumed_runs / name
+    uninterrupted, again = logged(runs / "full"), logged(runs / "resumed")
+    assert uninterrupted["step"] == 4 and len(uninterrupted) > 5, uninterrupted  # the model's metrics too
+    assert again == pytest.approx(uninterrupted, rel=1e-5), (again, uninterrupted)
 
 
 @pytest.mark.parametrize("run, resumed", [("one", "one_resumed_by_two"), ("two", "two_resumed_by_one")])

@@ -9,6 +9,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -59,6 +60,23 @@ def edit_run_arguments(checkpoint: Path, edit) -> None:
     marker = json.loads((checkpoint / MARKER).read_text())
     marker["files"]["run_arguments.json"] = path.stat().st_size
     (checkpoint / MARKER).write_text(json.dumps(marker))
+
+
+def halfway_resume(finished: dict[str, Path], out: Path, recorded: str, value: Any,
+                   *flags: str) -> tuple[Path, list[str]]:
+    """A copy of the finished run in ``out`` (:func:`unfinished_run`), its checkpoint-2 (whose ``run_arguments.json``
+    records the training argument ``recorded`` as ``value``) and the command that resumes it, ``flags`` included."""
+    checkpoint = unfinished_run(finished, out) / "checkpoint-2"
+    assert json.loads((checkpoint / "run_arguments.json").read_text())["CLTrainingArguments"][recorded] == value
+    return checkpoint, run_args(finished["backbone"], finished["corpus"], out) + [
+        *flags, "--resume_from_checkpoint", str(checkpoint)]
+
+
+def trains_on(command: list[str], capsys) -> str:
+    """What ``run_unsup.py command`` prints, having trained (exit 0)."""
+    result = in_process(run_unsup.main, command, capsys)
+    assert result.code == 0, result.err
+    return result.out
 
 
 def entry_point(method: str, tmp_path: Path) -> tuple:
@@ -384,6 +402,7 @@ def test_the_flags_a_refused_resume_names_resume_the_run(finished, tmp_path, cap
     resumed = in_process(run_unsup.main, command + named.split(), capsys)
     assert resumed.code == 0, resumed.err
     assert " for 2 steps (resumed at step 4)" in resumed.out
+    assert "this resume encodes each batch in chunks of 4 sentences" in resumed.out  # stream masks: said, not refused
 
 
 def test_a_longer_resume_of_the_same_corpus_moved_trains_on_and_says_what_it_does(finished, tmp_path, capsys):
@@ -428,18 +447,14 @@ def test_a_resume_that_turns_the_fast_path_on_or_off_under_stream_masks_says_so(
     steps with other masks than the uninterrupted run's without a word (measured through run_unsup.py on a tiny BERT:
     checkpoint-4 1.1e-3 from the uninterrupted run's after 2 steps at lr 1e-3; resumed as it ran: 0). The run
     records its resolved fast path, and such a resume trains on, saying so with the flag that goes on as it ran."""
-    out = unfinished_run(finished, tmp_path / "out")
-    checkpoint = out / "checkpoint-2"
-    assert json.loads((checkpoint / "run_arguments.json").read_text())["CLTrainingArguments"]["fast_path"] is False
+    checkpoint, command = halfway_resume(finished, tmp_path / "out", "fast_path", False)
     edit_run_arguments(checkpoint, lambda arguments: arguments["CLTrainingArguments"].update(fast_path=True))
-    command = run_args(finished["backbone"], finished["corpus"], out) + ["--resume_from_checkpoint", str(checkpoint)]
-    result = in_process(run_unsup.main, command, capsys)
-    assert result.code == 0, result.err
+    printed = trains_on(command, capsys)
     said = (f"warning: --resume_from_checkpoint {checkpoint}: its run trained on the fast path, this resume trains "
             "eagerly (this machine's default, or --torch_compile), and stream dropout masks (and DiffCSE's sampled "
             "tokens) are drawn over each batch's padded width, which the fast path fixes, so its remaining steps draw "
             "other masks than the uninterrupted run's; --torch_compile true goes on on the fast path")
-    assert said in result.out
+    assert said in printed
 
 
 def test_the_fast_path_is_recorded_and_a_change_of_it_under_row_seeded_masks_says_nothing(tmp_path):
@@ -458,6 +473,101 @@ def test_the_fast_path_is_recorded_and_a_change_of_it_under_row_seeded_masks_say
         ours = {"CLTrainingArguments": {"fast_path": False}, "settings": {"dropout_masks": masks}}
         assert (fast_path_change_warning(records, ours) is not None) == warned
     assert fast_path_change_warning(CheckpointRecords(tmp_path, {}, {}, {}), ours) is None  # an older checkpoint
+
+
+def test_a_resume_in_other_chunks_under_stream_masks_trains_on_and_says_so(finished, tmp_path, capsys):
+    """Each chunk of a cached step draws its own stream dropout masks: a resume in other chunks than the run's (another
+    --cache_chunk_size, or one added) trained its remaining steps with other masks than the uninterrupted run's
+    without a word (measured through run_unsup.py on a tiny BERT: chunks of 3 resumed in chunks of 4, checkpoint-4
+    1.1e-3 from the uninterrupted run's after 2 steps at lr 1e-3; resumed in chunks of 3: 0). It trains on, saying so
+    with the flag that goes on as it ran; a chunk as large as the batch (8) is the uncached step's one pass."""
+    checkpoint, command = halfway_resume(finished, tmp_path / "out", "cache_chunk_size", None, "--dropout_masks",
+                                         "stream")
+    printed = trains_on(command + ["--cache_chunk_size", "4"], capsys)
+    said = (f"warning: --resume_from_checkpoint {checkpoint}: its run encoded each batch in one pass, this resume "
+            "encodes each batch in chunks of 4 sentences (--cache_chunk_size 4), and with stream dropout masks each "
+            "chunk of a cached step draws its own masks, so its remaining steps draw other masks than the "
+            "uninterrupted run's; no --cache_chunk_size goes on as it ran")
+    assert said in printed
+    checkpoint, command = halfway_resume(finished, tmp_path / "again", "cache_chunk_size", None, "--dropout_masks",
+                                         "stream")
+    whole = trains_on(command + ["--cache_chunk_size", "8"], capsys)
+    assert "chunk of a cached step draws its own masks" not in whole
+
+
+def test_a_change_of_chunks_is_said_under_stream_masks_only(tmp_path):
+    """The warning compares the sentences each backbone pass encodes (``--cache_chunk_size`` up to the batch) under
+    stream masks; row-seeded masks are keyed by each row's index in the batch, so every chunk size trains the same
+    steps; a checkpoint written before the run recorded its chunks says nothing."""
+    from trainers.resume_settings import CheckpointRecords, cached_step_change_warning
+
+    def warning(theirs: dict, ours: dict, masks: str = "stream") -> str | None:
+        return cached_step_change_warning(
+            CheckpointRecords(tmp_path, {}, {}, {"per_device_train_batch_size": 8, **theirs}),
+            {"CLTrainingArguments": {"per_device_train_batch_size": 8, **ours}, "settings": {"dropout_masks": masks}})
+
+    assert warning({"cache_chunk_size": 4}, {"cache_chunk_size": 4}) is None
+    assert warning({"cache_chunk_size": None}, {"cache_chunk_size": 8}) is None
+    assert warning({"cache_chunk_size": 8}, {"cache_chunk_size": 16}) is None
+    assert warning({"cache_chunk_size": 3}, {"cache_chunk_size": 4}, masks="row_seeded") is None
+    assert warning({}, {"cache_chunk_size": 4}) is None
+    dropped = warning({"cache_chunk_size": 3}, {"cache_chunk_size": None})
+    assert dropped is not None and dropped.endswith("; --cache_chunk_size 3 goes on as it ran"), dropped
+    assert "its run encoded each batch in chunks of 3 sentences (--cache_chunk_size 3), this resume encodes each " \
+        "batch in one pass" in dropped
+
+
+def test_a_resume_that_turns_tf32_off_trains_on_and_says_so(finished, tmp_path, capsys):
+    """On an Ampere+ GPU a run trains with TF32 matmuls by default (``--tf32`` resolves to true there): a resume with
+    ``--tf32 false`` (or the run's ``--tf32 false`` resumed under the default) computed its remaining steps otherwise
+    without a word. The checkpoint's record is the GPU run's (edited here: a CPU run records none); it trains on,
+    saying so with the flag that goes on as it ran. A CPU run's record (none) against ``--tf32 false``: nothing."""
+    from trainers.resume_settings import CheckpointRecords, precision_change_warning
+
+    checkpoint, command = halfway_resume(finished, tmp_path / "out", "tf32", None)
+    edit_run_arguments(checkpoint, lambda arguments: arguments["CLTrainingArguments"].update(tf32=True))
+    printed = trains_on(command + ["--tf32", "false"], capsys)
+    said = (f"warning: --resume_from_checkpoint {checkpoint}: its run trained in fp32 with TF32 matmuls on, this "
+            "resume trains in fp32 with TF32 matmuls off (this machine's default, or --tf32), so its remaining steps "
+            "compute differently from the uninterrupted run's; --tf32 true goes on in fp32 with TF32 matmuls on")
+    assert said in printed
+
+    def warning(theirs: dict, ours: dict) -> str | None:
+        return precision_change_warning(CheckpointRecords(tmp_path, {}, {}, {"bf16": True, **theirs}),
+                                        {"CLTrainingArguments": {"bf16": True, **ours}})
+
+    assert warning({"tf32": None}, {"tf32": False}) is None and warning({"tf32": True}, {"tf32": None}) is None
+    assert warning({"tf32": True}, {"tf32": True}) is None and warning({}, {"tf32": False}) is None
+    both = warning({"tf32": False}, {"tf32": True, "bf16": False})
+    assert both is not None and ("its run trained in bf16 with TF32 matmuls off, this resume trains in fp32 with TF32 "
+                                 "matmuls on (this machine's default, or --bf16 / --fp16 / --tf32)") in both, both
+    assert both.endswith("; --bf16 true --tf32 false goes on in bf16 with TF32 matmuls off"), both
+
+
+def test_a_resume_inside_a_logging_window_logs_the_uninterrupted_runs_window(finished, tmp_path):
+    """The Trainer logs the mean loss (and this trainer the model's metrics) over the steps since its last log, a
+    window no checkpoint held: a run resumed from checkpoint-2 with --logging_steps 4 logged at step 4 the mean of
+    steps 3-4 alone under step 4 (ESimCSE: loss 3.4174 against the uninterrupted run's 3.2337, its queue fill 18.0
+    against 11.0). Each checkpoint now holds its open window (trainer_state.json's ``LoggingWindow``), and the resumed
+    run's log is the uninterrupted run's; the weights were the same before and are."""
+    argv = ["--method", "esimcse", "--queue_size", "20", *run_args(finished["backbone"], finished["corpus"],
+                                                                   tmp_path / "full"), "--logging_steps", "4"]
+    run_unsup.main(argv)
+    full = tmp_path / "full"
+    window = json.loads((full / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
+    assert window["LoggingWindow"]["args"]["last_logged_step"] == 0, window
+    resumed = tmp_path / "resumed"
+    run_unsup.main([*argv, "--output_dir", str(resumed), "--resume_from_checkpoint", str(full / "checkpoint-2")])
+    assert_resumed_run_ends_on_the_uninterrupted_runs_weights(full, resumed, 2, 4)
+
+    def logged(run: Path) -> list[dict]:
+        history = json.loads((run / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+        return [{key: value for key, value in entry.items() if key != "sentences_per_second"}
+                for entry in history if "loss" in entry]
+
+    (uninterrupted,), (again,) = logged(full), logged(resumed)
+    assert {"loss", "queue_fill", "step"} <= uninterrupted.keys(), uninterrupted
+    assert again == pytest.approx(uninterrupted, rel=1e-6)
 
 
 def test_a_resume_that_picks_its_best_checkpoint_by_another_metric_is_refused(finished, tmp_path, capsys):

@@ -38,6 +38,7 @@ from .errors import UsageError
 from .fast_path import (CompiledBackbone, StepSnapshot, backbone_compile_refusal, compile_mode, fixed_shape_collator,
                         regions_under, typed_checkpointing_flag)
 from .keyed_dropout import keyed_step, step_draws
+from .logging_window import LoggingWindow
 from .process_state import first_process_values, load_process_state, process_state_files, save_process_state
 from .step_graph import StepGraph, StepOutputs, step_graph_refusal, step_graph_wanted
 from .trainer_adapter import TrainerAdapter, exclude_from_ddp, model_inside_wrappers, pin_tensorboard_dir
@@ -113,6 +114,8 @@ class CLTrainer(TrainerAdapter):
         self.evaluation_seconds = 0.0  # spent in evaluate() inside train(): not training throughput
         self.add_callback(OptimizerStepHook())
         self.add_callback(TrainingCurvesCallback())  # <output_dir>/training_curves.png at the end of training
+        self.add_callback(LoggingWindow())  # the open logging window, in every checkpoint (trainers/logging_window.py)
+        self._resumed_window: LoggingWindow | None = None  # a resumed checkpoint's, restored at the first step
         if hasattr(self.data_collator, "set_epoch"):
             refuse_persistent_workers(self.args)
             self.add_callback(CollatorEpochHook(self.data_collator))
@@ -124,6 +127,7 @@ class CLTrainer(TrainerAdapter):
             save_process_state(self.model, folder, self.args.process_index)
 
     def after_checkpoint_load(self, folder: str) -> None:
+        self._resumed_window = LoggingWindow.read(folder)
         if (process_state_files(self.model, self.args.world_size)
                 and not load_process_state(self.model, folder, self.args.process_index) and self.args.should_log):
             logger.warning("%s holds no process_state_<rank>.safetensors (written before each process's own buffers "
@@ -244,6 +248,9 @@ class CLTrainer(TrainerAdapter):
         again eagerly (:mod:`trainers.fast_path`)."""
         if self._throughput_mark is None:
             self._throughput_mark = (time.perf_counter(), self.state.global_step)
+        if self._resumed_window is not None:  # the Trainer has just set its window to zero at the checkpoint's step
+            self._resumed_window.restore(self)
+            self._resumed_window = None
         if self.graph_takes(inputs):
             inputs = self.prepare_batch(inputs)
             if not self.step_graph.captured or self.step_graph.fits(inputs):
@@ -326,6 +333,9 @@ class CLTrainer(TrainerAdapter):
 
     def before_checkpoint(self) -> None:
         self.check_finite(weights=True, before=f"writing checkpoint-{self.state.global_step}")
+        for callback in self.callback_handler.callbacks:  # the Trainer's restore of callbacks may have replaced it
+            if isinstance(callback, LoggingWindow):
+                callback.capture(self)
 
     # ---------------------------------------------------------------- evaluation
     def sentence_encoder(self):

@@ -28,12 +28,14 @@ checkpoint's records with this run:
 :func:`resume_warnings` gathers the warnings: :func:`length_change_warning` above, :func:`corpus_change_warning` when
 ``--train_file`` names another file than the run's and the checkpoint records no corpus digest (written before it
 did: the file may be the same corpus, moved), :func:`precision_change_warning` when the resume trains in another
-precision (another machine's default, another ``--bf16``), :func:`fast_path_change_warning` when it turns the fast
-path on or off under stream dropout masks (drawn over the width the fast path fixes), :func:`lost_best_warning` when
-the run's best checkpoint is gone (the run can then only end on a later one). :func:`finished_at` says whether the
-checkpoint already holds the run's last step: the Trainer would train one step past ``--max_steps`` from it (its
-loop tests the limit after a step), so the pipeline evaluates and exports it instead. All of them read the
-checkpoint's records once, in :class:`CheckpointRecords`.
+precision (another machine's default, another ``--bf16`` or ``--tf32``), :func:`fast_path_change_warning` when it
+turns the fast path on or off under stream dropout masks (drawn over the width the fast path fixes),
+:func:`cached_step_change_warning` when it encodes each batch in other chunks under them (another
+``--cache_chunk_size``: each chunk draws its own), :func:`lost_best_warning` when the run's best checkpoint is gone
+(the run can then only end on a later one). :func:`finished_at` says whether the checkpoint already holds the run's
+last step: the Trainer would train one step past ``--max_steps`` from it (its loop tests the limit after a step), so
+the pipeline evaluates and exports it instead. All of them read the checkpoint's records once, in
+:class:`CheckpointRecords`.
 """
 from __future__ import annotations
 
@@ -299,19 +301,31 @@ def length_change_warning(records: CheckpointRecords, run_arguments: Mapping[str
 
 def precision_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
     """When the resume trains in another precision than the checkpoint's run (``bf16`` / ``fp16`` / ``fp32``: a
-    resume on another machine, whose default differs, or another ``--bf16``): allowed, since moving a run is
-    legitimate, but said, with the flag that goes on in the run's precision. ``None`` when equal or not recorded."""
+    resume on another machine, whose default differs, or another ``--bf16``), or with TF32 matmuls turned on or off
+    (``--tf32``, on by default on an Ampere+ GPU: both records a bool, ``None`` where no such GPU decided it, a CPU
+    run's, which nothing compares): allowed, since moving a run is legitimate, but said, with the flags that go on as
+    the run did. ``None`` when equal or not recorded."""
     theirs, ours = records.arguments or {}, flat_arguments(run_arguments)
     if "bf16" not in theirs or "bf16" not in ours:
         return None
     before = training_precision(bool(theirs["bf16"]), bool(theirs.get("fp16")))
     now = training_precision(bool(ours["bf16"]), bool(ours.get("fp16")))
-    if before == now:
+    tf32_before, tf32_now = theirs.get("tf32"), ours.get("tf32")
+    tf32_changed = isinstance(tf32_before, bool) and isinstance(tf32_now, bool) and tf32_before != tf32_now
+    if before == now and not tf32_changed:
         return None
-    restore = "--fp16 true" if before == "fp16" else f"--bf16 {str(before == 'bf16').lower()}"
+    flags, restore = [], []
+    if before != now:
+        flags.append("--bf16 / --fp16")
+        restore.append("--fp16 true" if before == "fp16" else f"--bf16 {str(before == 'bf16').lower()}")
+    if tf32_changed:
+        flags.append("--tf32")
+        restore.append(f"--tf32 {str(tf32_before).lower()}")
+        before, now = (f"{precision} with TF32 matmuls {'on' if tf32 else 'off'}"
+                       for precision, tf32 in ((before, tf32_before), (now, tf32_now)))
     return (f"--resume_from_checkpoint {records.folder}: its run trained in {before}, this resume trains in {now} "
-            f"(this machine's default, or --bf16 / --fp16), so its remaining steps compute differently from the "
-            f"uninterrupted run's; {restore} goes on in {before}")
+            f"(this machine's default, or {' / '.join(flags)}), so its remaining steps compute differently from the "
+            f"uninterrupted run's; {' '.join(restore)} goes on in {before}")
 
 
 def fast_path_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
@@ -324,7 +338,7 @@ def fast_path_change_warning(records: CheckpointRecords, run_arguments: Mapping[
     theirs, ours = records.arguments or {}, flat_arguments(run_arguments)
     if "fast_path" not in theirs or "fast_path" not in ours or bool(theirs["fast_path"]) == bool(ours["fast_path"]):
         return None
-    if (run_arguments.get("settings") or {}).get("dropout_masks") != "stream":
+    if not draws_stream_masks(run_arguments):
         return None
     before, now = ("on the fast path", "eagerly") if theirs["fast_path"] else ("eagerly", "on the fast path")
     return (f"--resume_from_checkpoint {records.folder}: its run trained {before}, this resume trains {now} (this "
@@ -332,6 +346,49 @@ def fast_path_change_warning(records: CheckpointRecords, run_arguments: Mapping[
             f"drawn over each batch's padded width, which the fast path fixes, so its remaining steps draw other "
             f"masks than the uninterrupted run's; --torch_compile {str(bool(theirs['fast_path'])).lower()} goes on "
             f"{before}")
+
+
+def draws_stream_masks(run_arguments: Mapping[str, Any]) -> bool:
+    """Whether the run draws stream dropout masks (``--dropout_masks stream``), whose draws follow the shapes each
+    backbone pass gets, unlike row-seeded masks, keyed by coordinates. A resume cannot change it (a method setting:
+    :func:`resume_mismatch_error`), so this run's value is the checkpoint's run's."""
+    return (run_arguments.get("settings") or {}).get("dropout_masks") == "stream"
+
+
+def sentences_per_pass(arguments: Mapping[str, Any]) -> int | None:
+    """The sentences each backbone pass of a training step encodes under a run's (flat) ``arguments``: its
+    ``--cache_chunk_size`` up to its ``--per_device_train_batch_size`` (a chunk as large as the batch is the uncached
+    step's one pass: ``trainers.cached_step``), the batch where it trains uncached; ``None`` where either is not
+    recorded."""
+    batch = arguments.get("per_device_train_batch_size")
+    if "cache_chunk_size" not in arguments or not isinstance(batch, int):
+        return None
+    return min(arguments["cache_chunk_size"] or batch, batch)
+
+
+def cached_step_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
+    """When the resume encodes each batch in other chunks than the checkpoint's run (another ``--cache_chunk_size``,
+    or one added or dropped: :func:`sentences_per_pass`) under stream dropout masks: each chunk of a cached step draws
+    its own masks (``trainers.cached_step``), so the remaining steps draw other masks than the uninterrupted run's
+    (measured through run_unsup.py on a tiny BERT: chunks of 3 resumed in chunks of 4, 1.1e-3 from the uninterrupted
+    run's weights after 2 steps at lr 1e-3). Allowed, and said, with the flag that goes on as the run did. Row-seeded
+    masks are keyed by each row's index in the batch: every chunk size trains the same steps, nothing is said.
+    ``None`` then, when equal, or where the checkpoint records none (written before it did)."""
+    theirs, ours = records.arguments or {}, flat_arguments(run_arguments)
+    before, now = sentences_per_pass(theirs), sentences_per_pass(ours)
+    if before is None or now is None or before == now or not draws_stream_masks(run_arguments):
+        return None
+
+    def chunks(per_pass: int, arguments: Mapping[str, Any]) -> str:
+        if per_pass == arguments["per_device_train_batch_size"]:
+            return "each batch in one pass"
+        return f"each batch in chunks of {per_pass} sentences (--cache_chunk_size {arguments['cache_chunk_size']})"
+
+    restore = (f"--cache_chunk_size {theirs['cache_chunk_size']}" if theirs["cache_chunk_size"] else
+               "no --cache_chunk_size")
+    return (f"--resume_from_checkpoint {records.folder}: its run encoded {chunks(before, theirs)}, this resume "
+            f"encodes {chunks(now, ours)}, and with stream dropout masks each chunk of a cached step draws its own "
+            f"masks, so its remaining steps draw other masks than the uninterrupted run's; {restore} goes on as it ran")
 
 
 def corpus_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
@@ -365,11 +422,12 @@ def lost_best_warning(records: CheckpointRecords) -> str | None:
 def resume_warnings(records: CheckpointRecords, run_arguments: Mapping[str, Any],
                     process_counts: tuple[int, int] = (1, 1)) -> list[str]:
     """Every warning a resume from ``records``'s checkpoint gets (its length, its corpus file, its precision, its
-    fast path, its processes, its lost best)."""
+    fast path, its chunks, its processes, its lost best)."""
     return [warning for warning in (length_change_warning(records, run_arguments),
                                     corpus_change_warning(records, run_arguments),
                                     precision_change_warning(records, run_arguments),
                                     fast_path_change_warning(records, run_arguments),
+                                    cached_step_change_warning(records, run_arguments),
                                     process_change_warning(records, run_arguments, process_counts),
                                     lost_best_warning(records))
             if warning is not None]
@@ -386,6 +444,7 @@ def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) ->
 
 
 __all__ = ["CORPUS_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "SELECTION_ARGUMENTS", "TRAINING_ARGUMENTS",
-           "CheckpointRecords", "corpus_differences", "corpus_record", "finished_at", "flat_arguments",
-           "launch_on", "process_change_warning", "process_split_error", "processes_phrase", "restoring_flags",
-           "resume_mismatch_error", "resume_warnings", "write_run_arguments"]
+           "CheckpointRecords", "cached_step_change_warning", "corpus_differences", "corpus_record",
+           "draws_stream_masks", "finished_at", "flat_arguments", "launch_on", "process_change_warning",
+           "process_split_error", "processes_phrase", "restoring_flags", "resume_mismatch_error", "resume_warnings",
+           "write_run_arguments"]

@@ -36,6 +36,12 @@ member when the installed library changes one of them (:data:`RELIED_ON`).
   (ESimCSE's per-process queue) are left out of DDP's broadcasts from rank 0 (:func:`exclude_from_ddp`). Each process
   writes its own into every checkpoint (:meth:`TrainerAdapter.write_process_files`, before the processes meet) and
   a resume loads them back (:meth:`TrainerAdapter.after_checkpoint_load`, after ``Trainer._load_from_checkpoint``).
+- ``Trainer._tr_loss``, ``Trainer._globalstep_last_logged`` and ``Trainer._total_loss_scalar`` (attributes set by
+  ``_inner_training_loop``, transformers 5.20 to 5.25): the open logging window (the losses summed since the last
+  training log, and its step), which no checkpoint holds; :meth:`TrainerAdapter.logging_window` reads it for a
+  checkpoint and :meth:`TrainerAdapter.reopen_logging_window` puts it back in a resumed run
+  (:mod:`trainers.logging_window`; ``tests/test_resume.py`` and ``tests/test_ddp.py`` compare a resumed run's log
+  with the uninterrupted run's, which fails if they change).
 - ``TensorBoardCallback.logging_dir`` and ``transformers.integrations.integration_utils.default_logdir``: the
   callback picks its folder at ``on_train_begin``, but a run's 'before training' evaluation logs earlier;
   :func:`pin_tensorboard_dir` gives it the folder the Trainer would, up front.
@@ -127,6 +133,19 @@ class TrainerAdapter(Trainer):
 
     def after_checkpoint_load(self, folder: str) -> None:
         """Hook: runs on every process after a checkpoint's weights were loaded for a resume. Does nothing here."""
+
+    def logging_window(self) -> tuple[int, torch.Tensor]:
+        """The Trainer's open logging window: the step of its last training log and the sum of the losses since, on
+        the device (this process's)."""
+        return self._globalstep_last_logged, self._tr_loss
+
+    def reopen_logging_window(self, last_logged_step: int, loss_sum: float) -> None:
+        """Put a checkpoint's open logging window back into a resumed run, whose Trainer set it to zero at the
+        checkpoint's step: its next log averages the losses since ``last_logged_step``, as the uninterrupted run's
+        did; its ``train_loss`` stays the mean of the losses of the steps this process ran."""
+        self._tr_loss.add_(loss_sum)
+        self._total_loss_scalar -= loss_sum
+        self._globalstep_last_logged = last_logged_step
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
         super()._load_from_checkpoint(resume_from_checkpoint, model)
