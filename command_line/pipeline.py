@@ -27,9 +27,9 @@ from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step, written_processes
 from trainers.cl_trainer import CLTrainer
-from trainers.resume_settings import (CORPUS_SECTION, CheckpointRecords, corpus_record, finished_at,
-                                      process_split_error, resume_mismatch_error, resume_warnings,
-                                      write_run_arguments)
+from trainers.resume_settings import (CORPUS_SECTION, LAUNCH_SECTION, CheckpointRecords, corpus_record,
+                                      finished_at, launch_record, process_split_error, resume_mismatch_error,
+                                      resume_warnings, write_run_arguments)
 from trainers.errors import UsageError, UserError, reraise_as
 from trainers.keyed_dropout import keyed_controllers
 from trainers.methods import build_collator, build_model
@@ -254,6 +254,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     records = CheckpointRecords.read(resume) if resume else None
     processes = training_args.world_size
     counts = ((written_processes(resume) or processes) if resume else processes, processes)  # the run's, this one's
+    run_arguments[LAUNCH_SECTION] = launch_record(processes, training_args.per_device_train_batch_size,
+                                                  training_args.gradient_accumulation_steps, counts[0])
     if records is not None and (error := resume_mismatch_error(records, model, run_arguments, counts)
                                 or process_split_error(records, model, counts)
                                 or incomplete_checkpoint_error(resume, processes, model)):
@@ -361,8 +363,9 @@ def process_wall_time() -> float:
 def describe_arguments(*argument_objects: Any, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Every parsed argument, for the model card and ``run_arguments.json`` (enough to compare runs), and under
     ``argv`` the command line exactly as the script received it (``argv``, else ``sys.argv[1:]``).
-    :func:`train_and_export` adds ``settings``: every method setting as resolved. ``python -m eval --training_run``
-    copies ``argv``, ``settings`` and the ``--fidelity`` preset into a results JSON (:mod:`eval.provenance`)."""
+    :func:`train_and_export` adds ``settings`` (every method setting as resolved), ``corpus`` (its digest) and
+    ``launch`` (the processes and the sentences of a step). ``python -m eval --training_run`` copies ``argv``,
+    ``settings``, ``launch`` and the ``--fidelity`` preset into a results JSON (:mod:`eval.provenance`)."""
     described: dict[str, Any] = {"argv": list(sys.argv[1:] if argv is None else argv)}
     for obj in argument_objects:
         values = obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)

@@ -7,11 +7,14 @@ A results JSON then carries::
     "fidelity": "official_code",            # or "paper", or null: trained without a preset (SimCSE, S-SimCSE)
     "training": {"run_arguments": "outputs/tables/.../seed42/run_arguments.json",
                  "argv": ["--output_dir", "...", "--fidelity", "official_code", ...],   # null: not recorded
-                 "settings": {"dup_length_rule": "code", "resample_repetition": false, ...}}  # null: not recorded
+                 "settings": {"dup_length_rule": "code", "resample_repetition": false, ...},  # null: not recorded
+                 "launch": {"processes": 4, "sentences_per_step": 64}}  # null: not recorded
 
-``argv`` is the command line exactly as the training script received it and ``settings`` every method setting as
-the defaults, the preset and the explicit flags resolved it (``command_line.pipeline.describe_arguments``); a
-training run older than that records neither, so both are ``null`` (its preset is still read from its parsed
+``argv`` is the command line exactly as the training script received it, ``settings`` every method setting as
+the defaults, the preset and the explicit flags resolved it (``command_line.pipeline.describe_arguments``) and
+``launch`` the processes it trained on and the sentences of each step
+(``trainers.resume_settings.launch_record``: ``argv`` of a 4-process table row holds the batch per process alone);
+a training run older than that records none of them, so they are ``null`` (its preset is still read from its parsed
 arguments). A results JSON without a ``fidelity`` key was written before any of this: its preset is
 :data:`UNRECORDED`.
 """
@@ -52,7 +55,7 @@ def training_record(run_dir: str | Path) -> dict[str, Any]:
                               f"of argument groups); pass the run's --output_dir")
     return {"fidelity": run_argument(arguments, "fidelity"),
             "training": {"run_arguments": str(path), "argv": arguments.get("argv"),
-                         "settings": arguments.get("settings")}}
+                         "settings": arguments.get("settings"), "launch": arguments.get("launch")}}
 
 
 def preset_of(result: Mapping[str, Any]) -> str:

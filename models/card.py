@@ -224,10 +224,27 @@ def training_summary(training: dict[str, Any]) -> list[str]:
     precision = ("fp16" if run_argument(training, "fp16") else "bf16 autocast" if run_argument(training, "bf16")
                  else "fp32")
     return [f"- backbone: `{values['model_name_or_path']}`; corpus: `{values['train_file']}`",
-            f"- learning rate {values['learning_rate']}, batch {values['per_device_train_batch_size']} per process, "
-            f"{length}, max length {values['max_seq_length']}, seed {values['seed']}",
+            f"- learning rate {values['learning_rate']}, batch {values['per_device_train_batch_size']} per process"
+            f"{launch_phrase(training)}, {length}, max length {values['max_seq_length']}, seed {values['seed']}",
             f"- training precision: {precision}"]
 
 
+def launch_phrase(training: dict[str, Any]) -> str:
+    """`` x 4 processes (64 sentences a step)`` after the card's batch per process, from the run's ``launch`` record
+    (``trainers.resume_settings.launch_record``; ``, resumed from a run on 2 processes`` where a resume changed
+    them); empty for a record written before runs kept it."""
+    launch = (training or {}).get("launch")
+    if not isinstance(launch, dict) or "processes" not in launch:
+        return ""
+    phrase = f" x {_processes(launch['processes'])} ({launch['sentences_per_step']} sentences a step)"
+    if (run := launch.get("resumed_from_processes")) is not None:
+        phrase += f", resumed from a run on {_processes(run)}"
+    return phrase
+
+
+def _processes(count: int) -> str:
+    return f"{count} process{'es' if count != 1 else ''}"
+
+
 __all__ = ["HUB_DATASETS", "best_step", "card_metadata", "framework_versions", "is_hub_name", "model_card",
-           "provenance_lines", "score_table", "training_log_table", "training_summary"]
+           "launch_phrase", "provenance_lines", "score_table", "training_log_table", "training_summary"]

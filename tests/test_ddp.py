@@ -473,6 +473,25 @@ def test_a_resume_on_another_number_of_processes_with_the_runs_global_batch_cont
             f"same objective, but the RNG states were each process's") in log, log[-3000:]
 
 
+@pytest.mark.parametrize("run, launch, card", [
+    ("one", {"processes": 1, "sentences_per_step": 8}, "batch 8 per process x 1 process (8 sentences a step), "),
+    ("two", {"processes": 2, "sentences_per_step": 8}, "batch 4 per process x 2 processes (8 sentences a step), "),
+    ("one_resumed_by_two", {"processes": 2, "sentences_per_step": 8, "resumed_from_processes": 1},
+     "batch 4 per process x 2 processes (8 sentences a step), resumed from a run on 1 process, "),
+    ("two_resumed_by_one", {"processes": 1, "sentences_per_step": 8, "resumed_from_processes": 2},
+     "batch 8 per process x 1 process (8 sentences a step), resumed from a run on 2 processes, "),
+])
+def test_a_run_records_the_processes_it_trained_on(resumed_runs, run, launch, card):
+    """No parsed argument holds the processes: a 2 x 4 run's run_arguments.json, its card and the results JSON of
+    ``python -m eval --training_run`` read ``per_device_train_batch_size 4``, as a one-process run of batch 4 would
+    (the table scripts divide the paper's batch by the processes). Each run records them in its ``launch`` section
+    (and a resume on other processes the run's), and its card says them."""
+    folder = resumed_runs / "layout" / run
+    assert json.loads((folder / "run_arguments.json").read_text())["launch"] == launch
+    for export in ("hf", "sentence-transformers"):
+        assert card in (folder / "export" / export / "README.md").read_text()
+
+
 def test_each_process_keeps_and_checkpoints_its_own_queue(resumed_runs, tmp_path):
     """``--gather_queue false`` under two processes: each process's queue holds its own keys. DDP broadcast every
     buffer from rank 0 at every forward, so both processes trained with rank 0's queue, and a checkpoint held rank

@@ -88,25 +88,27 @@ RUN_ARGUMENTS = {  # the shape command_line.pipeline writes (describe_arguments 
     "CLTrainingArguments": {"learning_rate": 3e-05, "seed": 42},
     "settings": {"method": "esimcse", "fidelity": "official_code", "dup_length_rule": "code", "dup_rate": 0.32,
                  "queue_through_mlp": True, "temperature": 0.05},
+    "launch": {"processes": 4, "sentences_per_step": 64},
 }
 
 
 @pytest.mark.parametrize("recorded", ["now", "before_argv_and_settings"])
 def test_cli_records_how_the_model_was_trained(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path,
                                                recorded: str, capsys):
-    """--training_run copies the run's preset, its exact command line and its resolved settings (unrounded) into
-    --output_json, first; a run recorded before argv/settings were gives null for both, explicitly."""
+    """--training_run copies the run's preset, its exact command line, its resolved settings (unrounded) and its
+    processes (a 4 x 16 run's argv holds its batch per process alone) into --output_json, first; a run recorded
+    before argv/settings/launch were gives null for each, explicitly."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     arguments = dict(RUN_ARGUMENTS) if recorded == "now" else {
-        key: value for key, value in RUN_ARGUMENTS.items() if key not in ("argv", "settings")}
+        key: value for key, value in RUN_ARGUMENTS.items() if key not in ("argv", "settings", "launch")}
     (run_dir / "run_arguments.json").write_text(json.dumps(arguments))
     _, written = run_cli(tmp_path, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev",
                          "--senteval_dir", str(sts_fixture_dir), "--training_run", str(run_dir))
     assert list(written)[:2] == ["fidelity", "training"] and written["fidelity"] == "official_code"
     expected = {"run_arguments": str(run_dir / "run_arguments.json"), "argv": RUN_ARGUMENTS["argv"],
-                "settings": RUN_ARGUMENTS["settings"]} if recorded == "now" else {
-        "run_arguments": str(run_dir / "run_arguments.json"), "argv": None, "settings": None}
+                "settings": RUN_ARGUMENTS["settings"], "launch": RUN_ARGUMENTS["launch"]} if recorded == "now" else {
+        "run_arguments": str(run_dir / "run_arguments.json"), "argv": None, "settings": None, "launch": None}
     assert written["training"] == expected
     assert "STSBenchmark_dev" in written or "STSBenchmark" in written
     assert f"trained with --fidelity official_code (recorded from {run_dir / 'run_arguments.json'})" in (

@@ -55,6 +55,8 @@ from .precision import training_precision
 RUN_ARGUMENTS = "run_arguments.json"
 #: The ``run_arguments.json`` section that records the corpus a run trained on (:func:`corpus_record`).
 CORPUS_SECTION = "corpus"
+#: The ``run_arguments.json`` section that records the processes a run trained on (:func:`launch_record`).
+LAUNCH_SECTION = "launch"
 #: Method settings a resume may change: they act in the evaluation only, name a path whose weights the checkpoint
 #: holds, or are filled by the model's builder from those (DiffCSE's generator config, PromptBERT's token ids).
 FREE_SETTINGS = frozenset({"test_denoising", "dev_denoising", "eval_add_period", "generator_name",
@@ -90,6 +92,19 @@ def corpus_record(train_file: str | Path, rows: int) -> dict[str, Any]:
     from data.corpus import file_sha256
 
     return {"train_file_sha256": file_sha256(train_file), "train_rows": rows}
+
+
+def launch_record(processes: int, per_device_batch: int, accumulation_steps: int,
+                  run_processes: int | None = None) -> dict[str, Any]:
+    """The ``launch`` section of a run's ``run_arguments.json``: the processes it trained on and the sentences of
+    each of its steps (processes x ``--per_device_train_batch_size`` x ``--gradient_accumulation_steps``), which no
+    parsed argument holds: a 4 x 16 run's arguments read ``per_device_train_batch_size 16`` alone, as a one-process
+    run of batch 16 would (the table scripts divide the paper's batch by the processes). ``run_processes``: a resume's
+    checkpoint's run's, recorded where it differs (``resumed_from_processes``)."""
+    record = {"processes": processes, "sentences_per_step": processes * per_device_batch * accumulation_steps}
+    if run_processes is not None and run_processes != processes:
+        record["resumed_from_processes"] = run_processes
+    return record
 
 
 def _json(value: Any) -> Any:
@@ -443,8 +458,8 @@ def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) ->
     return step if isinstance(step, int) and isinstance(last, int) and 0 < last <= step else None
 
 
-__all__ = ["CORPUS_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "SELECTION_ARGUMENTS", "TRAINING_ARGUMENTS",
+__all__ = ["CORPUS_SECTION", "LAUNCH_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "SELECTION_ARGUMENTS", "TRAINING_ARGUMENTS",
            "CheckpointRecords", "cached_step_change_warning", "corpus_differences", "corpus_record",
-           "draws_stream_masks", "finished_at", "flat_arguments", "launch_on", "process_change_warning",
+           "draws_stream_masks", "finished_at", "flat_arguments", "launch_on", "launch_record", "process_change_warning",
            "process_split_error", "processes_phrase", "restoring_flags", "resume_mismatch_error", "resume_warnings",
            "write_run_arguments"]
