@@ -7,7 +7,8 @@ what would otherwise train on nonsense, or crash when a long enough line arrives
   :func:`eval.backbone.encoder_decoder_problem`), whose token-embedding table holds every id of its tokenizer
   (:func:`eval.backbone.vocabulary_problem`).
 - :func:`check_position_limit`: the longest view (``--max_seq_length`` plus what the method adds: PromptBERT's
-  template) fits the backbone's position table (``max_position_embeddings``, less RoBERTa's padding offset).
+  template) fits the backbone's position table (``max_position_embeddings``, less RoBERTa's padding offset); and
+  :func:`check_view_width`, once the collator is built, ESimCSE's positive (its repeated words) likewise.
 - :func:`check_forward`: the backbone has a token-embedding table (CANINE has none) and its forward runs on token
   ids and an attention mask, the only inputs the models give it (Bros asks for boxes), of any length (Nystromformer
   with fewer landmarks than its ``segment_means_seq_len`` takes that length only).
@@ -75,6 +76,25 @@ def check_position_limit(flag: str, name: str, config: Any, max_seq_length: int,
     raise UsageError(f"{longest} is more than {flag} {name} reads: {positions} positions ({why}); a line that long "
                      f"would stop the run with a tensor size error. Pass --max_seq_length {positions - added} or "
                      f"less (the papers use 32).")
+
+
+def check_view_width(name: str, config: Any, collator: Any, max_seq_length: int) -> None:
+    """Refuse a collator whose widest view is longer than the backbone's position table: ESimCSE's positive, its
+    sentence with words repeated (``data.augment.LengthExtender.longest_output``; never cut back to
+    ``--max_seq_length``, as in the released code), reaches 41 tokens at ``--max_seq_length 32``. With
+    ``--max_seq_length`` at the table's size the run went on until a long enough line arrived, then stopped with a
+    tensor size error. Names the longest ``--max_seq_length`` that fits, and ``--truncate_positive true``."""
+    limit, width_for = position_limit(config), getattr(collator, "width_for", None)
+    if limit is None or width_for is None or (width := width_for(max_seq_length)) <= limit[0]:
+        return  # no table, or a collator whose views are the sentence (PromptBERT's template: check_position_limit)
+    positions, why = limit
+    fits = next((length for length in range(max_seq_length - 1, 1, -1) if width_for(length) <= positions), None)
+    shorter = f"--max_seq_length {fits} or less, or " if fits is not None else ""
+    raise UsageError(f"--max_seq_length {max_seq_length}: ESimCSE's positive view (the sentence with words repeated) "
+                     f"reaches {width} tokens, more than --model_name_or_path {name} reads: {positions} positions "
+                     f"({why}); a line that long would stop the run with a tensor size error. Pass {shorter}"
+                     f"--truncate_positive true (the positive cut back to --max_seq_length: an ablation, not the "
+                     f"released code).")
 
 
 def check_backbone(model_args: Any, max_seq_length: int, method: str, settings: dict[str, Any], tokenizer: Any,

@@ -37,7 +37,7 @@ from trainers.backbone_card import read_backbone_license
 from trainers.precision import training_precision
 from trainers.unused_parameters import choose_find_unused_parameters
 
-from .backbone_checks import check_backbone, check_built_model, config_override_values
+from .backbone_checks import check_backbone, check_built_model, check_view_width, config_override_values
 from .summary import RunSummary, describe_step, format_summary
 
 logger = logging.getLogger("cse_repro")
@@ -52,7 +52,16 @@ def setup_logging(training_args) -> None:
 
 
 def load_tokenizer(model_args):
-    return AutoTokenizer.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
+    """The backbone's tokenizer, padding on the right: the training collators pad there (``data.collators``), the
+    evaluation too (``eval.encoder.SentenceEncoder``), and the exports save it, so a sentence-transformers folder pads
+    as the run trained (a tokenizer that pads on the left, XLNet's by default, would give its ``cls`` pooling a
+    [PAD] state)."""
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
+    if getattr(tokenizer, "padding_side", "right") != "right":
+        logger.info("the tokenizer of %s pads on the %s: this run pads on the right (training, evaluation and the "
+                    "exported tokenizer)", model_args.model_name_or_path, tokenizer.padding_side)
+        tokenizer.padding_side = "right"
+    return tokenizer
 
 
 def load_train_dataset(model: ContrastiveModel, data_args, stats: CorpusStats | None = None) -> datasets.Dataset:
@@ -268,6 +277,8 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)
     collator = build_collator(model, tokenizer, data_args.max_seq_length)
+    check_view_width(str(run_argument(run_arguments, "model_name_or_path")), model.encoder.config, collator,
+                     data_args.max_seq_length)
     cut = count_cut_sentences(collator, train_dataset)  # the tokens past --max_seq_length, counted, not silent
     if cut is not None and training_args.should_log:
         logger.info("training corpus: %s", cut.describe())

@@ -60,14 +60,20 @@ class ContrastiveCollator:
 
     @property
     def max_width(self) -> int:
-        """The widest batch this collator can make: ``max_length``, or what an augmenter makes of it: its
-        ``longest_output(max_length)`` (ESimCSE's repetition: 41 at its defaults, :class:`data.augment.
-        LengthExtender`), else twice that (an augmentation may at most double a sentence)."""
-        widths = [self.max_length]
+        """The widest batch this collator can make: ``max_length``, or what an augmenter makes of it
+        (:meth:`width_for`)."""
+        return self.width_for(self.max_length)
+
+    def width_for(self, max_length: int) -> int:
+        """The widest batch this collator would make with sentences cut to ``max_length`` tokens: ``max_length``,
+        or what an augmenter makes of it: its ``longest_output(max_length)`` (ESimCSE's repetition: 41 at its
+        defaults, :class:`data.augment.LengthExtender`), else twice that (an augmentation may at most double a
+        sentence)."""
+        widths = [max_length]
         for augment in self.view_augmenters:
             if augment is not None:
                 longest = getattr(augment, "longest_output", None)
-                widths.append(longest(self.max_length) if longest is not None else 2 * self.max_length)
+                widths.append(longest(max_length) if longest is not None else 2 * max_length)
         return max(widths)
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:

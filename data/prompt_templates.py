@@ -8,9 +8,10 @@ As the code does, the text before the sentence (stripped) and after it are token
     prefix = tokenizer.encode(before)[:-1]        # [CLS] + the prefix's tokens
     suffix = tokenizer.encode(after)[1:]          # the suffix's tokens + [SEP]
 
-and a training view is ``prefix + sentence[:max_length] + suffix``, the sentence tokenised without special tokens and
-truncated BEFORE the template is added (so the template is never cut). View 0 uses the first template, view 1 the
-second (Sec. 5: two templates make the positive pair).
+(cuts that need a tokenizer framing a text as one special token before it and one after; any other, such as XLNet's
+``text <sep> <cls>``, is refused: :func:`framing_problem`), and a training view is ``prefix + sentence[:max_length] +
+suffix``, the sentence tokenised without special tokens and truncated BEFORE the template is added (so the template
+is never cut). View 0 uses the first template, view 1 the second (Sec. 5: two templates make the positive pair).
 """
 from __future__ import annotations
 
@@ -53,11 +54,34 @@ def split_template(template: str, mask_token: str) -> tuple[str, str]:
     return before.replace("_", " ").strip(), after.replace("_", " ")
 
 
+def framing_problem(tokenizer: PreTrainedTokenizerBase, text: str) -> str | None:
+    """Why the code's cuts (``encode(before)[:-1]``, ``encode(after)[1:]``) would not drop exactly the special tokens
+    that ``tokenizer`` adds around ``text``, or ``None`` where it adds one before the text and one after it (BERT's
+    ``[CLS] text [SEP]``, RoBERTa's ``<s> text </s>``). XLNet's ``text <sep> <cls>`` kept <sep> in the prefix and cut
+    the suffix's first word, and the run trained without a word. Decided by comparing the text tokenised with and
+    without special tokens, so no tokenizer class or special token is named here."""
+    framed = tokenizer(text)["input_ids"]
+    bare = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(framed) == len(bare) + 2 and framed[1:-1] == bare:
+        return None
+    tokens = tokenizer.convert_ids_to_tokens(framed)
+    starts = [i for i in range(len(framed) - len(bare) + 1) if framed[i:i + len(bare)] == bare]
+    found = (" ".join([*tokens[:starts[0]], "text", *tokens[starts[0] + len(bare):]]) if starts
+             else f"{text!r} -> {' '.join(tokens)}")  # the text's own tokens changed: show them all
+    return (f"PromptBERT needs a tokenizer that frames a text as one special token before it and one after "
+            f"('[CLS] text [SEP]', '<s> text </s>'), which its template's ids drop (the prefix's last token, the "
+            f"suffix's first); {type(tokenizer).__name__} frames a text as '{found}', so the template would keep "
+            f"special tokens and lose words. Use a backbone whose tokenizer frames a text that way (BERT, RoBERTa...)")
+
+
 def tokenize_template(template: str, tokenizer: PreTrainedTokenizerBase) -> PromptTemplate:
-    """A template's token ids (:class:`PromptTemplate`), checked: one mask token, in the suffix."""
+    """A template's token ids (:class:`PromptTemplate`), checked: a tokenizer that frames a text as one special token
+    before it and one after (:func:`framing_problem`), one mask token, in the suffix."""
     if tokenizer.mask_token_id is None:
         raise ValueError(f"PromptBERT needs a tokenizer with a mask token; {type(tokenizer).__name__} has none")
     before, after = split_template(template, tokenizer.mask_token)
+    if problem := framing_problem(tokenizer, before) or framing_problem(tokenizer, after):
+        raise ValueError(problem)
     prefix, suffix = tokenizer.encode(before)[:-1], tokenizer.encode(after)[1:]
     masks = [i for i, token in enumerate(suffix) if token == tokenizer.mask_token_id]
     if len(masks) != 1 or tokenizer.mask_token_id in prefix:
@@ -125,5 +149,5 @@ class PromptCollator:
         return pad_views(views, self.tokenizer.pad_token_id, with_token_type_ids=False)
 
 
-__all__ = ["PromptCollator", "PromptTemplate", "add_period", "split_template", "template_token_ids",
+__all__ = ["PromptCollator", "PromptTemplate", "add_period", "framing_problem", "split_template", "template_token_ids",
            "tokenize_template"]

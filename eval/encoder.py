@@ -107,7 +107,8 @@ class SentenceEncoder:
         embed_fn: called as ``embed_fn(**tokenized)`` with exactly the keys the tokenizer returns
             (``input_ids``, ``attention_mask`` and ``token_type_ids`` when the tokenizer makes them), as
             ``torch.long`` tensors already on ``device``; returns ``Tensor[B, d]``.
-        tokenizer: a Hugging Face tokenizer (``__call__`` returning lists, ``pad_token_id``, ``padding_side``).
+        tokenizer: a Hugging Face tokenizer (``__call__`` returning lists, ``pad_token_id``). Batches are padded on
+            the right whatever its ``padding_side`` (:meth:`_collate`).
         device: where the inputs go; ``None`` = CUDA when available, else CPU.
         batch_size: sentences per forward pass.
         max_tokens: batch by a token budget instead of ``batch_size``: as many length-sorted sentences as fit in
@@ -171,8 +172,6 @@ class SentenceEncoder:
             return "batches of a number of sentences (packing fills a token budget)"
         if backbone is None:
             return "the embedding does not hand the sentences' own tokens to a known backbone"
-        if getattr(self.tokenizer, "padding_side", "right") == "left":
-            return "the tokenizer pads on the left"
         return packing_refusal(backbone)
 
     @property
@@ -300,11 +299,15 @@ class SentenceEncoder:
         return 0  # attention_mask and any other 0/1 mask
 
     def _collate(self, tokenized: Mapping[str, list[list[int]]], indices: list[int]) -> dict[str, torch.Tensor]:
-        """Dynamic padding: pad the batch to its own longest sentence, on the tokenizer's padding side."""
+        """Dynamic padding: pad the batch to its own longest sentence, on the right, as training pads
+        (``data.collators``), whatever the tokenizer's ``padding_side``: every embedding here reads the sentence from
+        position 0 (the ``cls`` poolers' [CLS], PromptBERT's template around it, the positions a backbone numbers
+        from the first token). A tokenizer that pads on the left (XLNet's, by default) gave a short sentence the
+        state of a [PAD] under ``cls`` pooling and positions shifted by its batch-mates' lengths: other embeddings
+        than the training's and than the sentence encoded alone."""
         width = max(len(tokenized["input_ids"][i]) for i in indices)
-        side = "left" if getattr(self.tokenizer, "padding_side", "right") == "left" else "right"
         return {
-            key: pad_rows([rows[i] for i in indices], self._pad_value(key), length=width, side=side).to(
+            key: pad_rows([rows[i] for i in indices], self._pad_value(key), length=width).to(
                 self.device, non_blocking=True
             )
             for key, rows in tokenized.items()

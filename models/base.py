@@ -58,15 +58,21 @@ class ContrastiveOutput(ModelOutput):
     metrics: dict[str, torch.Tensor] | None = None
 
 
+#: Where a backbone whose ``pooler`` is a bare Linear keeps the tanh applied to its output: ALBERT's
+#: ``pooler_activation``, BigBird's ``activation`` (``pooler_output = activation(pooler(h[:, 0]))``).
+BARE_POOLER_ACTIVATIONS = ("pooler_activation", "activation")
+
+
 def pooler_dense(encoder: nn.Module) -> nn.Linear | None:
     """The Linear h->h of the backbone's pooler over [CLS] (then tanh), the slot that can hold SimCSE's MLP at export
-    time: BERT-style ``pooler.dense`` (BERT, RoBERTa, MPNet...) or ALBERT's ``pooler`` itself followed by its
-    ``pooler_activation`` (tanh); ``None`` where there is none (DistilBERT, ELECTRA). Decided from the module
-    structure, not the model name."""
+    time: BERT-style ``pooler.dense`` (BERT, RoBERTa, MPNet...) or a bare ``pooler`` Linear whose output the backbone
+    puts through a tanh of its own (:data:`BARE_POOLER_ACTIVATIONS`: ALBERT, BigBird); ``None`` where there is none
+    (DistilBERT, ELECTRA). Decided from the module structure, not the model name: BigBird's tanh, under
+    ``activation``, went unrecognised, so its export kept the untrained pooler where the MLP belonged."""
     pooler = getattr(encoder, "pooler", None)
     dense = getattr(pooler, "dense", None)
-    if dense is None and isinstance(pooler, nn.Linear) and isinstance(getattr(encoder, "pooler_activation", None),
-                                                                      nn.Tanh):
+    if dense is None and isinstance(pooler, nn.Linear) and any(
+            isinstance(getattr(encoder, name, None), nn.Tanh) for name in BARE_POOLER_ACTIVATIONS):
         dense = pooler
     return dense if isinstance(dense, nn.Linear) and dense.in_features == dense.out_features else None
 
@@ -95,8 +101,8 @@ class DroppedPooler(nn.Module):
 def drop_unused_pooler(encoder: nn.Module) -> None:
     """Remove a BERT-style pooler the method never uses (SimCSE builds BERT with ``add_pooling_layer=False``); left
     in place it would hold parameters without gradients, which DDP rejects. A pooler module (``pooler.dense``: BERT,
-    LayoutLM...) becomes a :class:`DroppedPooler`; ALBERT's bare ``pooler`` Linear becomes ``None``, which its
-    forward checks before applying ``pooler_activation`` to the pooler's output."""
+    LayoutLM...) becomes a :class:`DroppedPooler`; a bare ``pooler`` Linear (ALBERT, BigBird) becomes ``None``, which
+    their forwards check before applying their tanh to the pooler's output."""
     if has_linear_tanh_pooler(encoder):
         encoder.pooler = DroppedPooler() if hasattr(encoder.pooler, "dense") else None
 

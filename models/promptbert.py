@@ -97,6 +97,15 @@ def insert_template(input_ids: torch.Tensor, attention_mask: torch.Tensor, templ
     return ids.masked_fill(~mask, pad_token_id), mask.long()
 
 
+def position_table_size(config: Any) -> int | None:
+    """How many positions the backbone's ``config`` gives a row (``max_position_embeddings``), or ``None`` for no
+    limit: missing, or -1 or 0 (XLNet's relative positions; transformers' config says -1). Read as a limit, -1 cut
+    every sentence to -1 - |template| tokens: each row the template alone, one embedding for every sentence. The
+    rule of ``eval.backbone.position_limit``, which ``models/`` may not import."""
+    table = getattr(config, "max_position_embeddings", None)
+    return table if isinstance(table, int) and table > 0 else None
+
+
 def template_rows(template: TemplateIds, template_ids: torch.Tensor, rows: int,
                   width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sec. 5, the ``rows`` inputs of template alone (``get_delta``'s ``d_input_ids`` / ``d_position_ids``):
@@ -182,7 +191,7 @@ def template_states_follow_length(encoder: nn.Module, template: TemplateIds) -> 
     far more. The tolerance sits 16 times below the smallest and still above a few float32 roundings."""
     model = getattr(encoder, "_orig_mod", encoder)
     rows = LENGTH_PROBE_ROWS
-    if (limit := getattr(getattr(model, "config", None), "max_position_embeddings", None)) is not None:
+    if (limit := position_table_size(getattr(model, "config", None))) is not None:
         rows = max(2, min(rows, limit - len(template) + 1))
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
@@ -199,11 +208,12 @@ def template_states_follow_length(encoder: nn.Module, template: TemplateIds) -> 
 def prompt_embedding(encoder: nn.Module, template: TemplateIds, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      *, mask_token_id: int, pad_token_id: int, denoise: bool) -> torch.Tensor:
     """The test-time embedding of right-padded ``[CLS] s [SEP]`` rows [N, L] with ``encoder`` (the trained model's,
-    or a plain export's ``AutoModel``): s inside ``template`` (:func:`insert_template`), the [MASK] state
+    or a plain export's ``AutoModel``): s inside ``template`` (:func:`insert_template`, cut to the position table
+    where the backbone has one: :func:`position_table_size`), the [MASK] state
     (:func:`mask_token_states`), minus the template's own state at s's length when ``denoise``
     (:func:`template_mask_states`) -> [N, h]."""
     ids, mask = insert_template(input_ids, attention_mask, template, pad_token_id,
-                                getattr(encoder.config, "max_position_embeddings", None))
+                                position_table_size(encoder.config))
     hidden = encoder(input_ids=ids, attention_mask=prepare_attention_mask(encoder, mask),
                      return_dict=True).last_hidden_state
     pooled = mask_token_states(hidden, ids, mask_token_id)
@@ -361,4 +371,5 @@ class PromptBERTModel(ContrastiveModel):
 
 
 __all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",
-           "template_mask_states", "template_rows", "template_states_follow_length", "templates_mask_states"]
+           "position_table_size", "template_mask_states", "template_rows", "template_states_follow_length",
+           "templates_mask_states"]

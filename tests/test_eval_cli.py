@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -70,6 +71,56 @@ def test_cli_real_data_on_tiny_model(tmp_path: Path, tiny_bert_dir: Path, sentev
                          "--task_set", "sts", "--senteval_dir", str(senteval_dir), "--batch_size", "256")
     assert list(written) == STS_KEYS
     assert_two_decimals(written)
+
+
+@pytest.mark.parametrize("pooler", ["cls_before_pooler", "avg"])
+def test_cli_pads_on_the_right_whatever_the_tokenizers_side(tmp_path: Path, tiny_bert_dir: Path,
+                                                          sts_fixture_dir: Path, pooler: str):
+    """Training pads on the right; ``python -m eval`` padded on the tokenizer's side, so a folder whose tokenizer
+    pads on the left (XLNet's default, or a saved ``padding_side``) gave a short sentence a [PAD]'s state under
+    ``cls`` pooling and positions shifted by its batch-mates under ``avg``: other scores than the same weights with
+    a right-padding tokenizer. Now the same scores, and the sentences' own vectors."""
+    left = tmp_path / "left"
+    shutil.copytree(tiny_bert_dir, left)
+    config = json.loads((left / "tokenizer_config.json").read_text())
+    (left / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left"}))
+    args = ["--pooler", pooler, "--mode", "test", "--task_set", "sts", "--senteval_dir", str(sts_fixture_dir),
+            "--batch_size", "16"]
+    _, right_scores = run_cli(tmp_path / "right_run", "--model_name_or_path", str(tiny_bert_dir), *args)
+    _, left_scores = run_cli(tmp_path / "left_run", "--model_name_or_path", str(left), *args)
+    assert left_scores == right_scores
+
+    encoder = load_encoder(str(left), pooler=pooler, device="cpu", batch_size=4)
+    assert encoder.tokenizer.padding_side == "left"
+    sentences = ["a red dog", "the quick brown fox jumps over the lazy dog today"]
+    together = encoder.encode(sentences)
+    alone = np.stack([encoder.encode([sentence])[0] for sentence in sentences])
+    np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_on_a_left_padding_tokenizer_exports_one_that_pads_on_the_right(tmp_path: Path, tiny_bert_dir: Path,
+                                                                            caplog):
+    """The training collators pad on the right; a run whose backbone's tokenizer pads on the left exported that
+    tokenizer, so its sentence-transformers folder padded on the left ([PAD] states under ``cls`` pooling). The run
+    says it pads on the right, and both exports' tokenizers do."""
+    import logging
+
+    import run_unsup
+    from tests.tiny import FAST_TRAINING_ARGS, tiny_corpus
+
+    left = tmp_path / "left"
+    shutil.copytree(tiny_bert_dir, left)
+    config = json.loads((left / "tokenizer_config.json").read_text())
+    (left / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left"}))
+    out = tmp_path / "run"
+    with caplog.at_level(logging.INFO):
+        run_unsup.main(["--method", "simcse", "--model_name_or_path", str(left), "--train_file",
+                        str(tiny_corpus(tmp_path / "corpus.txt", n=16)), "--output_dir", str(out), "--max_steps", "1",
+                        "--eval_strategy", "no", *FAST_TRAINING_ARGS])
+    assert any("pads on the left: this run pads on the right" in record.getMessage() for record in caplog.records)
+    for export in ("hf", "sentence-transformers"):
+        saved = json.loads((out / "export" / export / "tokenizer_config.json").read_text())
+        assert saved.get("padding_side", "right") == "right", (export, saved)
 
 
 def _expect_one_line_error(capsys, *argv: str) -> str:
@@ -398,7 +449,6 @@ def test_a_run_folder_is_evaluated_through_its_export(tiny_bert_dir: Path, tmp_p
     run without an export (it did not finish) is refused naming its newest checkpoint, not with transformers'
     'Unrecognized model ... should have a model_type key'."""
     import logging
-    import shutil
 
     from transformers import AutoTokenizer
 

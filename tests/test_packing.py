@@ -204,7 +204,8 @@ def test_the_packed_encoder_embeds_as_the_padded_one(pooler: str, tmp_path: Path
 
 def test_promptbert_and_sentence_batches_run_padded(tmp_path: Path):
     """PromptBERT's embedding puts the sentence in its template first (new input ids): no backbone to pack, and its
-    embeddings are those of the padded passes; batches of a number of sentences never pack."""
+    embeddings are those of the padded passes; batches of a number of sentences never pack. A tokenizer that pads on
+    the left packs like any: the padded passes pad on the right whatever its side (tests/test_eval_cli.py)."""
     from trainers.methods import build_model
 
     tokenizer = tiny_tokenizer(tmp_path / "tok")
@@ -218,8 +219,7 @@ def test_promptbert_and_sentence_batches_run_padded(tmp_path: Path):
     left = tiny_tokenizer(tmp_path / "left")
     left.padding_side = "left"
     simcse = build_model("simcse", str(tmp_path / "bert"))
-    assert SentenceEncoder(simcse.embed, left, max_tokens=48, backbone=simcse.encoder).packing_refusal == (
-        "the tokenizer pads on the left")
+    assert SentenceEncoder(simcse.embed, left, max_tokens=48, backbone=simcse.encoder).packing_refusal is None
 
 
 # ------------------------------------------------------------------------------------- through the real commands

@@ -5,24 +5,29 @@ subtracted at the sentence's length); the loss as InfoNCE; the whole training lo
 computes it (transcribed below, not imported); the export + evaluation round trip with the template."""
 from __future__ import annotations
 
+import functools
 import logging
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoModel, AutoTokenizer
+from tokenizers import pre_tokenizers
+from transformers import AutoModel, AutoTokenizer, RobertaTokenizer
 
 import run_unsup
 from command_line.arguments import MethodArguments, parse_args
-from data.prompt_templates import PromptCollator, add_period, tokenize_template
+from data.prompt_templates import PromptCollator, add_period, framing_problem, split_template, tokenize_template
 from eval.loading import load_encoder
 from models.config import SETTINGS
 from models.export import export_model
-from models.promptbert import (TEMPLATE_KEY_STRIDE, TemplateIds, mask_token_states, template_mask_states,
-                               template_rows, templates_mask_states)
+from models.promptbert import (TEMPLATE_KEY_STRIDE, TemplateIds, mask_token_states, prompt_embedding,
+                               template_mask_states, template_rows, templates_mask_states)
 from models.views import ViewEmbeddings
-from tests.tiny import WORDS, save_tiny_backbone
+from tests.cli import in_process
+from tests.test_unusable_backbones import one_line_error, tiny_xlnet
+from tests.test_user_errors import base_args
+from tests.tiny import WORDS, save_tiny_backbone, tiny_corpus, tiny_tokenizer
 from trainers.errors import UsageError
 from trainers.keyed_dropout import keyed_step
 from trainers.methods import build_collator, build_model
@@ -121,6 +126,44 @@ def test_add_period_is_the_official_rule():
 def test_a_bad_template_is_one_clear_error_at_parse_time(template, message):
     with pytest.raises(UsageError, match=message):
         parse_args((MethodArguments,), ["--method", "promptbert", "--mask_embedding_sentence_template", template])
+
+
+def tiny_roberta_tokenizer() -> RobertaTokenizer:
+    """RoBERTa's byte-level BPE over single bytes (no merges; its vocabulary is not available offline): it frames a
+    text as ``<s> text </s>``."""
+    special = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    vocab = {token: i for i, token in enumerate(special + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    return RobertaTokenizer(vocab=vocab, merges=[])
+
+
+@pytest.mark.parametrize("tokenizer", ["bert", "roberta"])
+def test_a_tokenizer_framing_a_text_in_two_special_tokens_gets_the_codes_cuts(tokenizer, tmp_path):
+    """BERT's ``[CLS] text [SEP]`` and RoBERTa's ``<s> text </s>`` pass the framing check, and the template is the
+    code's cuts: the framing's first token + the words before the sentence, the words after it + its last token."""
+    tokenizer = tiny_tokenizer(tmp_path) if tokenizer == "bert" else tiny_roberta_tokenizer()
+    for text in (TEMPLATE, TEMPLATE2):
+        before, after = split_template(text, tokenizer.mask_token)
+        assert framing_problem(tokenizer, before) is None and framing_problem(tokenizer, after) is None
+        template = tokenize_template(text, tokenizer)
+        bare = [tokenizer(part, add_special_tokens=False)["input_ids"] for part in (before, after)]
+        assert template.prefix == (tokenizer.cls_token_id, *bare[0])
+        assert template.suffix == (*bare[1], tokenizer.sep_token_id)
+
+
+def test_promptbert_refuses_a_tokenizer_that_frames_a_text_otherwise(tmp_path, capsys):
+    """XLNet's tokenizer frames a text as ``text <sep> <cls>``: the code's cuts kept ``<sep>`` in the prefix and cut
+    the suffix's closing quote, and the run trained without a word. One line, exit 2, before anything trains."""
+    path = tiny_xlnet(tmp_path / "xlnet")
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(path, tiny_corpus(tmp_path / "corpus.txt"), out) + [
+        "--method", "promptbert", "--eval_strategy", "no"], capsys)
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "run_unsup.py: error: PromptBERT needs a tokenizer that frames a text as one special token before it and one "
+        "after ('[CLS] text [SEP]', '<s> text </s>'), which its template's ids drop (the prefix's last token, the "
+        "suffix's first); XLNetTokenizer frames a text as 'text <sep> <cls>', so the template would keep special "
+        "tokens and lose words. Use a backbone whose tokenizer frames a text that way (BERT, RoBERTa...)")
+    assert not out.exists()
 
 
 # ----------------------------------------------------------------------------------------- the denoising
@@ -351,6 +394,24 @@ def test_dev_and_test_embeddings_follow_the_official_evaluations(quiet):
     assert (plain - denoised).abs().max() > 1e-3
     with pytest.raises(ValueError, match="does not apply"):
         model.embed(**encoded, pooler_type="avg")
+
+
+def test_a_backbone_without_a_position_table_keeps_the_sentence_in_its_template(quiet):
+    """XLNet's config says ``max_position_embeddings`` -1 (relative positions: no table). Read as a limit, it cut
+    every sentence to -11 tokens: each row was the template alone, the same embedding for every sentence. No table
+    is no limit: the tiny BERT embeds as with its table of 70 (these rows fit it)."""
+    encoder = AutoModel.from_pretrained(str(quiet)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(quiet))
+    template = TemplateIds.from_config(tokenize_template(TEMPLATE, tokenizer).as_dict(), tokenizer.mask_token_id)
+    encoded = tokenizer(["the cat sits", "a man plays the guitar"], return_tensors="pt", padding=True)
+    embed = functools.partial(prompt_embedding, encoder, template, encoded["input_ids"], encoded["attention_mask"],
+                              mask_token_id=tokenizer.mask_token_id, pad_token_id=0, denoise=False)
+    with torch.no_grad():
+        limited = embed()
+        encoder.config.max_position_embeddings = -1
+        unlimited = embed()
+    torch.testing.assert_close(unlimited, limited)
+    assert (unlimited[0] - unlimited[1]).abs().max() > 1e-3  # two sentences, two embeddings
 
 
 def test_export_and_eval_round_trip_use_the_template(quiet, tmp_path, caplog):

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 import run_unsup
 from eval.loading import load_encoder
@@ -50,12 +52,14 @@ def test_train_select_best_export_and_round_trip(tmp_path, backbone, sts_fixture
     assert trained.config.method == method
 
 
-@pytest.mark.parametrize("arch", ["albert", "distilbert"])
+@pytest.mark.parametrize("arch", ["albert", "big_bird", "distilbert"])
 def test_an_export_keeps_the_trained_mlp_where_the_backbone_can_hold_it(arch, tmp_path, sts_fixture_dir, caplog):
     """Supervised SimCSE embeds with [CLS] + the trained MLP. ALBERT's pooler (``pooler`` + ``pooler_activation``,
-    not BERT's ``pooler.dense``) holds the MLP in the plain export, as BERT's does: ``--pooler cls`` on it scores as
-    the checkpoint does. DistilBERT has no pooler: the run warns, and the plain folder's card sends the user to the
-    sentence-transformers folder, which scores as the checkpoint does, instead of to a pooler it lacks."""
+    not BERT's ``pooler.dense``) and BigBird's (``pooler`` + ``activation``) hold the MLP in the plain export, as
+    BERT's does: its ``pooler`` tensors are the MLP's and ``--pooler cls`` on it scores as the checkpoint does
+    (before, BigBird's export kept the backbone's untrained pooler, which ``python -m eval`` scored). DistilBERT has
+    no pooler: the run warns, and the plain folder's card sends the user to the sentence-transformers folder, which
+    scores as the checkpoint does, instead of to a pooler it lacks."""
     from tests.tiny import save_tiny_backbone
 
     backbone = save_tiny_backbone(tmp_path / arch, arch=arch)
@@ -68,8 +72,11 @@ def test_an_export_keeps_the_trained_mlp_where_the_backbone_can_hold_it(arch, tm
     reference = evaluate_sts(load_encoder(str(out / "checkpoint-2"), device="cpu"), sts_fixture_dir)
     card = (out / "export" / "hf" / "README.md").read_text()
     lacks_mlp = "has no pooler layer to hold the trained MLP"
-    if arch == "albert":
+    if arch != "distilbert":
         assert lacks_mlp not in caplog.text and "`outputs.pooler_output` ([CLS] + the trained MLP)" in card
+        mlp = load_contrastive_model(str(out / "checkpoint-2")).projector[0]
+        pooler = load_file(out / "export" / "hf" / "model.safetensors")
+        assert torch.equal(pooler["pooler.weight"], mlp.weight) and torch.equal(pooler["pooler.bias"], mlp.bias)
         exported = evaluate_sts(load_encoder(str(out / "export" / "hf"), "cls", device="cpu"), sts_fixture_dir)
     else:
         assert lacks_mlp in caplog.text and "**not** this method's embedding" in card

@@ -16,9 +16,11 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 #: The encoders with BERT's config names (``hidden_dropout_prob``...) that :func:`tiny_config` builds through
 #: ``AutoConfig``, each with its extra settings: the rotary embedding encoders GTE, Nomic BERT and Jina embeddings v3,
-#: and RoCBert (absolute positions; pronunciation and shape embeddings beside the token's).
+#: RoCBert (absolute positions; pronunciation and shape embeddings beside the token's) and BigBird (full attention:
+#: its block-sparse attention falls back to it, with a warning, on rows as short as the tests').
 BERT_STYLE_CONFIG_ARCHS: dict[str, dict] = {"gte": {}, "nomic_bert": {"head_dim": 16}, "jina_embeddings_v3": {},
-                                            "roc_bert": {"pronunciation_vocab_size": 20, "shape_vocab_size": 20}}
+                                            "roc_bert": {"pronunciation_vocab_size": 20, "shape_vocab_size": 20},
+                                            "big_bird": {"attention_type": "original_full"}}
 
 
 def tiny_tokenizer(directory: str | Path) -> BertTokenizerFast:
