@@ -17,12 +17,14 @@ corpora is ``data.sentences``.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import csv
 import gzip
 import hashlib
 import io
 import logging
 import lzma
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,14 +135,15 @@ def file_sha256(path: str | Path) -> str:
 def read_documents(path: str | Path) -> list[list[str]]:
     """An ordered corpus: one sentence per line in document order, documents separated by blank lines."""
     documents, current = [], []
-    with open_corpus(Path(path)) as handle:
-        text = handle.read().decode("utf-8")
-    for line in text.splitlines():
-        if line.strip():
-            current.append(line.strip())
-        elif current:
-            documents.append(current)
-            current = []
+    # Lines end at "\n", "\r\n" or "\r" only (universal newlines, as the "text" builder of load_unsup_corpus reads
+    # them): str.splitlines() also broke a sentence at U+2028, U+0085, "\x0c", ... A UTF-8 BOM is dropped.
+    with open_corpus(Path(path)) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig") as handle:
+        for line in handle:
+            if line.strip():
+                current.append(line.strip())
+            elif current:
+                documents.append(current)
+                current = []
     if current:
         documents.append(current)
     return documents
@@ -215,10 +218,22 @@ def contents_suffix(file: Path) -> str:
     return Path(name).suffix.lower()
 
 
-def open_corpus(file: Path) -> BinaryIO:
-    """``file``'s contents as bytes, decompressed where it is compressed (:func:`compression_of`)."""
+@contextlib.contextmanager
+def open_corpus(file: Path) -> Iterator[BinaryIO]:
+    """``with open_corpus(file) as handle``: ``file``'s contents as bytes, decompressed where it is compressed
+    (:func:`compression_of`); a truncated or corrupt archive read through it raises ``CorpusError``."""
     compression = compression_of(file)
-    return file.open("rb") if compression is None else COMPRESSIONS[compression][2](file, "rb")
+    if compression is None:
+        with file.open("rb") as handle:
+            yield handle
+        return
+    name, _, opener = COMPRESSIONS[compression]
+    try:
+        with opener(file, "rb") as handle:
+            yield handle
+    except (EOFError, OSError, lzma.LZMAError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+        raise CorpusError(f"{file}: the {name} archive is truncated or corrupt ({error}); download it again, or "
+                          f"compress the plain corpus again") from None
 
 
 def _check_utf8(file: Path) -> None:
@@ -254,7 +269,7 @@ def _check_csv(file: Path) -> tuple[str, ...]:
     Blank lines are allowed here (they are read as empty rows, then skipped and counted by the loader).
     """
     rows = 0
-    with io.TextIOWrapper(open_corpus(file), encoding="utf-8-sig", newline="") as handle:
+    with open_corpus(file) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = tuple(next(reader, ()))

@@ -152,7 +152,12 @@ def plan_tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pla
     """Resolve ``--tasks`` / ``--task_set`` / ``--mode`` into the tasks to run."""
     split = "dev" if args.mode == "dev" else "test"
     if args.tasks:
-        tasks = [TASK_ALIASES.get(task, task) for task in args.tasks]  # the table's headers name tasks too
+        named = [TASK_ALIASES.get(task, task) for task in args.tasks]  # the table's headers name tasks too
+        tasks = list(dict.fromkeys(named))  # each task once, first order: a repeat would weigh twice in "avg"
+        if len(tasks) < len(named):
+            repeats = [f"{given} ({task})" if given != task else task
+                       for index, (given, task) in enumerate(zip(args.tasks, named)) if task in named[:index]]
+            logger.info("--tasks names %s more than once: evaluating each task once", ", ".join(repeats))
         try:
             from eval.transfer import TRANSFER_TASKS
         except ImportError:  # the optional transfer module is absent: its run says so (MissingComponentError)

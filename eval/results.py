@@ -103,17 +103,30 @@ def table_columns(spec: Mapping[str, Any], column_sets: Mapping[str, Any]) -> li
     return [Column(**column) for column in columns]
 
 
-def _seed_number(path: Path) -> int:
-    match = re.fullmatch(r"seed(\d+)\.json", path.name)
-    return int(match.group(1)) if match else -1
+def seed_files(folder: Path) -> list[Path]:
+    """A row's ``seed<digits>.json`` files in seed order. Refused (one line): another ``seed*.json`` name (a copy
+    such as ``seed42 (old).json`` would be pooled as one more seed) and two files of one seed (``seed042.json``
+    beside ``seed42.json``: one run counted twice)."""
+    by_seed: dict[int, Path] = {}
+    for path in sorted(folder.glob("seed*.json")):
+        match = re.fullmatch(r"seed(\d+)\.json", path.name)
+        if match is None:
+            raise SystemExit(f"{path}: not a seed<digits>.json name, and it would be pooled as one more seed: "
+                             f"rename it seed<N>.json if it is a seed's run, else move it out of {folder}")
+        seed = int(match.group(1))
+        if seed in by_seed:
+            raise SystemExit(f"{by_seed[seed]} and {path} are both seed {seed}, which would count one run twice: "
+                             f"move one of them out of {folder}")
+        by_seed[seed] = path
+    return [by_seed[seed] for seed in sorted(by_seed)]
 
 
 def load_run_files(results_dir: Path, table: str, result_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """Every run of one row with its file's name (``seed42``): the ``<row>/seed*.json`` files in seed order, or
-    ``<row>.json`` (one run written before the scripts took seeds), or ``[]``. Both layouts at once is refused: they
-    would count one run twice."""
+    """Every run of one row with its file's name (``seed42``): the ``<row>/seed<N>.json`` files in seed order
+    (:func:`seed_files`), or ``<row>.json`` (one run written before the scripts took seeds), or ``[]``. Both layouts
+    at once is refused: they would count one run twice."""
     single = results_dir / table / f"{result_id}.json"
-    seeds = sorted((results_dir / table / result_id).glob("seed*.json"), key=_seed_number)
+    seeds = seed_files(results_dir / table / result_id)
     if single.is_file() and seeds:
         raise SystemExit(f"{single} and {seeds[0].parent}/seed*.json both exist: move {single.name} to "
                          f"{seeds[0].parent}/seed42.json (the seed the scripts used before SEEDS) or delete it")

@@ -3,7 +3,8 @@
 A truncated STS-B dev file used to be scored on the pairs it still had (857 of 1500) with one INFO line. Every file
 the STS loaders read has a known length: :func:`check_line_count` compares the lines read with
 :data:`SENTEVAL_LINE_COUNTS` and raises :class:`eval.sts.SentEvalDataError` naming the file, the count found and the
-count expected.
+count expected. A blanked line keeps the line count, so the pairs each file scores are checked too
+(:data:`SENTEVAL_SCORED_PAIRS`).
 
 Your own STS-format files (other sizes, same layout) are evaluated with the check off: ``python -m eval
 --no_check_senteval_sizes``, ``run_unsup.py/run_diffcse.py --check_senteval_sizes false``, or the environment
@@ -37,23 +38,41 @@ SENTEVAL_LINE_COUNTS: dict[str, int] = {
 }
 """Relative path (STS12-16: ``STS/<year>-en-test/<subset>``, for both ``STS.input`` and ``STS.gs``) -> lines."""
 
+SENTEVAL_SCORED_PAIRS: dict[str, int] = {
+    # The pairs each file scores: SICK less its header; STS15/16 subsets less the pairs with a blank gold line
+    # (SentEval drops them); every other file one pair a line. Totals: the counts :func:`eval.sts.load_sts` lists.
+    **{key: lines - key.startswith("SICK/") for key, lines in SENTEVAL_LINE_COUNTS.items()},
+    "STS/STS15-en-test/answers-forums": 375, "STS/STS15-en-test/answers-students": 750,
+    "STS/STS15-en-test/belief": 375, "STS/STS15-en-test/headlines": 750, "STS/STS15-en-test/images": 750,
+    "STS/STS16-en-test/answer-answer": 254, "STS/STS16-en-test/headlines": 249,
+    "STS/STS16-en-test/plagiarism": 230, "STS/STS16-en-test/postediting": 244,
+    "STS/STS16-en-test/question-question": 209,
+}
+"""The keys of :data:`SENTEVAL_LINE_COUNTS` -> scored pairs: a blanked line or gold score keeps the line count
+but scores one pair fewer."""
+
+SCORED_PAIRS = "scored pairs (a blank line or blank gold score drops one)"
+""":func:`mismatch_message`'s ``unit`` for a :data:`SENTEVAL_SCORED_PAIRS` mismatch."""
+
 
 def check_sizes_default() -> bool:
     """The size check's default: on, unless ``SENTEVAL_CHECK_SIZES`` is ``0``/``false``/``no``/``off``."""
     return os.environ.get(SIZES_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def size_mismatch(key: str, found: int) -> int | None:
-    """The expected line count of ``key`` when ``found`` differs from it; ``None`` when it matches or is unknown."""
-    expected = SENTEVAL_LINE_COUNTS.get(key)
+def size_mismatch(key: str, found: int, counts: dict[str, int] = SENTEVAL_LINE_COUNTS) -> int | None:
+    """The expected count of ``key`` (lines; scored pairs with :data:`SENTEVAL_SCORED_PAIRS`) when ``found``
+    differs from it; ``None`` when it matches or is unknown."""
+    expected = counts.get(key)
     return expected if expected is not None and expected != found else None
 
 
-def mismatch_message(path: os.PathLike[str] | str, found: int, expected: int) -> str:
-    return (f"{path} has {found} lines but SentEval's file has {expected}: it is truncated or not SentEval's file. "
+def mismatch_message(path: os.PathLike[str] | str, found: int, expected: int, unit: str = "lines") -> str:
+    return (f"{path} has {found} {unit} but SentEval's file has {expected}: it is truncated or not SentEval's file. "
             "Re-download the data (bash data/download_senteval.sh); to evaluate your own STS-format file, turn the "
             f"size check off (python -m eval --no_check_senteval_sizes; run_unsup.py/run_diffcse.py "
             f"--check_senteval_sizes false; or {SIZES_ENV}=0)")
 
 
-__all__ = ["SENTEVAL_LINE_COUNTS", "SIZES_ENV", "check_sizes_default", "mismatch_message", "size_mismatch"]
+__all__ = ["SCORED_PAIRS", "SENTEVAL_LINE_COUNTS", "SENTEVAL_SCORED_PAIRS", "SIZES_ENV", "check_sizes_default",
+           "mismatch_message", "size_mismatch"]

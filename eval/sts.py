@@ -18,7 +18,9 @@ also has ``encode_tensor`` is scored on its device).
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
@@ -26,7 +28,8 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 import torch
 
-from eval.senteval_sizes import check_sizes_default, mismatch_message, size_mismatch
+from eval.senteval_sizes import (SCORED_PAIRS, SENTEVAL_SCORED_PAIRS, check_sizes_default, mismatch_message,
+                                  size_mismatch)
 
 logger = logging.getLogger(__name__)
 
@@ -143,14 +146,21 @@ def _split_row(line: str, path: Path, lineno: int, n_columns: int, *, exact: boo
     return columns
 
 
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+"""A plain decimal number: what float() takes less 'nan', 'inf' and underscores (float('5_0') is 50.0)."""
+
+
 def _parse_score(text: str, path: Path, lineno: int) -> float:
-    try:
-        return float(text)
-    except ValueError:
+    """A gold score: any finite decimal number (no range check: your own STS files may use another scale)."""
+    value = float(text) if _DECIMAL.fullmatch(text.strip()) else None
+    if value is None or not math.isfinite(value):  # not finite: 'nan', 'inf', a decimal past float's range
+        problem = "is not a number" if value is None and text.strip().lower().lstrip("+-") not in (
+            "nan", "inf", "infinity") else "is not finite"
         raise SentEvalDataError(
-            f"{path}:{lineno}: gold score {text.strip()!r} is not a number; "
+            f"{path}:{lineno}: gold score {text.strip()!r} {problem}; "
             f"the file is corrupted or not in SentEval's format - re-download it (bash data/download_senteval.sh)"
-        ) from None
+        )
+    return value
 
 
 def _roundtrip(sentence: str) -> str:
@@ -191,7 +201,19 @@ def _load_sts_subset(folder: Path, subset: str, check_sizes: bool) -> STSPairs:
         sent1.append(_roundtrip(first))
         sent2.append(_roundtrip(second))
         scores.append(_parse_score(gold, gold_path, lineno))
+    _check_scored(gold_path, size_key, len(scores), len(inputs) - len(scores))
     return STSPairs(sent1, sent2, np.asarray(scores), [subset] * len(scores))
+
+
+def _check_scored(path: Path, size_key: str | None, scored: int, dropped: int) -> None:
+    """With the size check (``size_key``), a scored-pair count other than SentEval's is an error: a blanked line
+    keeps the line count. Without it, the pairs dropped for a blank line or gold score are logged."""
+    expected = size_mismatch(size_key, scored, SENTEVAL_SCORED_PAIRS) if size_key is not None else None
+    if expected is not None:
+        raise SentEvalDataError(mismatch_message(path, scored, expected, SCORED_PAIRS))
+    if size_key is None and dropped:
+        logger.info("%s: dropped %d pair(s) with a blank line or gold score (as SentEval does); %d scored",
+                    path, dropped, scored)
 
 
 def _load_sts_year(task: str, root: Path, check_sizes: bool) -> STSPairs:
@@ -239,13 +261,15 @@ def _load_table(task: str, root: Path, split: str, check_sizes: bool) -> STSPair
     first_row = 2 if fmt.header else 1
     sent1, sent2, scores = [], [], []
     size_key = f"{fmt.folder}/{fmt.files[split]}" if check_sizes else None
-    for lineno, line in enumerate(_read_lines(path, size_key)[first_row - 1:], start=first_row):
+    rows = _read_lines(path, size_key)[first_row - 1:]
+    for lineno, line in enumerate(rows, start=first_row):
         if not line.strip():
             continue
         columns = _split_row(line.strip(), path, lineno, n_columns, exact=False)
         sent1.append(_roundtrip(columns[fmt.sentence_columns[0]]))
         sent2.append(_roundtrip(columns[fmt.sentence_columns[1]]))
         scores.append(_parse_score(columns[fmt.score_column], path, lineno))
+    _check_scored(path, size_key, len(scores), len(rows) - len(scores))
     if not scores:
         raise SentEvalDataError(f"{path}: no scored pairs found (empty or truncated file); {DATA_HINT}")
     return STSPairs(sent1, sent2, np.asarray(scores), [path.stem] * len(scores))
@@ -259,8 +283,9 @@ def load_sts(task: str, senteval_dir: str | os.PathLike[str], split: str = "test
         task: one of :data:`STS_TASKS`.
         senteval_dir: SentEval's ``data/downstream`` folder (or its parent).
         split: ``"test"`` for every task; STS-B and SICK-R also have ``"train"`` and ``"dev"``.
-        check_sizes: every file must have SentEval's line count (:mod:`eval.senteval_sizes`); ``False`` for your
-            own STS-format files. Default: on unless ``SENTEVAL_CHECK_SIZES=0``.
+        check_sizes: every file must have SentEval's line count and scored-pair count (:mod:`eval.senteval_sizes`);
+            ``False`` for your own STS-format files (pairs dropped for a blank line or gold score are then logged).
+            Default: on unless ``SENTEVAL_CHECK_SIZES=0``.
 
     Expected test-split pair counts on the real data: STS12 3108, STS13 1500, STS14 3750, STS15 3000,
     STS16 1186, STS-B 1379, SICK-R 4927; dev: STS-B 1500, SICK-R 500.

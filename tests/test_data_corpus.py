@@ -169,6 +169,39 @@ def test_undecodable_bytes_of_a_compressed_corpus_name_its_decompressed_offset(t
         load_unsup_corpus(compress(latin1, ".gz"))
 
 
+@pytest.mark.parametrize("suffix", sorted(COMPRESSED))
+def test_a_corrupt_compressed_corpus_is_refused_with_the_fix(tmp_path: Path, suffix: str) -> None:
+    """Flipped bytes inside the archive stopped the check with zlib.error / OSError / LZMAError and a traceback
+    (a truncated one: tests/test_user_errors.py)."""
+    plain = write(tmp_path, "corpus.txt", "".join(f"sentence number {i} is here\n" for i in range(500)))
+    archive = compress(plain, suffix)
+    damaged = bytearray(archive.read_bytes())
+    for i in range(20, len(damaged) - 20, 7):
+        damaged[i] ^= 0x55
+    archive.write_bytes(bytes(damaged))
+    with pytest.raises(CorpusError, match=rf"corpus.txt{suffix}: the \w+ archive is truncated or corrupt \(.+\); "
+                                          r"download it again, or compress the plain corpus again"):
+        load_unsup_corpus(archive)
+
+
+def test_the_ordered_corpus_breaks_lines_where_the_unsupervised_loader_does(tmp_path: Path) -> None:
+    """``read_documents`` split with str.splitlines(): 'A two has\\u2028a line separator.' became two sentences (and
+    two wrong pairs), as did lines holding U+0085 or a form feed, and a UTF-8 BOM stayed on the first sentence. Lines
+    end at \\n, \\r\\n and a lone \\r only, as the "text" builder of ``load_unsup_corpus`` reads them."""
+    from data.corpus import load_next_sentence_corpus, read_documents
+
+    path = write(tmp_path, "ordered.txt", "\ufeffA one.\nA two has\u2028a line separator.\r\nA three\x0cff.\rA four."
+                                          "\n\nB one\x85 next.\nB two \x1e x.\n")
+    documents = read_documents(path)
+    assert documents == [["A one.", "A two has\u2028a line separator.", "A three\x0cff.", "A four."],
+                         ["B one\x85 next.", "B two \x1e x."]]
+    assert [s for d in documents for s in d] == load_unsup_corpus(path, cache_dir=str(tmp_path / "hf"))["text"]
+    stats = corpus.CorpusStats()
+    pairs = load_next_sentence_corpus(compress(path, ".gz"), stats=stats)
+    assert pairs["text"] == ["A one.", "A two has\u2028a line separator.", "A three\x0cff.", "B one\x85 next."]
+    assert (stats.rows, stats.skipped) == (6, 2)
+
+
 def test_sup_triplets(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     content = (
         "sent0,sent1,hard_neg\n"

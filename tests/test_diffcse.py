@@ -384,7 +384,9 @@ def test_run_diffcse_reads_an_ordered_corpus_as_the_other_corpora_are_read(paths
     from tests.cli import in_process
 
     ordered = tmp_path / "ordered.txt"
-    ordered.write_text("the cat sits .\na dog runs .\nmusic is good .\n\nthe king reads .\nthe sun is red .\n")
+    # a BOM, and a line separator inside a sentence (str.splitlines() made it two sentences: 4 rows)
+    ordered.write_text("\ufeffthe cat sits .\na dog runs .\nmusic is\u2028good .\n\nthe king reads .\n"
+                       "the sun is red .\n", encoding="utf-8")
 
     def run(corpus: Path, name: str):
         return in_process(run_diffcse.main, [

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sys
 import types
@@ -304,6 +305,19 @@ def test_cli_takes_the_tables_task_names(tmp_path: Path, tiny_bert_dir: Path, st
     _, headers = run_cli(tmp_path / "headers", *args, "--tasks", "STSB", "SICKR")
     _, keys = run_cli(tmp_path / "keys", *args, "--tasks", "STSBenchmark", "SICKRelatedness")
     assert headers == keys and list(keys) == ["STSBenchmark", "SICKRelatedness", "avg"]
+
+
+def test_cli_evaluates_a_repeated_task_once(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path, caplog):
+    """A task named twice (an alias and its name, or the same name) was averaged twice into "avg"."""
+    args = ["--model_name_or_path", str(tiny_bert_dir), "--pooler", "cls", "--senteval_dir", str(sts_fixture_dir)]
+    with caplog.at_level(logging.INFO, logger="eval.cli"):
+        _, repeated = run_cli(tmp_path / "repeated", *args, "--tasks", "STS12", "STS12", "STSB", "STSBenchmark",
+                              "SICKR")
+    _, once = run_cli(tmp_path / "once", *args, "--tasks", "STS12", "STSBenchmark", "SICKRelatedness")
+    assert list(repeated) == ["STS12", "STSBenchmark", "SICKRelatedness", "avg"] and repeated == once
+    assert "--tasks names STS12, STSBenchmark more than once: evaluating each task once" in caplog.text
+    assert once["avg"] == pytest.approx(np.mean([once["STS12"], once["STSBenchmark"], once["SICKRelatedness"]]),
+                                        abs=0.01)
 
 
 def test_cli_refuses_a_max_length_past_the_position_table(tiny_bert_dir: Path, sts_fixture_dir: Path, capsys):

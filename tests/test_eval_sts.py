@@ -1,7 +1,9 @@
 """Tests of eval/sts.py (SentEval STS loaders, "all" Spearman) and eval/encoder.py (batched encoding)."""
 from __future__ import annotations
 
+import logging
 import math
+import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -159,6 +161,27 @@ def test_real_senteval_pair_counts(senteval_dir: Path, split: str, expected: dic
     assert {task: len(load_sts(task, senteval_dir, split)) for task in expected} == expected
 
 
+@pytest.mark.parametrize("task, relative, found, expected, total", [
+    ("STSBenchmark", "STS/STSBenchmark/sts-test.csv", 1378, 1379, 1378),
+    ("STS12", "STS/STS12-en-test/STS.gs.MSRpar.txt", 749, 750, 3107),
+])
+def test_a_blanked_line_of_the_real_data_is_a_scored_pair_mismatch(senteval_dir: Path, tmp_path: Path, caplog,
+                                                                   task, relative, found, expected, total):
+    """A blanked line keeps the file's line count: STS-B test was scored on 1378 pairs, STS12 on 3107, silently."""
+    copy = tmp_path / "downstream"
+    shutil.copytree(senteval_dir / Path(relative).parent, copy / Path(relative).parent)
+    path = _edit_line(copy / relative, 7, lambda line: "")
+    with pytest.raises(SentEvalDataError) as info:
+        load_sts(task, copy, check_sizes=True)
+    assert str(info.value).startswith(f"{path} has {found} scored pairs (a blank line or blank gold score drops "
+                                      f"one) but SentEval's file has {expected}: ")
+    with caplog.at_level(logging.INFO, logger="eval.sts"):
+        pairs = load_sts(task, copy, check_sizes=False)
+    assert len(pairs) == total
+    assert f"{path}: dropped 1 pair(s) with a blank line or gold score (as SentEval does); {found} scored" in (
+        caplog.text)
+
+
 # ----------------------------------------------------------------------------------------------- bad input
 
 
@@ -210,6 +233,32 @@ def test_non_numeric_table_score_names_file_and_line(sts_fixture_dir: Path):
     with pytest.raises(SentEvalDataError) as info:
         load_sts("SICKRelatedness", sts_fixture_dir, "dev")
     assert f"{path}:2:" in str(info.value) and "not a number" in str(info.value)
+
+
+@pytest.mark.parametrize(("score", "problem"), [("nan", "is not finite"), ("inf", "is not finite"),
+                                                ("-Infinity", "is not finite"), ("1e999", "is not finite"),
+                                                ("5_0", "is not a number")])
+def test_gold_score_float_takes_but_no_decimal_is_refused(sts_fixture_dir: Path, score: str, problem: str):
+    """float() takes 'nan', 'inf' and '5_0' (50.0): one 'inf' moved STS-B test's Spearman silently."""
+    gold = _edit_line(sts_fixture_dir / "STS" / "STS16-en-test" / "STS.gs.headlines.txt", 2, lambda line: score)
+    with pytest.raises(SentEvalDataError) as info:
+        load_sts("STS16", sts_fixture_dir)
+    assert str(info.value).startswith(f"{gold}:2: gold score {score!r} {problem}; ")
+    csv = _edit_line(sts_fixture_dir / "STS" / "STSBenchmark" / "sts-dev.csv", 3,
+                     lambda line: "\t".join(c if i != 4 else score for i, c in enumerate(line.split("\t"))))
+    with pytest.raises(SentEvalDataError, match=f"^{csv}:3: gold score '{score}' {problem}; "):
+        load_sts("STSBenchmark", sts_fixture_dir, "dev")
+
+
+def test_gold_scores_take_any_scale_and_decimal_form(sts_fixture_dir: Path):
+    """No range check: your own STS files may score on another scale (Spearman does not see it)."""
+    scores = ["-3", "+12.5", ".25", "1e2"]
+    gold = sts_fixture_dir / "STS" / "STS16-en-test" / "STS.gs.headlines.txt"
+    for lineno, score in enumerate(scores, start=1):
+        _edit_line(gold, lineno, lambda line, score=score: score)
+    pairs = load_sts("STS16", sts_fixture_dir)
+    assert [score for score, subset in zip(pairs.scores, pairs.subset) if subset == "headlines"] == [
+        -3.0, 12.5, 0.25, 100.0]
 
 
 def test_wrong_column_count_names_file_and_line(sts_fixture_dir: Path):

@@ -188,6 +188,24 @@ def test_both_result_layouts_at_once_are_refused(fixture_dirs: tuple[Path, Path]
         render_document(load_paper_numbers(numbers), results)
 
 
+@pytest.mark.parametrize("name, message", [
+    ("seed42 (old).json", "{folder}/seed42 (old).json: not a seed<digits>.json name, and it would be pooled as one "
+                          "more seed: rename it seed<N>.json if it is a seed's run, else move it out of {folder}"),
+    ("seed042.json", "{folder}/seed042.json and {folder}/seed42.json are both seed 42, which would count one run "
+                     "twice: move one of them out of {folder}"),
+])
+def test_a_stray_or_repeated_seed_file_is_refused_not_pooled(fixture_dirs: tuple[Path, Path], name: str,
+                                                             message: str) -> None:
+    """A copy named 'seed42 (old).json' beside seed42-44.json was pooled as a fourth seed (n=4); 'seed042.json'
+    beside 'seed42.json' counted seed 42 twice."""
+    numbers, results = fixture_dirs
+    folder = results / "paper_a_table1" / "three"
+    write_json(folder / name, {"STSBenchmark": 60.0, "avg": 60.0, "fidelity": "paper"})
+    with pytest.raises(SystemExit) as info:
+        render_document(load_paper_numbers(numbers), results)
+    assert str(info.value) == message.format(folder=folder)
+
+
 def test_seeds_of_one_preset_are_pooled_and_show_it(fixture_dirs: tuple[Path, Path]) -> None:
     numbers, results = fixture_dirs
     for seed, stsb in ((42, 81.0), (43, 83.0)):

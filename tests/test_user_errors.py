@@ -229,6 +229,26 @@ def test_missing_or_broken_inputs_name_what_and_where(case, backbone, corpus, tm
     assert not out.exists()
 
 
+@pytest.mark.parametrize("suffix, module, name", [(".gz", "gzip", "gzip"), (".bz2", "bz2", "bzip2"),
+                                                  (".xz", "lzma", "xz")])
+def test_a_truncated_compressed_corpus_is_named_with_the_fix(suffix, module, name, backbone, corpus, tmp_path,
+                                                             capsys):
+    """An interrupted download of ``wiki1m_for_simcse.txt.gz``: the run ended in a traceback, "EOFError: Compressed
+    file ended before the end-of-stream marker was reached", naming neither the file nor a fix."""
+    import importlib
+
+    archive = corpus.with_name(corpus.name + suffix)
+    whole = importlib.import_module(module).compress(corpus.read_bytes())
+    archive.write_bytes(whole[:len(whole) // 2])
+    out = tmp_path / "out"
+    result = in_process(run_unsup.main, base_args(backbone, archive, out) + ["--eval_strategy", "no"], capsys)
+    assert result.code == 1 and "Traceback" not in result.err, result.err
+    assert result.err.count("error: ") == 1 and result.err.strip().splitlines()[-1] == (  # after the progress bars
+        f"run_unsup.py: error: {archive}: the {name} archive is truncated or corrupt (Compressed file ended before "
+        f"the end-of-stream marker was reached); download it again, or compress the plain corpus again")
+    assert not out.exists()
+
+
 def test_a_missing_generator_is_named(backbone, corpus, tmp_path, capsys):
     result = in_process(run_diffcse.main, base_args(backbone, corpus, tmp_path / "out") + [
         "--eval_strategy", "no", "--generator_name", str(tmp_path / "generator")], capsys, prog="run_diffcse.py")
