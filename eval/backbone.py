@@ -20,7 +20,7 @@ import torch
 
 from eval.model_files import SHARD_INDEX, saved_weights_problem, shard_names
 from models.card import is_hub_name
-from models.config import ContrastiveConfig
+from models.config import ContrastiveConfig, position_table_size
 
 T = TypeVar("T")
 
@@ -186,8 +186,8 @@ PADDING_OFFSET_MODEL_TYPES = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camem
 def position_limit(config: Any) -> tuple[int, str] | None:
     """How many positions the backbone reads and why (``None``: its config names no limit, or a table of -1 or 0:
     XLNet's relative positions, for which transformers' config says -1)."""
-    table = getattr(config, "max_position_embeddings", None)
-    if not isinstance(table, int) or table <= 0:
+    table = position_table_size(config)
+    if table is None:
         return None
     if config.model_type in PADDING_OFFSET_MODEL_TYPES and config.pad_token_id is not None:
         offset = int(config.pad_token_id) + 1

@@ -152,15 +152,19 @@ _DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 def _parse_score(text: str, path: Path, lineno: int) -> float:
     """A gold score: any finite decimal number (no range check: your own STS files may use another scale)."""
-    value = float(text) if _DECIMAL.fullmatch(text.strip()) else None
-    if value is None or not math.isfinite(value):  # not finite: 'nan', 'inf', a decimal past float's range
-        problem = "is not a number" if value is None and text.strip().lower().lstrip("+-") not in (
-            "nan", "inf", "infinity") else "is not finite"
-        raise SentEvalDataError(
-            f"{path}:{lineno}: gold score {text.strip()!r} {problem}; "
-            f"the file is corrupted or not in SentEval's format - re-download it (bash data/download_senteval.sh)"
-        )
-    return value
+    score = text.strip()
+    if score.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        problem = "is not finite"
+    elif not _DECIMAL.fullmatch(score):
+        problem = "is not a number"
+    elif not math.isfinite(value := float(score)):  # a decimal past float's range: inf
+        problem = "is not finite"
+    else:
+        return value
+    raise SentEvalDataError(
+        f"{path}:{lineno}: gold score {score!r} {problem}; "
+        f"the file is corrupted or not in SentEval's format - re-download it (bash data/download_senteval.sh)"
+    )
 
 
 def _roundtrip(sentence: str) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .card_metadata import HUB_DATASETS, Provenance, card_metadata, is_hub_name, provenance, run_argument
 from .citations import citations
+from .distributed import processes_phrase
 
 from .poolers import test_time_pooler
 
@@ -236,14 +237,10 @@ def launch_phrase(training: dict[str, Any]) -> str:
     launch = (training or {}).get("launch")
     if not isinstance(launch, dict) or "processes" not in launch:
         return ""
-    phrase = f" x {_processes(launch['processes'])} ({launch['sentences_per_step']} sentences a step)"
+    phrase = f" x {processes_phrase(launch['processes'])} ({launch['sentences_per_step']} sentences a step)"
     if (run := launch.get("resumed_from_processes")) is not None:
-        phrase += f", resumed from a run on {_processes(run)}"
+        phrase += f", resumed from a run on {processes_phrase(run)}"
     return phrase
-
-
-def _processes(count: int) -> str:
-    return f"{count} process{'es' if count != 1 else ''}"
 
 
 __all__ = ["HUB_DATASETS", "best_step", "card_metadata", "framework_versions", "is_hub_name", "model_card",

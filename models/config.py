@@ -287,6 +287,15 @@ TOLERATED_EXTRA_KEYS = ("model_type", "_name_or_path", "name_or_path", "_commit_
                         "torch_dtype", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id")
 
 
+def position_table_size(config: Any) -> int | None:
+    """How many positions a backbone's ``config`` gives a row (``max_position_embeddings``), or ``None`` for no
+    limit: missing, or -1 or 0 (XLNet's relative positions; transformers' config says -1). Read as a limit, -1 cut
+    every PromptBERT sentence to -1 - |template| tokens: each row the template alone, one embedding for every
+    sentence. ``eval.backbone.position_limit`` takes the table from here, less RoBERTa's padding offset."""
+    table = getattr(config, "max_position_embeddings", None)
+    return table if isinstance(table, int) and table > 0 else None
+
+
 def unknown_settings_message(names: Iterable[str], where: str) -> str:
     """``where: unknown setting(s) 'temprature' (did you mean 'temperature'?)``."""
     import difflib

@@ -20,6 +20,11 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def processes_phrase(count: int) -> str:
+    """``1 process`` / ``4 processes``."""
+    return f"{count} process{'es' if count != 1 else ''}"
+
+
 def rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 

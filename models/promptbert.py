@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import ContrastiveModel
-from .config import ContrastiveConfig
+from .config import ContrastiveConfig, position_table_size
 from .masks import masks_rows_without_padding, prepare_attention_mask
 from .views import ViewLayout
 
@@ -95,15 +95,6 @@ def insert_template(input_ids: torch.Tensor, attention_mask: torch.Tensor, templ
     ids = torch.where(j < p, prefix[j.clamp(max=p - 1)], torch.where(j < p + n, sentence, after))
     mask = j < p + n + len(template.suffix)
     return ids.masked_fill(~mask, pad_token_id), mask.long()
-
-
-def position_table_size(config: Any) -> int | None:
-    """How many positions the backbone's ``config`` gives a row (``max_position_embeddings``), or ``None`` for no
-    limit: missing, or -1 or 0 (XLNet's relative positions; transformers' config says -1). Read as a limit, -1 cut
-    every sentence to -1 - |template| tokens: each row the template alone, one embedding for every sentence. The
-    rule of ``eval.backbone.position_limit``, which ``models/`` may not import."""
-    table = getattr(config, "max_position_embeddings", None)
-    return table if isinstance(table, int) and table > 0 else None
 
 
 def template_rows(template: TemplateIds, template_ids: torch.Tensor, rows: int,
@@ -209,7 +200,7 @@ def prompt_embedding(encoder: nn.Module, template: TemplateIds, input_ids: torch
                      *, mask_token_id: int, pad_token_id: int, denoise: bool) -> torch.Tensor:
     """The test-time embedding of right-padded ``[CLS] s [SEP]`` rows [N, L] with ``encoder`` (the trained model's,
     or a plain export's ``AutoModel``): s inside ``template`` (:func:`insert_template`, cut to the position table
-    where the backbone has one: :func:`position_table_size`), the [MASK] state
+    where the backbone has one: :func:`models.config.position_table_size`), the [MASK] state
     (:func:`mask_token_states`), minus the template's own state at s's length when ``denoise``
     (:func:`template_mask_states`) -> [N, h]."""
     ids, mask = insert_template(input_ids, attention_mask, template, pad_token_id,
@@ -371,5 +362,5 @@ class PromptBERTModel(ContrastiveModel):
 
 
 __all__ = ["PromptBERTModel", "TemplateIds", "insert_template", "mask_token_states", "prompt_embedding",
-           "position_table_size", "template_mask_states", "template_rows", "template_states_follow_length",
+           "template_mask_states", "template_rows", "template_states_follow_length",
            "templates_mask_states"]

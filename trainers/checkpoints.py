@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from eval.model_files import SHARD_INDEX, archive_problem, safetensors_header, safetensors_problem, shard_names
+from models.distributed import processes_phrase
 
 from .errors import UserError
 from .process_state import process_state_files
-from .resume_settings import CheckpointRecords, launch_on, processes_phrase
+from .resume_settings import CheckpointRecords, launch_on
 
 #: Written last into a checkpoint folder: ``{"processes": N, "files": {name: size in bytes}}``.
 MARKER = "checkpoint_complete.json"

@@ -48,6 +48,7 @@ from typing import Any, Mapping
 
 from eval.curves import BEFORE_PREFIX
 from models.config import SETTINGS, flag_of
+from models.distributed import processes_phrase
 
 from .errors import UsageError
 from .precision import training_precision
@@ -239,11 +240,6 @@ def process_split_error(records: CheckpointRecords, model: Any, process_counts: 
                       f"resume runs on {resume}, with the same global batch, but {model.config.method}'s objective "
                       f"depends on how that batch is split over the processes: {'; '.join(notes)}. Resume it on "
                       f"{processes_phrase(run)} ({launch_on(run)}), or start a new run in another --output_dir.")
-
-
-def processes_phrase(count: int) -> str:
-    """``1 process`` / ``4 processes``."""
-    return f"{count} process{'es' if count != 1 else ''}"
 
 
 def launch_on(processes: int) -> str:
@@ -461,5 +457,5 @@ def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) ->
 __all__ = ["CORPUS_SECTION", "LAUNCH_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "SELECTION_ARGUMENTS", "TRAINING_ARGUMENTS",
            "CheckpointRecords", "cached_step_change_warning", "corpus_differences", "corpus_record",
            "draws_stream_masks", "finished_at", "flat_arguments", "launch_on", "launch_record", "process_change_warning",
-           "process_split_error", "processes_phrase", "restoring_flags", "resume_mismatch_error", "resume_warnings",
+           "process_split_error", "restoring_flags", "resume_mismatch_error", "resume_warnings",
            "write_run_arguments"]
