@@ -5,7 +5,8 @@ per-view augmenters do (:class:`data.collators.ContrastiveCollator`), so it runs
 
 - Repetition (Sec. 3.1, Eq. 3-4): pick ``dup_len`` units uniformly without replacement and repeat each right after
   itself. Units are sub-words (``dup_type="subword"``, the paper's default) or whole words (``"word"``: a word and
-  its continuation pieces, the "repetition before tokenization" of Sec. 5.2). ``dup_len`` follows
+  its continuation pieces, the "repetition before tokenization" of Sec. 5.2, read from the tokenizer's word marks:
+  :mod:`data.word_boundaries`). ``dup_len`` follows
   :func:`dup_length`: the paper's ``U{0 .. max(2, int(dup_rate * N))}`` (N = the sentence's units) or the released
   code's ``randrange(min(10, int(dup_rate * input_len)))`` (``input_len`` = all its tokens, [CLS] and [SEP]
   included). Special tokens are never picked. The anchor arrives truncated to ``max_seq_length`` by the collator
@@ -30,13 +31,13 @@ batches: accelerate fetches a batch ahead). The trainer sets seed and epoch thro
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from .padding import pad_token_ids
+from .word_boundaries import WordBoundaries
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -106,27 +107,6 @@ class EpochDraws:
         self.epoch = epoch
         if seed is not None:
             self.seed = seed
-
-
-class WordBoundaries:
-    """Which tokens start a word, read from the fast tokenizer's model type: WordPiece marks continuations
-    (``##``), byte-level BPE and SentencePiece/Unigram mark word starts (``Ġ`` / ``▁``)."""
-
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        self.tokenizer = tokenizer
-        self.continuation_prefix: str | None = None
-        self.start_markers: tuple[str, ...] = ("Ġ", "▁")
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        model = json.loads(backend.to_str())["model"] if backend is not None else {"type": "WordPiece"}
-        if model.get("type") == "WordPiece":
-            self.continuation_prefix = model.get("continuing_subword_prefix") or "##"
-
-    def starts(self, ids: Sequence[int]) -> list[bool]:
-        """Per token of ``ids``: whether it starts a word."""
-        tokens = self.tokenizer.convert_ids_to_tokens(list(ids))
-        if self.continuation_prefix is not None:
-            return [not t.startswith(self.continuation_prefix) for t in tokens]
-        return [i == 0 or t.startswith(self.start_markers) for i, t in enumerate(tokens)]
 
 
 class LengthExtender(EpochDraws):

@@ -25,6 +25,7 @@ from data.augment import LengthExtender, MaskedLMFiller
 from data.collators import ContrastiveCollator
 from data.diffcse_collator import DiffCSECollator
 from data.prompt_templates import PromptCollator, template_token_ids, tokenize_template
+from data.word_boundaries import WordBoundaryError
 from eval.backbone import backbone_config, first_keys, load_auto_model, tokenizer_problem
 from models.base import ContrastiveModel
 from models.config import DIFFCSE, SETTINGS, UNSUP, ContrastiveConfig, check_settings
@@ -36,7 +37,7 @@ from models.s_simcse import SSimCSEModel
 from models.simcse import SimCSEModel, SupervisedSimCSEModel
 from models.simcse_pp import SimCSEPlusPlusModel
 
-from .errors import UserError
+from .errors import UsageError, UserError
 from .keyed_dropout import install_keyed_draws
 
 logger = logging.getLogger(__name__)
@@ -57,10 +58,17 @@ def esimcse_collator(model: ContrastiveModel, tokenizer, max_length: int) -> Con
         if config.length_extension == "mlm_prediction":
             filler = MaskedLMFiller(load_masked_lm("--insert_mlm_name_or_path", config.insert_mlm_name_or_path),
                                     tokenizer)
-        extender = LengthExtender(
-            tokenizer, max_length if config.truncate_positive else None, dup_rate=config.dup_rate,
-            dup_type=config.dup_type, rule=config.dup_length_rule, mode=config.length_extension,
-            resample=config.resample_repetition, filler=filler)
+        try:
+            extender = LengthExtender(
+                tokenizer, max_length if config.truncate_positive else None, dup_rate=config.dup_rate,
+                dup_type=config.dup_type, rule=config.dup_length_rule, mode=config.length_extension,
+                resample=config.resample_repetition, filler=filler)
+        except WordBoundaryError as exc:
+            raise UsageError(f"--dup_type word with the tokenizer of {tokenizer.name_or_path}: {exc}. Repeat "
+                             "sub-words instead (--dup_type subword, the paper's default)") from None
+        if extender.boundaries is not None:
+            logger.info("--dup_type word: %s's words as its vocabulary marks them (%s)",
+                        type(tokenizer).__name__, extender.boundaries.marks.describe())
     return ContrastiveCollator(tokenizer, max_length=max_length, view_columns=model.view_columns,
                                view_augmenters=(None, extender))
 
