@@ -276,6 +276,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
                 + (resume_warnings(records, run_arguments, counts) if records is not None else []))
     for warning in warnings if training_args.should_log else ():  # the run's, said once (not once per process)
         logger.warning(warning)
+    warnings += corpus.notes  # what the corpus file holds that changes its rows (logged as it loaded)
     collator = build_collator(model, tokenizer, data_args.max_seq_length)
     check_view_width(str(run_argument(run_arguments, "model_name_or_path")), model.encoder.config, collator,
                      data_args.max_seq_length)

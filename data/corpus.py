@@ -26,7 +26,7 @@ import logging
 import lzma
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -64,6 +64,8 @@ class CorpusStats:
     rows: int = 0  # rows (lines) read, dropped ones included
     skipped: int = 0
     skipped_what: str = ""  # e.g. "blank lines"
+    #: What the file holds that changes its rows unseen (:func:`text_line_notes`), for the summary's warnings.
+    notes: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -76,11 +78,13 @@ def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None,
     """Load a one-sentence-per-line corpus as a ``Dataset`` with one column ``"text"``.
 
     Lines are stripped; blank lines are skipped and their count is logged. A ``.csv`` file must have a single
-    column under a header row (any name; it is renamed ``"text"``); any other suffix is read as plain text lines.
+    column under a header row (any name; it is renamed ``"text"``); any other suffix is read as plain text lines,
+    which end at ``\n``, ``\r\n`` or ``\r`` (the ``text`` reader's universal newlines, as the authors' code reads
+    its corpus): a lone ``\r`` and a line holding a tab are counted and warned of (:func:`text_line_notes`).
 
     Raises:
         CorpusError: the file is missing, empty, not UTF-8, holds only blank lines, or (CSV) has more than one
-            column or a row with the wrong number of fields.
+            column, a row with the wrong number of fields or a row repeating the header.
     """
     file = _check_file(path, hint=UNSUP_HINT)
     if contents_suffix(file) == ".csv":
@@ -95,9 +99,13 @@ def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None,
         if header[0] != "text":
             dataset = dataset.rename_column(header[0], "text")
         return _drop_blank_rows(dataset, file, skipped="blank rows", problem="every row is blank", stats=stats)
+    notes = _warn_of_line_notes(file)
     dataset = _load_builder("text", file, cache_dir=cache_dir)
-    return _drop_blank_rows(dataset, file, skipped="blank lines", problem="the file holds only blank lines",
-                            stats=stats)
+    dataset = _drop_blank_rows(dataset, file, skipped="blank lines", problem="the file holds only blank lines",
+                               stats=stats)
+    if stats is not None:
+        stats.notes = notes
+    return dataset
 
 
 def load_sup_corpus(path: str | Path, *, cache_dir: str | None = None,
@@ -110,7 +118,7 @@ def load_sup_corpus(path: str | Path, *, cache_dir: str | None = None,
 
     Raises:
         CorpusError: the file is missing, empty, not UTF-8, has another header, a row with the wrong number of
-            fields, or no complete row.
+            fields, a row repeating the header (files joined with ``cat``), or no complete row.
     """
     file = _check_file(path, hint=SUP_HINT)
     header = _check_csv(file)
@@ -164,6 +172,7 @@ def load_next_sentence_corpus(path: str | Path, *, stats: CorpusStats | None = N
     import datasets
 
     file = _check_file(path, hint=ORDERED_HINT)
+    notes = _warn_of_line_notes(file)
     documents = read_documents(file)
     if len(documents) < 2:
         raise CorpusError(f"{file}: source='next' needs an ordered corpus with documents separated by blank lines "
@@ -174,6 +183,7 @@ def load_next_sentence_corpus(path: str | Path, *, stats: CorpusStats | None = N
     if stats is not None:
         stats.file, stats.rows, stats.skipped = str(path), len(pairs) + len(documents), len(documents)
         stats.skipped_what = "last sentences of a document, which have no next sentence"
+        stats.notes = notes
     return datasets.Dataset.from_dict({"text": [a for a, _ in pairs], NEXT_COLUMN: [b for _, b in pairs]})
 
 
@@ -257,6 +267,49 @@ def _check_utf8(file: Path) -> None:
             first_byte += len(block)
 
 
+def text_line_notes(file: Path) -> list[str]:
+    """What a one-sentence-per-line ``file`` holds that makes its rows other than its ``\n``-lines, unseen: lone
+    carriage returns (``\r`` without ``\n``) inside a line's text, each of which ends a sentence too (the ``text``
+    reader's universal newlines: a stray ``\r`` inside a sentence splits it in two), and lines whose text holds a
+    tab (a tab-separated file's columns, a score and a pair, are then one sentence). Each as a warning naming the count, the first line (lines
+    counted at ``\n``) and the fix; empty when neither is there."""
+    lone_returns = tab_lines = 0
+    first_return = first_tab = None
+    line = 1
+    with open_corpus(file) as handle:
+        for block in _line_aligned_blocks(handle):
+            if b"\r" in block:  # a \r inside a line's text (not one that ends it, \r\n, nor beside blanks)
+                returns = [(number, text.strip().count(b"\r")) for number, text in enumerate(block.split(b"\n"))]
+                split = [number for number, count in returns if count]
+                first_return = line + split[0] if first_return is None and split else first_return
+                lone_returns += sum(count for _, count in returns)
+            if b"\t" in block:
+                tabbed = [number for number, text in enumerate(block.split(b"\n")) if b"\t" in text.strip()]
+                first_tab = line + tabbed[0] if first_tab is None and tabbed else first_tab
+                tab_lines += len(tabbed)
+            line += block.count(b"\n")
+    notes = []
+    if lone_returns:
+        notes.append(f"{file}: {lone_returns:,} lone carriage return{'s' if lone_returns > 1 else ''} (\\r without "
+                     f"\\n; the first on line {first_return}) each end a sentence, as the corpus is read with "
+                     f"universal newlines (\\n, \\r\\n and \\r end a line): if they sit inside sentences, "
+                     f"each cuts one in two: replace them (tr '\\r' ' ' < {file} > FIXED); as the line ends of "
+                     f"an old Mac file they are right")
+    if tab_lines:
+        notes.append(f"{file}: {tab_lines:,} line{'s hold' if tab_lines > 1 else ' holds'} a tab (the first: line "
+                     f"{first_tab}), and each line trains as one sentence, tabs and all: if the file is "
+                     f"tab-separated columns (scores, pairs), pass one sentence per line")
+    return notes
+
+
+def _warn_of_line_notes(file: Path) -> list[str]:
+    """:func:`text_line_notes` of ``file``, each logged as a warning."""
+    notes = text_line_notes(file)
+    for note in notes:
+        logger.warning(note)
+    return notes
+
+
 def _line_aligned_blocks(handle: BinaryIO) -> Iterator[bytes]:
     """Yield large blocks of ``handle`` that end at a line break (so a multi-byte character is never cut)."""
     while block := handle.read(_BLOCK_BYTES):
@@ -273,6 +326,7 @@ def _check_csv(file: Path) -> tuple[str, ...]:
         reader = csv.reader(handle)
         try:
             header = tuple(next(reader, ()))
+            names = _header_names(header)
             for rows, row in enumerate(reader, start=1):
                 if row and len(row) != len(header):
                     raise CorpusError(
@@ -280,6 +334,11 @@ def _check_csv(file: Path) -> tuple[str, ...]:
                         f"{_join(header)!r} has {len(header)}; quote fields that contain commas or line breaks "
                         f"(\"like, this\") and give every row {len(header)} fields"
                     )
+                if row and _header_names(row) == names:
+                    raise CorpusError(
+                        f"{file}, line {reader.line_num}: the row repeats the header {_join(header)!r} (files "
+                        f"joined with cat?), which would train as a sentence; delete that line (the header belongs on "
+                        f"line 1 only), or join the files with `tail -n +2` on all but the first")
         except csv.Error as error:
             raise CorpusError(f"{file}, line {reader.line_num}: malformed CSV ({error})") from None
     if not header or not any(header):
@@ -287,6 +346,11 @@ def _check_csv(file: Path) -> tuple[str, ...]:
     if rows == 0:
         raise CorpusError(f"{file}: there is no row under the header; a corpus needs at least one sentence")
     return header
+
+
+def _header_names(cells: Sequence[str]) -> tuple[str, ...]:
+    """A row's cells as a header names them: stripped, a byte-order mark dropped (a second file's, joined)."""
+    return tuple(cell.lstrip("\ufeff").strip() for cell in cells)
 
 
 def _join(names: Sequence[str]) -> str:

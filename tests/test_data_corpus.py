@@ -200,6 +200,50 @@ def test_the_ordered_corpus_breaks_lines_where_the_unsupervised_loader_does(tmp_
     pairs = load_next_sentence_corpus(compress(path, ".gz"), stats=stats)
     assert pairs["text"] == ["A one.", "A two has\u2028a line separator.", "A three\x0cff.", "B one\x85 next."]
     assert (stats.rows, stats.skipped) == (6, 2)
+    assert [note.split(" (", 1)[0] for note in stats.notes] == [f"{path}.gz: 1 lone carriage return"]
+
+
+def test_lone_carriage_returns_and_lines_with_a_tab_are_counted_and_warned(tmp_path: Path, caplog) -> None:
+    """A stray \\r inside a line cut its sentence in two, and a tab-separated file's columns trained as one
+    sentence, both unseen: each is now a warning with its count, its first line and the fix (and a note for the
+    run's summary). A \\r\\n line end, a \\r or tab beside blanks only, and a clean file say nothing."""
+    path = write(tmp_path, "corpus.txt", "fine one\r\n  \t \nhalf a\rhalf b\n\tlead tab\n4.5\tA man.\tA dog.\n"
+                                         "x\ry\rz\r\n \r \nlast\tone")
+    stats = corpus.CorpusStats()
+    with caplog.at_level(logging.WARNING, logger="data.corpus"):
+        dataset = load_unsup_corpus(path, cache_dir=str(tmp_path / "hf"), stats=stats)
+    assert dataset["text"] == ["fine one", "half a", "half b", "lead tab", "4.5\tA man.\tA dog.", "x", "y", "z",
+                               "last\tone"]
+    assert caplog.messages == stats.notes == [
+        f"{path}: 3 lone carriage returns (\\r without \\n; the first on line 3) each end a sentence, as the corpus "
+        f"is read with universal newlines (\\n, \\r\\n and \\r end a line): if they sit inside sentences, each "
+        f"cuts one in two: replace them (tr '\\r' ' ' < {path} > FIXED); as the line ends of an old Mac file they "
+        f"are right",
+        f"{path}: 2 lines hold a tab (the first: line 5), and each line trains as one sentence, tabs and all: if the "
+        f"file is tab-separated columns (scores, pairs), pass one sentence per line"]
+    caplog.clear()
+    clean = write(tmp_path, "clean.txt", "one\r\n\t\ntwo \r\n")
+    with caplog.at_level(logging.WARNING, logger="data.corpus"):
+        assert load_unsup_corpus(clean, cache_dir=str(tmp_path / "hf"))["text"] == ["one", "two"]
+    assert caplog.messages == []
+
+
+@pytest.mark.parametrize("name, content, line", [
+    ("nli.csv", "sent0,sent1,hard_neg\nx,y,z\n\ufeffsent0,sent1,hard_neg\r\nx,y,z\n", 3),
+    ("pairs.csv", "sent0,sent1\nx,y\n\n sent0 , sent1\n", 4),
+    ("corpus.csv", "text\na\nb\ntext\nc\n", 4)])
+def test_a_row_repeating_the_header_is_refused_naming_its_line(tmp_path: Path, name, content, line) -> None:
+    """Two corpora joined with ``cat``: the second's header trained as a sentence (an NLI triple of the column
+    names, or the sentence 'text')."""
+    path = write(tmp_path, name, content)
+    loader = load_unsup if name == "corpus.csv" else load_sup
+    with pytest.raises(CorpusError) as error:
+        loader(path, tmp_path)
+    header = content.split("\n", 1)[0]
+    assert str(error.value) == (
+        f"{path}, line {line}: the row repeats the header {header!r} (files joined with cat?), which would train as a "
+        f"sentence; delete that line (the header belongs on line 1 only), or join the files with `tail -n +2` on all "
+        f"but the first")
 
 
 def test_sup_triplets(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -249,6 +249,30 @@ def test_a_truncated_compressed_corpus_is_named_with_the_fix(suffix, module, nam
     assert not out.exists()
 
 
+def test_corpora_joined_with_cat_and_lines_cut_by_a_lone_return_are_not_trained_unseen(backbone, corpus, tmp_path,
+                                                                                         capsys):
+    """Through run_unsup.py: a CSV corpus joined from two with ``cat`` (its second header mid-file) is refused naming
+    the line; a text corpus whose lines hold lone carriage returns trains, and its summary says how many sentences they
+    cut (the log said nothing before)."""
+    sentences = corpus.read_text().splitlines()
+    joined = tmp_path / "joined.csv"
+    joined.write_text("text\n" + "\n".join(sentences[:8]) + "\ntext\n" + "\n".join(sentences[8:]) + "\n")
+    out = tmp_path / "out"
+    refused = in_process(run_unsup.main, base_args(backbone, joined, out) + ["--eval_strategy", "no"], capsys)
+    assert refused.code == 1 and refused.err.strip().splitlines()[-1] == (
+        f"run_unsup.py: error: {joined}, line 10: the row repeats the header 'text' (files joined with cat?), which "
+        f"would train as a sentence; delete that line (the header belongs on line 1 only), or join the files with "
+        f"`tail -n +2` on all but the first")
+    assert not out.exists()
+    returns = tmp_path / "returns.txt"
+    returns.write_text("\n".join(sentences[:4]) + "\n" + "\r".join(sentences[4:7]) + "\n" + "\n".join(sentences[7:]))
+    trained = in_process(run_unsup.main, base_args(backbone, returns, out) + ["--eval_strategy", "no"], capsys)
+    assert trained.code == 0, trained.err
+    summary = trained.out.split("run summary ===", 1)[1]
+    assert (f"warning: {returns}: 2 lone carriage returns (\\r without \\n; the first on line 5) each end a "
+            "sentence") in summary
+
+
 def test_a_missing_generator_is_named(backbone, corpus, tmp_path, capsys):
     result = in_process(run_diffcse.main, base_args(backbone, corpus, tmp_path / "out") + [
         "--eval_strategy", "no", "--generator_name", str(tmp_path / "generator")], capsys, prog="run_diffcse.py")
