@@ -235,6 +235,13 @@ class _TableFormat:
     score_column: int
     sentence_columns: tuple[int, int]
     header: bool
+    header_names: str = ""  # the header row's columns, for the warning of a file without it
+
+
+def _holds_scored_pair(line: str, fmt: _TableFormat, n_columns: int) -> bool:
+    """Whether ``line`` is a row of ``fmt``'s pairs (its columns, its score a decimal), not a header."""
+    columns = line.strip().split("\t")
+    return len(columns) >= n_columns and bool(_DECIMAL.fullmatch(columns[fmt.score_column].strip()))
 
 
 _TABLES: dict[str, _TableFormat] = {
@@ -244,7 +251,8 @@ _TABLES: dict[str, _TableFormat] = {
     ),
     # SentEval's SICKRelatednessEval: header skipped; X_A = text[1], X_B = text[2], y = text[3]; "trial" is dev
     "SICKRelatedness": _TableFormat(
-        "SICK", {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}, 3, (1, 2), True
+        "SICK", {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}, 3, (1, 2), True,
+        "pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment"
     ),
 }
 
@@ -265,7 +273,11 @@ def _load_table(task: str, root: Path, split: str, check_sizes: bool) -> STSPair
     first_row = 2 if fmt.header else 1
     sent1, sent2, scores = [], [], []
     size_key = f"{fmt.folder}/{fmt.files[split]}" if check_sizes else None
-    rows = _read_lines(path, size_key)[first_row - 1:]
+    lines = _read_lines(path, size_key)
+    if fmt.header and size_key is None and lines and _holds_scored_pair(lines[0], fmt, n_columns):
+        logger.warning("%s: line 1 holds a scored pair, not %s's header, and is skipped as the header, as SentEval "
+                       "does: put the header line (%s; tab-separated) first to score every pair", path, task, fmt.header_names)
+    rows = lines[first_row - 1:]
     for lineno, line in enumerate(rows, start=first_row):
         if not line.strip():
             continue

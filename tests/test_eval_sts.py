@@ -235,6 +235,26 @@ def test_non_numeric_table_score_names_file_and_line(sts_fixture_dir: Path):
     assert f"{path}:2:" in str(info.value) and "not a number" in str(info.value)
 
 
+def test_a_sick_file_without_its_header_is_said_to_lose_its_first_pair(sts_fixture_dir: Path, caplog):
+    """SentEval skips SICK's first line as its header, and so does the loader; your own SICK-format file without
+    one (size checks off) lost its first pair unseen. A warning now names the file and the fix; with the header
+    nothing is said."""
+    path = sts_fixture_dir / "SICK" / "SICK_trial.txt"
+    with caplog.at_level(logging.WARNING, logger="eval.sts"):
+        assert len(load_sts("SICKRelatedness", sts_fixture_dir, "dev", check_sizes=False)) == 5
+    assert caplog.messages == []
+    path.write_text("".join(line + "\n" for line in [
+        "1\tA man plays.\tA man is playing.\t4.5\tENTAILMENT", "2\tA dog runs.\tA cat sleeps.\t1.2\tNEUTRAL",
+        "3\tA girl sings.\tA girl is singing.\t4.9\tENTAILMENT"]), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="eval.sts"):
+        pairs = load_sts("SICKRelatedness", sts_fixture_dir, "dev", check_sizes=False)
+    assert pairs.sent1 == ["A dog runs.", "A girl sings."]
+    assert caplog.messages == [
+        f"{path}: line 1 holds a scored pair, not SICKRelatedness's header, and is skipped as the header, as SentEval "
+        "does: put the header line (pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment; "
+        "tab-separated) first to score every pair"]
+
+
 @pytest.mark.parametrize(("score", "problem"), [("nan", "is not finite"), ("inf", "is not finite"),
                                                 ("-Infinity", "is not finite"), ("1e999", "is not finite"),
                                                 ("5_0", "is not a number")])
