@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from eval.provenance import ProvenanceError, preset_of, training_record
-from eval.senteval_sizes import SIZES_ENV
+from eval.senteval_sizes import SIZES_ENV, check_sizes_default
 from eval.sts import DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, nan_spearman_note, resolve_senteval_dir
 from models.poolers import POOLER_TYPES
 
@@ -304,8 +304,29 @@ def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     analyses = run_analyses(encoder, senteval_dir, args)
     if analyses:
         results["analysis"] = analyses
+    results[EVALUATION_RECORD] = evaluation_record(args, plan, encoder)
     results["eval_dtype"] = args.eval_dtype  # the precision every score above was computed at
     return results
+
+
+#: The results JSON's record of how its scores were computed (:func:`evaluation_record`).
+EVALUATION_RECORD = "evaluation"
+
+
+def evaluation_record(args: argparse.Namespace, plan: Plan, encoder: Any) -> dict[str, Any]:
+    """How the scores of a results JSON were computed, which its numbers alone do not say: the model and its
+    sentence embedding as loaded (the pooler the folder's config chose where ``--pooler`` was left out), the mode
+    and the split of the STS tasks (STS-B and SICK-R have a dev and a test split: a dev score reads as a test one),
+    the tasks run (the ``avg`` is theirs), the truncation length, whether the files were SentEval's (size checks)
+    and the transfer classifiers' seed."""
+    record = {"model_name_or_path": str(args.model_name_or_path), "embedding": encoder.embedding,
+              "mode": args.mode, "sts_split": plan.sts_split if plan.sts_tasks else None,
+              "sts_tasks": list(plan.sts_tasks), "transfer_tasks": [], "max_length": encoder.max_length,
+              "check_senteval_sizes": check_sizes_default()}
+    if plan.run_transfer:
+        tasks = plan.transfer_tasks or _import("eval.transfer", "TRANSFER_TASKS", "--task_set transfer/full")
+        record.update(transfer_tasks=list(tasks), transfer_seed=args.seed)
+    return record
 
 
 def _report(results: Mapping[str, Any], wall_time: float, args: argparse.Namespace) -> None:
@@ -318,7 +339,7 @@ def _report(results: Mapping[str, Any], wall_time: float, args: argparse.Namespa
             print(f"n/a ({', '.join(undefined)}): {nan_spearman_note('pair of the set')}")
     transfer_keys = [key for key in results
                      if key not in STS_COLUMNS and key not in ("analysis", "eval_dtype", "mteb_data", "mteb_version",
-                                                               "fidelity", "training")
+                                                               "fidelity", "training", EVALUATION_RECORD)
                      and not key.endswith("_dev")]
     if transfer_keys:
         print(format_table(results, {key: "Avg." if key == "transfer_avg" else key for key in transfer_keys}))

@@ -122,6 +122,8 @@ class SentenceEncoder:
             take packed rows (:attr:`packing_refusal` says why not otherwise) and the packed rows run fewer tokens
             than the padded passes would (a few sentences in a small budget may not); the log says which.
         packing: pack the passes when the backbone allows (default); ``False``: padded passes.
+        embedding: what the sentence embedding is, as its loader resolved it (``pooler avg``; :attr:`embedding`),
+            for the results record of ``python -m eval``; ``""``: unsaid.
 
     The encoder never calls ``model.eval()``/``model.train()``: the caller owns the module's mode
     (:func:`eval.loading.load_encoder` sets eval mode; a trainer evaluating mid-training switches to eval and
@@ -144,6 +146,7 @@ class SentenceEncoder:
         preprocess: Callable[[str], str] | None = None,
         backbone: nn.Module | None = None,
         packing: bool = True,
+        embedding: str = "",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -159,6 +162,7 @@ class SentenceEncoder:
         self.max_length = max_length if max_length is not None else default_max_length(tokenizer)
         self.preprocess = preprocess
         self.backbone = backbone
+        self.embedding = embedding
         self.packing_refusal = self._packing_refusal(backbone, packing)
         self._cached_batches: tuple[tuple, list[tuple[torch.Tensor, dict[str, torch.Tensor]]]] | None = None
         self._packed_passes: dict[int, PackedPass] = {}  # id(a kept batch's input_ids) -> its packing

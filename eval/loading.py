@@ -55,6 +55,8 @@ class _Backend:
     max_length: int | None = None
     preprocess: Callable[[str], str] | None = None
     backbone: torch.nn.Module | None = None
+    #: What the sentence embedding is, as the loader resolved it (``pooler avg``), for the results record.
+    embedding: str = ""
 
 
 # ----------------------------------------------------------------------------------------------- detection
@@ -220,7 +222,8 @@ def _huggingface_backend(
     if isinstance(embedding, dict) and embedding.get("pooling") == "mask_token":
         if pooler is None:
             embed, preprocess = _prompt_backend(model, embedding, model_name_or_path)
-            return _Backend(model, embed, _load_tokenizer(model_name_or_path, subfolder), preprocess=preprocess)
+            return _Backend(model, embed, _load_tokenizer(model_name_or_path, subfolder), preprocess=preprocess,
+                            embedding="the [MASK] state of its PromptBERT template")
         logger.warning("%s is a PromptBERT export (the [MASK] state in its template); --pooler %s ignores the "
                        "template", model_name_or_path, pooler)
     own = embedding.get("pooling") if isinstance(embedding, dict) else None
@@ -233,7 +236,7 @@ def _huggingface_backend(
     logger.info("%s: Hugging Face %s, pooler %s%s", model_name_or_path, type(model).__name__, pooler, source)
     tokenizer = _load_tokenizer(model_name_or_path, subfolder)
     embed = _transformer_embed_fn(model, tokenizer, pooler, model_name_or_path, loaded.pooler_missing)
-    return _Backend(model, embed, tokenizer, backbone=model)
+    return _Backend(model, embed, tokenizer, backbone=model, embedding=f"pooler {pooler}")
 
 
 def _st_transformer_subfolder(model_name_or_path: str) -> str:
@@ -259,13 +262,14 @@ def _sentence_transformers_backend(model_name_or_path: str, pooler: str | None, 
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(model_name_or_path, device=str(device), trust_remote_code=False)
-    logger.info("%s: sentence-transformers folder, using the folder's own pooling (%s)", model_name_or_path,
-                " -> ".join(type(module).__name__ for module in model))
+    pipeline = " -> ".join(type(module).__name__ for module in model)
+    logger.info("%s: sentence-transformers folder, using the folder's own pooling (%s)", model_name_or_path, pipeline)
 
     def embed(**features: torch.Tensor) -> torch.Tensor:
         return model(dict(features))["sentence_embedding"]
 
-    return _Backend(model, embed, model.tokenizer, model.max_seq_length)
+    return _Backend(model, embed, model.tokenizer, model.max_seq_length,
+                    embedding=f"the sentence-transformers folder's own pipeline ({pipeline})")
 
 
 def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: torch.device) -> _Backend:
@@ -276,8 +280,8 @@ def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: to
             f"{model_name_or_path} is a cse_contrastive checkpoint but models.base cannot be imported: {exc}"
         ) from exc
     model = load_contrastive_model(model_name_or_path)  # the method's own class, from config.method
-    logger.info("%s: cse_contrastive checkpoint, pooler %s", model_name_or_path,
-                pooler or "the method's own test-time embedding")
+    embedding_name = f"pooler {pooler}" if pooler else f"{model.config.method}'s own test-time embedding"
+    logger.info("%s: cse_contrastive checkpoint, %s", model_name_or_path, embedding_name)
     embedding = model.export_config().get("sentence_embedding")
     preprocess = None if embedding is None else _prompt_sentences(embedding, model_name_or_path, "checkpoint")
 
@@ -285,7 +289,7 @@ def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: to
         return model.embed(**features, pooler_type=pooler)
 
     return _Backend(model, embed, _load_tokenizer(model_name_or_path), preprocess=preprocess,
-                    backbone=model.embedding_backbone())
+                    backbone=model.embedding_backbone(), embedding=embedding_name)
 
 
 def transformer_of(module: torch.nn.Module) -> torch.nn.Module | None:
@@ -400,4 +404,5 @@ def load_encoder(
         preprocess=backend.preprocess,
         backbone=backend.backbone,
         packing=packing,
+        embedding=backend.embedding,
     )

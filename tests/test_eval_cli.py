@@ -22,11 +22,19 @@ STS_KEYS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRe
 
 def run_cli(tmp_path: Path, *args: str, eval_dtype: str = "fp32") -> tuple[dict, dict]:
     """Run the CLI with ``--output_json``; return (main's return value, the JSON written), both without the
-    ``eval_dtype`` record, which must come last and say ``eval_dtype`` (the CLI's default: fp32)."""
+    ``eval_dtype`` record, which must come last and say ``eval_dtype`` (the CLI's default: fp32), and the
+    ``evaluation`` record before it (:func:`test_the_results_say_how_they_were_computed` checks it), which must name
+    the model and the mode given."""
     out = tmp_path / "out" / "results.json"
     returned = main([*args, "--output_json", str(out), "--device", "cpu"])
     written = json.loads(out.read_text())
-    assert list(written)[-1] == "eval_dtype" and written.pop("eval_dtype") == returned.pop("eval_dtype") == eval_dtype
+    assert list(written)[-2:] == ["evaluation", "eval_dtype"]
+    assert written.pop("eval_dtype") == returned.pop("eval_dtype") == eval_dtype
+    record = written.pop("evaluation")
+    assert record == returned.pop("evaluation")
+    given = dict(zip(args[::2], args[1::2]))
+    assert record["model_name_or_path"] == given["--model_name_or_path"]
+    assert record["mode"] == given.get("--mode", "test")
     return returned, written
 
 
@@ -36,6 +44,24 @@ def assert_two_decimals(values: dict) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- CLI
+
+
+def test_the_results_say_how_they_were_computed(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path):
+    """A results JSON held the scores alone: an STS-B dev score read as a test one, the pooler the folder's config
+    chose was unsaid, and an ``avg`` did not say of which tasks. Its ``evaluation`` record says (here: the dev split
+    of the two dev tasks, the tokenizer's length, your own STS-format files: size checks off)."""
+    out = tmp_path / "results.json"
+    main(["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev", "--senteval_dir",
+          str(sts_fixture_dir), "--device", "cpu", "--output_json", str(out)])
+    assert json.loads(out.read_text())["evaluation"] == {
+        "model_name_or_path": str(tiny_bert_dir), "embedding": "pooler avg", "mode": "dev", "sts_split": "dev",
+        "sts_tasks": ["STSBenchmark", "SICKRelatedness"], "transfer_tasks": [], "max_length": 64,
+        "check_senteval_sizes": False}
+    main(["--model_name_or_path", str(tiny_bert_dir), "--tasks", "SICKR", "--senteval_dir", str(sts_fixture_dir),
+          "--device", "cpu", "--max_length", "16", "--output_json", str(out)])
+    record = json.loads(out.read_text())["evaluation"]
+    assert (record["embedding"], record["sts_split"], record["sts_tasks"], record["max_length"]) == (
+        "pooler cls", "test", ["SICKRelatedness"], 16)
 
 
 def test_cli_test_mode_writes_the_eight_sts_keys(tmp_path: Path, tiny_bert_dir: Path, sts_fixture_dir: Path, capsys):

@@ -471,15 +471,21 @@ def test_python_m_eval_scores_an_export_with_its_template(quiet, tmp_path, sts_f
     model.save_pretrained(tmp_path / "checkpoint")
     tokenizer.save_pretrained(tmp_path / "checkpoint")
 
+    embeddings = []
+
     def scores(path, *flags):
-        return main(["--model_name_or_path", str(path), "--mode", "test", "--task_set", "sts", "--senteval_dir",
-                     str(sts_fixture_dir), "--device", "cpu", "--output_json", str(tmp_path / "out.json"), *flags])
+        results = main(["--model_name_or_path", str(path), "--mode", "test", "--task_set", "sts", "--senteval_dir",
+                        str(sts_fixture_dir), "--device", "cpu", "--output_json", str(tmp_path / "out.json"), *flags])
+        embeddings.append(results.pop("evaluation")["embedding"])
+        return results
 
     with caplog.at_level(logging.INFO, logger="eval.loading"):
         exported = scores(hf)
     assert "PromptBERT export: the sentence inside the template" in caplog.text
     assert scores(tmp_path / "checkpoint") == pytest.approx(exported, abs=0.02)
     assert scores(hf, "--pooler", "cls_before_pooler") != exported
+    assert embeddings == ["the [MASK] state of its PromptBERT template", "promptbert's own test-time embedding",
+                          "pooler cls_before_pooler"]
 
 
 @pytest.mark.parametrize("test_denoising", [False, True])
