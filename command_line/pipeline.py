@@ -27,9 +27,10 @@ from models.card_metadata import run_argument
 from models.export import export_model
 from trainers.checkpoints import incomplete_checkpoint_error, resumed_step, written_processes
 from trainers.cl_trainer import CLTrainer
-from trainers.resume_settings import (CORPUS_SECTION, LAUNCH_SECTION, CheckpointRecords, corpus_record,
-                                      finished_at, launch_record, process_split_error, resume_mismatch_error,
-                                      resume_warnings, write_run_arguments)
+from trainers.resume_settings import (BACKBONE_SECTION, CORPUS_SECTION, LAUNCH_SECTION, CheckpointRecords,
+                                      backbone_record, corpus_record, finished_at, launch_record,
+                                      process_split_error, resume_mismatch_error, resume_warnings,
+                                      write_run_arguments)
 from trainers.errors import UsageError, UserError, reraise_as
 from trainers.keyed_dropout import keyed_controllers
 from trainers.methods import build_collator, build_model
@@ -259,6 +260,7 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
     if train_dataset is None:
         train_dataset = load_train_dataset(model, data_args, corpus)
     run_arguments[CORPUS_SECTION] = corpus_record(data_args.train_file, len(train_dataset))
+    run_arguments[BACKBONE_SECTION] = backbone_record(model.encoder)
     resume = training_args.resume_from_checkpoint
     records = CheckpointRecords.read(resume) if resume else None
     processes = training_args.world_size

@@ -271,8 +271,8 @@ def text_line_notes(file: Path) -> list[str]:
     """What a one-sentence-per-line ``file`` holds that makes its rows other than its ``\n``-lines, unseen: lone
     carriage returns (``\r`` without ``\n``) inside a line's text, each of which ends a sentence too (the ``text``
     reader's universal newlines: a stray ``\r`` inside a sentence splits it in two), and lines whose text holds a
-    tab (a tab-separated file's columns, a score and a pair, are then one sentence). Each as a warning naming the count, the first line (lines
-    counted at ``\n``) and the fix; empty when neither is there."""
+    tab (a tab-separated file's columns, a score and a pair, are then one sentence). Each as a warning naming the
+    count, the first line (lines counted at ``\n``) and the fix; empty when neither is there."""
     lone_returns = tab_lines = 0
     first_return = first_tab = None
     line = 1

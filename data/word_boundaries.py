@@ -39,7 +39,8 @@ START_MARKS = ("Ġ", "▁")
 
 
 class WordBoundaryError(ValueError):
-    """A tokenizer whose words cannot be told from its tokens (no mark of :data:`VOCABULARY_MARKS` in its vocabulary)."""
+    """A tokenizer whose words cannot be told from its tokens (its vocabulary carries no mark of
+    :data:`VOCABULARY_MARKS`)."""
 
 
 @dataclass(frozen=True)

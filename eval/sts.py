@@ -251,8 +251,8 @@ _TABLES: dict[str, _TableFormat] = {
     ),
     # SentEval's SICKRelatednessEval: header skipped; X_A = text[1], X_B = text[2], y = text[3]; "trial" is dev
     "SICKRelatedness": _TableFormat(
-        "SICK", {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}, 3, (1, 2), True,
-        "pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment"
+        "SICK", {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}, 3, (1, 2),
+        True, "pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment"
     ),
 }
 
@@ -276,7 +276,8 @@ def _load_table(task: str, root: Path, split: str, check_sizes: bool) -> STSPair
     lines = _read_lines(path, size_key)
     if fmt.header and size_key is None and lines and _holds_scored_pair(lines[0], fmt, n_columns):
         logger.warning("%s: line 1 holds a scored pair, not %s's header, and is skipped as the header, as SentEval "
-                       "does: put the header line (%s; tab-separated) first to score every pair", path, task, fmt.header_names)
+                       "does: put the header line (%s; tab-separated) first to score every pair", path, task,
+                       fmt.header_names)
     rows = lines[first_row - 1:]
     for lineno, line in enumerate(rows, start=first_row):
         if not line.strip():

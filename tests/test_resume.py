@@ -441,6 +441,44 @@ def test_a_resume_in_another_precision_trains_on_and_says_so(finished, tmp_path,
     assert "this resume trains in" not in same.out and "precision: fp32 training" in same.out
 
 
+def test_a_resume_with_another_attention_implementation_trains_on_and_says_so(finished, tmp_path, capsys):
+    """The run records the attention its encoder computed with (``backbone.attention``: SDPA here); a resume with
+    ``--attn_implementation eager`` computed its remaining steps with another kernel without a word (on a GPU, SDPA
+    draws the attention dropout itself: other masks). It trains on, saying so with the flag that goes on as it ran;
+    resumed with the run's attention, nothing is said."""
+    out = unfinished_run(finished, tmp_path / "out")
+    checkpoint = out / "checkpoint-2"
+    assert json.loads((checkpoint / "run_arguments.json").read_text())["backbone"] == {"attention": "sdpa"}
+    command = run_args(finished["backbone"], finished["corpus"], out) + ["--resume_from_checkpoint", str(checkpoint)]
+    printed = trains_on(command + ["--attn_implementation", "eager"], capsys)
+    said = (f"warning: --resume_from_checkpoint {checkpoint}: its run's encoder computed attention with sdpa, this "
+            "resume's with eager (--attn_implementation, or what this machine's backbone falls back to): the two round "
+            "differently and, on a GPU, draw the dropout of the attention probabilities differently (SDPA's fused "
+            "kernels draw their own), so its remaining steps differ from the uninterrupted run's; "
+            "--attn_implementation sdpa goes on as it ran")
+    assert said in printed
+    assert json.loads((out / "checkpoint-4" / "run_arguments.json").read_text())["backbone"] == {"attention": "eager"}
+    shutil.rmtree(out)
+    out = unfinished_run(finished, tmp_path / "out")
+    assert "computed attention with" not in trains_on(command, capsys)
+
+
+def test_an_attention_change_is_said_only_where_both_are_recorded(tmp_path):
+    """Row-seeded masks (and S-SimCSE's, SimCSE++'s per-row dropout) route every backbone with transformers'
+    attention interface through this repo's own attention, whatever ``--attn_implementation`` says: the recorded
+    attention is that one on both sides, and nothing is said; a checkpoint written before the record says nothing."""
+    from trainers.resume_settings import CheckpointRecords, attention_change_warning
+
+    def warning(theirs: dict, ours: dict) -> str | None:
+        return attention_change_warning(CheckpointRecords(tmp_path, {}, {}, theirs), {"backbone": ours})
+
+    row_dropout = {"attention": "cse_row_dropout"}
+    assert warning({**row_dropout, "attn_implementation": "sdpa"}, row_dropout) is None
+    assert warning({"attn_implementation": "sdpa"}, {"attention": "eager"}) is None
+    fallback = warning({"attention": "eager", "attn_implementation": "sdpa"}, {"attention": "sdpa"})
+    assert fallback is not None and fallback.endswith("; the --attn_implementation that gives eager goes on as it ran")
+
+
 def test_a_resume_that_turns_the_fast_path_on_or_off_under_stream_masks_says_so(finished, tmp_path, capsys):
     """The fast path pads every batch to a fixed width, and stream dropout masks are drawn over the padded width: a
     resume on or off it (another machine's default: one GPU in bf16 runs it, a CPU does not) trained its remaining

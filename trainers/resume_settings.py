@@ -28,8 +28,10 @@ checkpoint's records with this run:
 :func:`resume_warnings` gathers the warnings: :func:`length_change_warning` above, :func:`corpus_change_warning` when
 ``--train_file`` names another file than the run's and the checkpoint records no corpus digest (written before it
 did: the file may be the same corpus, moved), :func:`precision_change_warning` when the resume trains in another
-precision (another machine's default, another ``--bf16`` or ``--tf32``), :func:`fast_path_change_warning` when it
-turns the fast path on or off under stream dropout masks (drawn over the width the fast path fixes),
+precision (another machine's default, another ``--bf16`` or ``--tf32``), :func:`attention_change_warning` when its
+encoder computes attention with another implementation (``--attn_implementation``),
+:func:`fast_path_change_warning` when it turns the fast path on or off under stream dropout masks (drawn over the
+width the fast path fixes),
 :func:`cached_step_change_warning` when it encodes each batch in other chunks under them (another
 ``--cache_chunk_size``: each chunk draws its own), :func:`lost_best_warning` when the run's best checkpoint is gone
 (the run can then only end on a later one). :func:`finished_at` says whether the checkpoint already holds the run's
@@ -58,6 +60,8 @@ RUN_ARGUMENTS = "run_arguments.json"
 CORPUS_SECTION = "corpus"
 #: The ``run_arguments.json`` section that records the processes a run trained on (:func:`launch_record`).
 LAUNCH_SECTION = "launch"
+#: The ``run_arguments.json`` section that records how a run's backbone computed (:func:`backbone_record`).
+BACKBONE_SECTION = "backbone"
 #: Method settings a resume may change: they act in the evaluation only, name a path whose weights the checkpoint
 #: holds, or are filled by the model's builder from those (DiffCSE's generator config, PromptBERT's token ids).
 FREE_SETTINGS = frozenset({"test_denoising", "dev_denoising", "eval_add_period", "generator_name",
@@ -106,6 +110,15 @@ def launch_record(processes: int, per_device_batch: int, accumulation_steps: int
     if run_processes is not None and run_processes != processes:
         record["resumed_from_processes"] = run_processes
     return record
+
+
+def backbone_record(encoder: Any) -> dict[str, Any]:
+    """The ``backbone`` section of a run's ``run_arguments.json``: the attention implementation its encoder computes
+    with (``attention``), as it resolved: ``--attn_implementation`` where the backbone has it, the architecture's own
+    where it has no other (DeBERTa-v2's eager attention under ``sdpa``), this repo's per-row dropout attention where
+    the run installs it (row-seeded masks, S-SimCSE, SimCSE++: :func:`models.dropout.install_row_dropout`); what
+    :func:`attention_change_warning` compares."""
+    return {"attention": getattr(getattr(encoder, "config", None), "_attn_implementation", None)}
 
 
 def _json(value: Any) -> Any:
@@ -402,6 +415,27 @@ def cached_step_change_warning(records: CheckpointRecords, run_arguments: Mappin
             f"masks, so its remaining steps draw other masks than the uninterrupted run's; {restore} goes on as it ran")
 
 
+def attention_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
+    """When the resume's encoder computes attention with another implementation than the checkpoint's run's
+    (:func:`backbone_record`: another ``--attn_implementation``, or another machine's fallback): the kernels round
+    differently, and on a GPU SDPA's fused kernels and flash attention draw the dropout of the attention
+    probabilities themselves, where eager attention draws it through its dropout module (other masks; on a CPU,
+    SDPA's dropout path draws eager's masks: measured, 2.4e-7 apart), so the remaining steps are not the
+    uninterrupted run's. Allowed, and said, with the flag that goes on as the run did. ``None`` when equal, or where
+    either is unrecorded (a checkpoint written before it was recorded)."""
+    theirs, ours = (records.arguments or {}).get("attention"), flat_arguments(run_arguments).get("attention")
+    if theirs is None or ours is None or theirs == ours:
+        return None
+    flag = (records.arguments or {}).get("attn_implementation")
+    restore = (f"--attn_implementation {flag}" if flag == theirs else
+               f"the --attn_implementation that gives {theirs}")
+    return (f"--resume_from_checkpoint {records.folder}: its run's encoder computed attention with {theirs}, this "
+            f"resume's with {ours} (--attn_implementation, or what this machine's backbone falls back to): the two "
+            f"round differently and, on a GPU, draw the dropout of the attention probabilities differently (SDPA's "
+            f"fused kernels draw their own), so its remaining steps differ from the uninterrupted run's; {restore} "
+            f"goes on as it ran")
+
+
 def corpus_change_warning(records: CheckpointRecords, run_arguments: Mapping[str, Any]) -> str | None:
     """When ``--train_file`` names another file than the checkpoint's run did (its ``run_arguments.json``; compared
     as real paths from here) and the checkpoint records no corpus digest to compare the contents with: if it is
@@ -433,10 +467,11 @@ def lost_best_warning(records: CheckpointRecords) -> str | None:
 def resume_warnings(records: CheckpointRecords, run_arguments: Mapping[str, Any],
                     process_counts: tuple[int, int] = (1, 1)) -> list[str]:
     """Every warning a resume from ``records``'s checkpoint gets (its length, its corpus file, its precision, its
-    fast path, its chunks, its processes, its lost best)."""
+    attention, its fast path, its chunks, its processes, its lost best)."""
     return [warning for warning in (length_change_warning(records, run_arguments),
                                     corpus_change_warning(records, run_arguments),
                                     precision_change_warning(records, run_arguments),
+                                    attention_change_warning(records, run_arguments),
                                     fast_path_change_warning(records, run_arguments),
                                     cached_step_change_warning(records, run_arguments),
                                     process_change_warning(records, run_arguments, process_counts),
@@ -454,8 +489,8 @@ def finished_at(records: CheckpointRecords, run_arguments: Mapping[str, Any]) ->
     return step if isinstance(step, int) and isinstance(last, int) and 0 < last <= step else None
 
 
-__all__ = ["CORPUS_SECTION", "LAUNCH_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "SELECTION_ARGUMENTS", "TRAINING_ARGUMENTS",
-           "CheckpointRecords", "cached_step_change_warning", "corpus_differences", "corpus_record",
+__all__ = ["BACKBONE_SECTION", "CORPUS_SECTION", "LAUNCH_SECTION", "LENGTH_ARGUMENTS", "RUN_ARGUMENTS", "SELECTION_ARGUMENTS", "TRAINING_ARGUMENTS",
+           "CheckpointRecords", "attention_change_warning", "backbone_record", "cached_step_change_warning", "corpus_differences", "corpus_record",
            "draws_stream_masks", "finished_at", "flat_arguments", "launch_on", "launch_record", "process_change_warning",
            "process_split_error", "restoring_flags", "resume_mismatch_error", "resume_warnings",
            "write_run_arguments"]
