@@ -35,7 +35,8 @@ Each "ours" line names the ``--fidelity`` preset its runs were trained under, as
 results recorded it). The seeds of one row are pooled only when they record the same preset: otherwise the report is
 refused with one line naming every such row and its presets (:func:`check_presets`), since their mean would average
 two different methods. A JSON that records no preset cannot be shown to match one that does, so that mix is refused
-too.
+too. Seeds scored differently (their ``evaluation`` records, :func:`mixed_evaluations`: another pooler, split or task
+list) are refused likewise.
 
 Figures (:func:`render_standin_figures`), from the stand-in runs of ``--standin_dir`` (``scripts/standin.sh``'s
 ``outputs/standin/<method>[_seed<S>]/`` and ``<run>_test.json``; gitignored, so only where they were run): per
@@ -148,23 +149,61 @@ def mixed_presets(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, li
     return by_preset if len(by_preset) > 1 else None
 
 
-def check_presets(paper_numbers: Mapping[str, Any], results_dir: Path, tables: Sequence[str]) -> None:
-    """Refuse (one line, every offending row) to pool the seeds of a row trained under different presets."""
-    mixed, seen = [], set()
+#: The entries of a results JSON's ``evaluation`` record (``python -m eval``: ``eval.cli.evaluation_record``) that
+#: a row's seeds must share to be pooled: all but the model's path, each seed's own.
+POOLED_EVALUATION = ("embedding", "mode", "sts_split", "sts_tasks", "transfer_tasks", "max_length",
+                     "check_senteval_sizes", "transfer_seed")
+
+
+def mixed_evaluations(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, list[str]] | None:
+    """``{how: [run names]}`` when a row's runs record evaluations that differ in :data:`POOLED_EVALUATION` (``how``:
+    the differing entries, ``embedding 'pooler avg'``), else ``None``. A run written before results recorded their
+    evaluation is compared with none."""
+    recorded = [(name, run["evaluation"]) for name, run in runs if isinstance(run.get("evaluation"), Mapping)]
+    differing = [key for key in POOLED_EVALUATION
+                 if len({json.dumps(record.get(key)) for _, record in recorded}) > 1]
+    if not differing:
+        return None
+    by_evaluation: dict[str, list[str]] = {}
+    for name, record in recorded:
+        by_evaluation.setdefault(", ".join(f"{key} {record.get(key)!r}" for key in differing), []).append(name)
+    return by_evaluation
+
+
+def _pooled_rows(paper_numbers: Mapping[str, Any], tables: Sequence[str]) -> list[tuple[str, str]]:
+    """(table, result id) of every row of ``tables``, once each (a row pointing at another row's result is that
+    row's)."""
+    rows: list[tuple[str, str]] = []
     for table in tables:
         for row_id, row in paper_numbers["tables"][table]["rows"].items():
-            result_id = row.get("result", row_id)
-            if (table, result_id) in seen:
-                continue
-            seen.add((table, result_id))
-            by_preset = mixed_presets(load_run_files(results_dir, table, result_id))
-            if by_preset:
-                mixed.append(f"{table}/{result_id} (" + "; ".join(
-                    f"{preset}: {', '.join(names)}" for preset, names in by_preset.items()) + ")")
-    if mixed:
+            if (table, row.get("result", row_id)) not in rows:
+                rows.append((table, row.get("result", row_id)))
+    return rows
+
+
+def _mixed_rows(paper_numbers: Mapping[str, Any], results_dir: Path, tables: Sequence[str],
+                grouping: Callable[[Sequence[tuple[str, Mapping[str, Any]]]], dict[str, list[str]] | None]) -> str:
+    """Every row whose runs ``grouping`` splits into groups, as one phrase (``T/ROW (a: seed42; b: seed43)``)."""
+    mixed = []
+    for table, result_id in _pooled_rows(paper_numbers, tables):
+        groups = grouping(load_run_files(results_dir, table, result_id))
+        if groups:
+            mixed.append(f"{table}/{result_id} (" + "; ".join(
+                f"{group}: {', '.join(names)}" for group, names in groups.items()) + ")")
+    return "; ".join(mixed)
+
+
+def check_presets(paper_numbers: Mapping[str, Any], results_dir: Path, tables: Sequence[str]) -> None:
+    """Refuse (one line, every offending row) to pool the seeds of a row trained under different presets, or
+    evaluated differently (:func:`mixed_evaluations`: another pooler, split, task list...)."""
+    if mixed := _mixed_rows(paper_numbers, results_dir, tables, mixed_presets):
         raise SystemExit(f"{results_dir}: refusing to pool seeds trained under different --fidelity presets: "
-                         f"{'; '.join(mixed)}. Rerun the odd seeds under one preset (FIDELITY=PRESET bash "
+                         f"{mixed}. Rerun the odd seeds under one preset (FIDELITY=PRESET bash "
                          f"scripts/<table>.sh --only ROW --seeds S --force) or move them out of {results_dir}")
+    if mixed := _mixed_rows(paper_numbers, results_dir, tables, mixed_evaluations):
+        raise SystemExit(f"{results_dir}: refusing to pool seeds evaluated differently (their results JSON's "
+                         f"evaluation records): {mixed}. Evaluate the odd seeds again as the others were (python -m "
+                         f"eval with the same flags) or move them out of {results_dir}")
 
 
 def preset_label(runs: Sequence[Mapping[str, Any]]) -> str:

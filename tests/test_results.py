@@ -241,6 +241,35 @@ def test_seeds_of_different_presets_are_refused_in_one_line(fixture_dirs: tuple[
     render_document(load_paper_numbers(numbers), results, ["paper_b_table1"])  # another table still renders
 
 
+def test_seeds_evaluated_differently_are_refused_and_seeds_of_other_models_pooled(fixture_dirs) -> None:
+    """``python -m eval`` records how it scored (its ``evaluation`` record): a seed scored with another pooler or on
+    the dev split was pooled with the others, its mean a mix of two measurements. Refused in one line naming the
+    differing entries; the model's path, each seed's own, and a seed written before the record are not compared."""
+    numbers, results = fixture_dirs
+
+    def evaluation(seed: int, **changes) -> dict:
+        return {"model_name_or_path": f"outputs/todo/seed{seed}/export/hf", "embedding": "pooler cls_before_pooler",
+                "mode": "test", "sts_split": "test", "sts_tasks": ["STSBenchmark"], "transfer_tasks": [],
+                "max_length": 32, "check_senteval_sizes": True, **changes}
+
+    folder = results / "paper_a_table1" / "todo"
+    for seed, stsb in ((42, 81.0), (43, 83.0)):
+        write_json(folder / f"seed{seed}.json", {"STSBenchmark": stsb, "fidelity": "paper",
+                                                 "evaluation": evaluation(seed)})
+    write_json(folder / "seed44.json", {"STSBenchmark": 82.0, "fidelity": "paper"})
+    _, ours = row_lines(render_document(load_paper_numbers(numbers), results), "Method-todo")
+    assert cells(ours)[1] == "ours (n=3 seeds, paper)"
+    write_json(folder / "seed45.json", {"STSBenchmark": 90.0, "fidelity": "paper",
+                                        "evaluation": evaluation(45, embedding="pooler avg", sts_split="dev")})
+    with pytest.raises(SystemExit) as refused:
+        render_document(load_paper_numbers(numbers), results)
+    assert str(refused.value) == (
+        f"{results}: refusing to pool seeds evaluated differently (their results JSON's evaluation records): "
+        "paper_a_table1/todo (embedding 'pooler cls_before_pooler', sts_split 'test': seed42, seed43; embedding "
+        "'pooler avg', sts_split 'dev': seed45). Evaluate the odd seeds again as the others were (python -m eval "
+        f"with the same flags) or move them out of {results}")
+
+
 def test_the_cli_refuses_mixed_presets_with_one_line_and_a_non_zero_exit(fixture_dirs: tuple[Path, Path]) -> None:
     numbers, results = fixture_dirs
     add_mixed_presets(results)
