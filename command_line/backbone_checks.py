@@ -164,7 +164,13 @@ def check_pooler(model: ContrastiveModel, tokenizer: Any, flag: str, name: str) 
     """Refuse a position-0 pooler (``--pooler_type cls``/``cls_before_pooler``) where position 0 does not hold the
     sentence's summary: a backbone whose position 0 sees only the first token (causal), or a tokenizer that puts no
     [CLS] token there (:func:`eval.backbone.cls_position_problem`). Methods that pool elsewhere (PromptBERT's [MASK]
-    state) are not concerned."""
+    state) are not concerned. A method that writes position 0 (:meth:`ContrastiveModel.position_zero_writer`:
+    DiffCSE's condition h) is refused under such a tokenizer whatever it pools: it would overwrite the first word."""
+    writer = model.position_zero_writer()
+    if writer and (problem := cls_position_problem(tokenizer)):
+        raise UsageError(f"{flag} {name}: {problem}, and {writer}, so h would replace the sentence's first word. "
+                         f"Pass a backbone whose tokenizer puts its [CLS] token first (BERT, RoBERTa, DistilBERT, "
+                         f"MiniLM, ...).")
     pooler = model.position_zero_pooler()
     if pooler is None:
         return

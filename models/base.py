@@ -299,6 +299,11 @@ class ContrastiveModel(PreTrainedModel):
         causal backbone cannot fill with the sentence; ``None`` when it is not (a mean; PromptBERT's [MASK])."""
         return self.config.pooler_type if self.config.pooler_type in POSITION_ZERO_POOLERS else None
 
+    def position_zero_writer(self) -> str | None:
+        """Hook: what of the method is put in place of the token at position 0 (the [CLS] its paper replaces), as a
+        phrase for a refusal where the tokenizer puts a word there; ``None`` (the base's): nothing is."""
+        return None
+
     def embed(
         self,
         input_ids: torch.Tensor,

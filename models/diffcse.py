@@ -215,6 +215,11 @@ class DiffCSEModel(ContrastiveModel):
         self.post_init()  # registers the new submodules' tied weights; initialises rtd_head (loaded modules are kept)
         self.train(self.training)  # the generator's mode follows generator_dropout
 
+    def position_zero_writer(self) -> str:
+        """The conditional discriminator takes h in place of the [CLS] token at position 0 (Sec. 3)."""
+        return ("DiffCSE's discriminator takes the sentence embedding h in place of the [CLS] token at position 0 "
+                "(Sec. 3)")
+
     def process_split_notes(self) -> list[str]:
         """The base's, and the RTD loss: each process's mean over its own tokens (as the authors' code)."""
         return super().process_split_notes() + ["the RTD loss (each process's mean over its own tokens)"]

@@ -190,6 +190,32 @@ def test_a_position_zero_pooler_is_refused_where_position_zero_is_no_summary_and
     assert (out / "export" / "hf" / "model.safetensors").is_file()
 
 
+def test_diffcse_is_refused_where_position_zero_holds_a_word_whatever_it_pools(corpus, tmp_path, capsys):
+    """DiffCSE's discriminator takes h in place of the [CLS] token at position 0: under XLNet's tokenizer, which puts
+    <cls> last, h overwrote the sentence's first word, with --pooler_type avg too, silently. Refused in one line
+    (the generator here a masked LM sharing XLNet's tokenizer, as the vocabulary check asks)."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    backbone = tiny_xlnet(tmp_path / "xlnet")
+    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
+    generator = tmp_path / "generator"
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=37, pad_token_id=5)).save_pretrained(generator)
+    tokenizer.save_pretrained(generator)
+    out = tmp_path / "out"
+    refused = in_process(run_diffcse.main, base_args(backbone, corpus, out) + [
+        "--generator_name", str(generator), "--pooler_type", "avg", "--eval_strategy", "no"], capsys,
+        prog="run_diffcse.py")
+    assert refused.code == 2, refused.err
+    assert one_line_error(refused, "run_diffcse.py: error: ") == (
+        f"run_diffcse.py: error: --model_name_or_path {backbone}: its tokenizer (XLNetTokenizer) puts its <cls> token "
+        "at position 4, not 0 ('the cat sat' -> \u2581the \u2581cat <unk> <sep> <cls>), and DiffCSE's discriminator "
+        "takes the sentence embedding h in place of the [CLS] token at position 0 (Sec. 3), so h would replace the "
+        "sentence's first word. Pass a backbone whose tokenizer puts its [CLS] token first (BERT, RoBERTa, "
+        "DistilBERT, MiniLM, ...).")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("name", list(POSITION_ZERO_CASES))
 def test_eval_refuses_a_position_zero_vector_where_position_zero_is_no_summary(name, tmp_path, capsys,
                                                                               sts_fixture_dir):
