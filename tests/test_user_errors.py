@@ -151,6 +151,29 @@ def test_invalid_method_settings_and_config_files_are_usage_errors(backbone, cor
     assert not (tmp_path / "out").exists()
 
 
+def test_a_config_file_s_nulls_are_defaults_and_a_key_given_twice_is_refused(backbone, corpus, tmp_path, capsys,
+                                                                              monkeypatch):
+    """Through run_unsup.py: ``export_dir: null`` became the text 'None' and the run exported to ./None; a YAML null
+    now means "not given", as HfArgumentParser reads it. A key given twice (or a setting under two of its names,
+    ``temp`` and ``temperature``) trained the last value silently: refused in one line, naming it."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model_name_or_path: {backbone}\ntrain_file: {corpus}\noutput_dir: {out}\nmax_steps: 1\n"
+                      "eval_strategy: 'no'\nexport_dir: null\nrun_name: ~\ncache_dir:\n")
+    trained = in_process(run_unsup.main, [str(config), *FAST_TRAINING_ARGS], capsys)
+    assert trained.code == 0, trained.err
+    assert (out / "export" / "hf" / "model.safetensors").is_file() and not (tmp_path / "None").exists()
+    for text, line in (("temp: 0.05\nlearning_rate: 3e-5\ntemp: 0.1\n", "line 3: 'temp' is given twice"),
+                       ("temp: 0.05\ntemperature: 0.1\n",
+                        "'temp' and 'temperature' name one setting, given 0.05 and 0.1")):
+        config.write_text(text)
+        refused = in_process(run_unsup.main, [str(config)], capsys)
+        assert refused.code == 2, refused.err
+        separator = ", " if line.startswith("line") else ": "
+        assert refused.err.strip().splitlines()[-1].startswith(f"run_unsup.py: error: {config}{separator}{line}")
+
+
 def test_eval_strategy_no_alone_trains_and_exports(backbone, corpus, tmp_path, capsys):
     """The hint 'pass --eval_strategy no' is enough: save_strategy and load_best_model_at_end follow it."""
     out = tmp_path / "out"
