@@ -19,6 +19,7 @@ from safetensors import SafetensorError
 from transformers import AutoTokenizer
 
 from data.corpus import CorpusStats
+from data.length_buckets import bucketing_warning
 from data.truncation import count_cut_sentences
 from eval.backbone import repeated_modules
 from models.base import ContrastiveModel
@@ -272,7 +273,9 @@ def train_and_export(model: ContrastiveModel, tokenizer, training_args, data_arg
                                 or incomplete_checkpoint_error(resume, processes, model)):
         raise error  # the files were checked before loading; the settings and the model's tensors now
     run_warnings = (completed_last_batch_warning(len(train_dataset), training_args),
-                    accumulation_warning(model, training_args), queue_warning(model, training_args))
+                    accumulation_warning(model, training_args), queue_warning(model, training_args),
+                    bucketing_warning(data_args.train_file, training_args.train_sampling_strategy,
+                                      training_args.per_device_train_batch_size * training_args.world_size))
     warnings = (list(getattr(training_args, "command_line_warnings", ())) + method_warnings(model)
                 + [warning for warning in run_warnings if warning]
                 + (resume_warnings(records, run_arguments, counts) if records is not None else []))

@@ -140,18 +140,26 @@ def file_sha256(path: str | Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def read_documents(path: str | Path) -> list[list[str]]:
-    """An ordered corpus: one sentence per line in document order, documents separated by blank lines."""
-    documents, current = [], []
-    # Lines end at "\n", "\r\n" or "\r" only (universal newlines, as the "text" builder of load_unsup_corpus reads
-    # them): str.splitlines() also broke a sentence at U+2028, U+0085, "\x0c", ... A UTF-8 BOM is dropped.
+def corpus_lines(path: str | Path) -> Iterator[str]:
+    """A one-sentence-per-line corpus's lines, stripped (blank ones as ``""``), decompressed where it is compressed,
+    broken where the "text" builder of :func:`load_unsup_corpus` breaks them: at ``"\n"``, ``"\r\n"`` or ``"\r"``
+    only (universal newlines; ``str.splitlines()`` also broke a sentence at U+2028, U+0085, ``"\x0c"``, ...). A UTF-8
+    BOM is dropped."""
     with open_corpus(Path(path)) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig") as handle:
         for line in handle:
-            if line.strip():
-                current.append(line.strip())
-            elif current:
-                documents.append(current)
-                current = []
+            yield line.strip()
+
+
+def read_documents(path: str | Path) -> list[list[str]]:
+    """An ordered corpus: one sentence per line in document order, documents separated by blank lines
+    (:func:`corpus_lines`)."""
+    documents, current = [], []
+    for line in corpus_lines(path):
+        if line:
+            current.append(line)
+        elif current:
+            documents.append(current)
+            current = []
     if current:
         documents.append(current)
     return documents

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from transformers import BertConfig, BertForMaskedLM
 
 from data.augment import STOP_WORDS, LengthExtender, MaskedLMFiller, dup_length
-from data.length_buckets import bucket_sentences, length_bucket
+from data.length_buckets import bucket_sentences, bucketing_record, bucketing_warning, length_bucket
 from data.length_buckets import main as bucket_main
 from tests.tiny import WORDS, tiny_tokenizer
 
@@ -312,3 +312,34 @@ def test_bucketing_makes_single_bucket_batches(tmp_path, buc_len):
     written = bucket_main(["--train_file", str(source), "--output", str(tmp_path / "out.txt"), "--batch_size", "16",
                            "--buc_len", "fine" if buc_len is None else str(buc_len)])
     assert written.read_text().splitlines() == ordered
+    assert bucketing_record(written) == {"batch_size": 16, "buc_len": "fine" if buc_len is None else str(buc_len),
+                                         "seed": 42, "source": str(source)}
+
+
+def test_bucketing_reads_the_lines_training_reads(tmp_path):
+    """``str.splitlines()`` cut a line holding U+2028, U+0085 or a form feed in two, which training's reader keeps
+    whole: the bucketed corpus held other sentences than the original, and more of them."""
+    from data.corpus import load_unsup_corpus
+
+    source = tmp_path / "in.txt"
+    source.write_text("\ufeffone line\u2028with a separator\r\nform\x0cfeed\n\nnext\x85line\rlast\n",
+                      encoding="utf-8")
+    written = bucket_main(["--train_file", str(source), "--output", str(tmp_path / "out.txt"), "--batch_size", "2"])
+    read = sorted(load_unsup_corpus(source, cache_dir=str(tmp_path / "hf"))["text"])
+    assert read == ["form\x0cfeed", "last", "next\x85line", "one line\u2028with a separator"]
+    assert sorted(written.read_text(encoding="utf-8").split("\n")[:-1]) == read
+
+
+def test_a_bucketed_corpus_says_when_a_run_would_mix_its_buckets(tmp_path):
+    """A run on a bucketed corpus under the Trainer's default random sampling, or another batch than the one the
+    order was made for, trained on mixed batches without a word (``bucketing_warning``: the summary's warning; the
+    run through run_unsup.py: tests/test_user_errors.py)."""
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"{' '.join(['w'] * (i % 9 + 1))} s{i}\n" for i in range(64)))
+    written = bucket_main(["--train_file", str(source), "--output", str(tmp_path / "out.txt"), "--batch_size", "8"])
+    assert bucketing_warning(written, "sequential", 8) is None and bucketing_warning(source, "random", 4) is None
+    assert bucketing_warning(written, "random", 16) == (
+        f"--train_file {written} is length-bucketed for batches of 8 sentences (python -m data.length_buckets, its "
+        f"record {written}.buckets.json), but --train_sampling_strategy random shuffles that order away and this run "
+        "takes 16 sentences a step, so each step's batch mixes buckets: pass --train_sampling_strategy sequential and "
+        "a batch of 8 (per device x processes), or bucket the corpus again for this batch")

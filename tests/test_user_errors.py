@@ -296,6 +296,24 @@ def test_corpora_joined_with_cat_and_lines_cut_by_a_lone_return_are_not_trained_
             "sentence") in summary
 
 
+def test_a_bucketed_corpus_trained_under_random_sampling_is_said_to_mix_its_buckets(backbone, corpus, tmp_path,
+                                                                                     capsys):
+    """Through run_unsup.py: ESimCSE Table 6's bucketed corpus under the Trainer's default random sampling trained on
+    mixed batches without a word; its summary now says so, and with --train_sampling_strategy sequential and the
+    batch it was bucketed for (8) nothing is said."""
+    from data.length_buckets import main as bucket_main
+
+    bucketed = bucket_main(["--train_file", str(corpus), "--output", str(tmp_path / "bucketed.txt"),
+                            "--batch_size", "8"])
+    said = f"warning: --train_file {bucketed} is length-bucketed for batches of 8 sentences"
+    for flags, warned in (([], True), (["--train_sampling_strategy", "sequential"], False)):
+        out = tmp_path / f"out{len(flags)}"
+        trained = in_process(run_unsup.main, base_args(backbone, bucketed, out) + ["--eval_strategy", "no", *flags],
+                             capsys)
+        assert trained.code == 0, trained.err
+        assert (said in trained.out.split("run summary ===", 1)[1]) == warned
+
+
 def test_a_missing_generator_is_named(backbone, corpus, tmp_path, capsys):
     result = in_process(run_diffcse.main, base_args(backbone, corpus, tmp_path / "out") + [
         "--eval_strategy", "no", "--generator_name", str(tmp_path / "generator")], capsys, prog="run_diffcse.py")
