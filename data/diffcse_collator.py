@@ -10,7 +10,8 @@ frozen generator decides *what* goes there (``models.diffcse.DiffCSEModel``). Ed
   the original is *not* replaced, as in ELECTRA and DiffCSE).
 - ``insert`` (Table 4): ``round(masking_ratio * n)`` (at least 1) ``[MASK]`` tokens are inserted at random gaps of the
   n body tokens and filled by the generator; label 1 = inserted token. Body tokens are dropped from the end when the
-  result would exceed ``max_length``.
+  result would exceed ``max_length`` (counted before training: :meth:`DiffCSECollator.edit_cut_count`, in the run's
+  log and summary).
 - ``delete`` (Table 4): ``round(masking_ratio * n)`` body tokens (at least 1, keeping at least 1) are deleted;
   label 1 = "the token before this one was deleted" (the paper's wording). No generator is needed.
 
@@ -103,6 +104,14 @@ class DiffCSECollator(EpochDraws):
         are built from the cut views."""
         return self.views.cut_count(texts)
 
+    def edit_cut_count(self, texts: list[str]) -> int:
+        """How many of ``texts``' edited sentences lose their last tokens to the edit (``insert``: the body tokens
+        dropped from the end so that its ``[MASK]`` tokens fit in ``max_length``; :meth:`fit_insertions`); 0 for the
+        other edits, which never lengthen a sentence."""
+        if self.edit != "insert":
+            return 0
+        return sum(len(self.fit_insertions(ids)[0]) < len(ids) for ids in self.views.tokenize(texts))
+
     # ------------------------------------------------------------------ batch
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Dataset rows -> SimCSE's views plus the ``rtd_*`` keys of the edited sentences (module docstring)."""
@@ -145,14 +154,22 @@ class DiffCSECollator(EpochDraws):
             # else: kept (BERT's 10% unchanged); the generator still predicts this position
         return EditedRow(inputs, fill, list(ids), [-1] * len(ids))
 
-    def insert(self, ids: list[int], rng: random.Random) -> EditedRow:
-        """``edit="insert"``: insert ``[MASK]`` tokens at random gaps of the body for the generator to fill."""
+    def fit_insertions(self, ids: list[int]) -> tuple[list[int], list[int], int]:
+        """``ids`` with body tokens dropped from the end until they and their insertions fit in ``max_length``, the
+        positions of their body tokens and how many ``[MASK]`` tokens go in (``round(masking_ratio * n)``, at least
+        1)."""
         ids = list(ids)
         body = self.body_positions(ids)
         count = max(1, round(self.masking_ratio * len(body))) if body else 0
         while body and len(ids) + count > self.max_length:  # drop body tokens from the end to make room
             del ids[body.pop()]
             count = max(1, round(self.masking_ratio * len(body))) if body else 0
+        return ids, body, count
+
+    def insert(self, ids: list[int], rng: random.Random) -> EditedRow:
+        """``edit="insert"``: insert ``[MASK]`` tokens at random gaps of the body for the generator to fill (the body
+        shortened to make room: :meth:`fit_insertions`)."""
+        ids, body, count = self.fit_insertions(ids)
         gaps = sorted(rng.randrange(len(body) + 1) for _ in range(count))  # gap g = before body token g
         inserts_before = {g: gaps.count(g) for g in set(gaps)}
         end_of_body = body[-1] + 1 if body else len(ids)

@@ -34,6 +34,8 @@ class SentenceCut:
     rows: int
     corpus_rows: int
     max_length: int
+    #: Of them, the edited sentences an edit shortens to fit (DiffCSE's ``--rtd_edit insert``: ``edit_cut_count``).
+    edit_cut: int = 0
 
     def describe(self) -> str:
         """``12 of 400 sentences (3.0 %) are longer than --max_seq_length 32 tokens and are cut to it``, with where
@@ -41,12 +43,18 @@ class SentenceCut:
         share = 100 * self.cut / self.sentences if self.sentences else 0.0
         where = (f" (counted on {self.rows:,} evenly spaced rows of {self.corpus_rows:,})"
                  if self.rows < self.corpus_rows else "")
+        edited = ""
+        if self.edit_cut:
+            edited = (f"; the edited copies of {self.edit_cut:,} ({100 * self.edit_cut / self.sentences:.1f} %) lose "
+                      f"their last tokens to make room for --rtd_edit insert's [MASK] tokens within "
+                      f"--max_seq_length {self.max_length}")
         return (f"{self.cut:,} of {self.sentences:,} sentences ({share:.1f} %) are longer than --max_seq_length "
-                f"{self.max_length} tokens and are cut to it{where}")
+                f"{self.max_length} tokens and are cut to it{edited}{where}")
 
     def metrics(self) -> dict[str, int]:
         """For ``all_results.json``."""
-        return {"cut_sentences": self.cut, "counted_sentences": self.sentences}
+        edited = {"edit_cut_sentences": self.edit_cut} if self.edit_cut else {}
+        return {"cut_sentences": self.cut, "counted_sentences": self.sentences, **edited}
 
 
 def count_cut_sentences(collator: CutCounter, dataset: Any, counted_rows: int = COUNTED_ROWS) -> SentenceCut | None:
@@ -60,7 +68,9 @@ def count_cut_sentences(collator: CutCounter, dataset: Any, counted_rows: int = 
     rows = dataset.select(range(0, total, stride)) if stride > 1 else dataset
     texts = [text for column in columns for text in rows[column] if isinstance(text, str)]
     cut = sum(collator.cut_count(batch) for batch in batches(texts, BATCH))
-    return SentenceCut(cut, len(texts), len(rows), total, collator.max_length)
+    edit_cut_count = getattr(collator, "edit_cut_count", None)  # DiffCSE's collator: its edited copies
+    edit_cut = sum(edit_cut_count(batch) for batch in batches(texts, BATCH)) if edit_cut_count else 0
+    return SentenceCut(cut, len(texts), len(rows), total, collator.max_length, edit_cut)
 
 
 def batches(items: Sequence[str], size: int) -> list[list[str]]:

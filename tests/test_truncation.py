@@ -87,3 +87,40 @@ def test_the_run_says_how_many_sentences_max_seq_length_cuts(tmp_path, backbone,
     assert said in caplog.text
     results = json.loads((out / "all_results.json").read_text())
     assert (results["cut_sentences"], results["counted_sentences"]) == (expected, 40)
+
+
+def test_diffcse_insert_edit_counts_the_copies_it_shortens(tmp_path, tokenizer, capsys):
+    """``--rtd_edit insert`` drops a sentence's last body tokens until it and its round(0.3 n) [MASK] tokens fit in
+    --max_seq_length: most of a corpus of long sentences lost its tail in the edited copy without a word (the count
+    covered the SimCSE views alone). Counted against the written-out rule, and through run_diffcse.py's summary."""
+    import run_diffcse
+    from data.diffcse_collator import DiffCSECollator
+    from tests.tiny import save_tiny_backbone, save_tiny_generator
+
+    def shortened(text: str, max_length: int) -> bool:
+        n = min(words(text), max_length - 2)  # the view's body, [CLS] and [SEP] aside
+        return n + 2 + max(1, round(0.3 * n)) > max_length
+
+    collator = DiffCSECollator(tokenizer, max_length=6, masking_ratio=0.3, edit="insert")
+    cut = count_cut_sentences(collator, datasets.Dataset.from_dict({"text": SENTENCES}))
+    expected = sum(shortened(text, 6) for text in SENTENCES)
+    assert (cut.cut, cut.edit_cut, expected) == (2, expected, 3)  # the two of 6 words, cut to 4, and 4 words
+    assert cut.describe() == ("2 of 6 sentences (33.3 %) are longer than --max_seq_length 6 tokens and are cut to it; "
+                              "the edited copies of 3 (50.0 %) lose their last tokens to make room for --rtd_edit "
+                              "insert's [MASK] tokens within --max_seq_length 6")
+    assert count_cut_sentences(DiffCSECollator(tokenizer, max_length=6, masking_ratio=0.3),
+                               datasets.Dataset.from_dict({"text": SENTENCES})).edit_cut == 0  # replace: none
+    corpus = tiny_corpus(tmp_path / "corpus.txt", n=40)
+    lines = corpus.read_text().splitlines()
+    out = tmp_path / "run"
+    result = in_process(run_diffcse.main, [
+        "--model_name_or_path", str(save_tiny_backbone(tmp_path / "encoder")), "--generator_name",
+        str(save_tiny_generator(tmp_path / "generator")), "--rtd_edit", "insert", "--train_file", str(corpus),
+        "--max_steps", "1", "--eval_strategy", "no", "--max_seq_length", "10", "--output_dir", str(out),
+        *FAST_TRAINING_ARGS], capsys, prog="run_diffcse.py")
+    assert result.code == 0, result.err
+    edited = sum(shortened(line, 10) for line in lines)
+    assert 0 < edited < len(lines)
+    assert (f"the edited copies of {edited} ({100 * edited / 40:.1f} %) lose their last tokens to make room for "
+            "--rtd_edit insert's [MASK] tokens within --max_seq_length 10") in result.out.split("run summary ===", 1)[1]
+    assert json.loads((out / "all_results.json").read_text())["edit_cut_sentences"] == edited
