@@ -31,7 +31,8 @@ import numpy as np
 
 from eval.provenance import ProvenanceError, preset_of, training_record
 from eval.senteval_sizes import SIZES_ENV, check_sizes_default
-from eval.sts import DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, nan_spearman_note, resolve_senteval_dir
+from eval.sts import (DEV_TASKS, STS_TASKS, SentEvalDataError, evaluate_sts, nan_spearman_note, resolve_senteval_dir,
+                      table_average)
 from models.poolers import POOLER_TYPES
 
 logger = logging.getLogger(__name__)
@@ -57,15 +58,25 @@ class Analysis:
     function: str
     help: str
     takes_query: bool = False
+    #: The sets it reads, whatever ``--mode`` (``eval.analysis``): said in ``--help``, the record and, under
+    #: ``--mode dev``, a warning.
+    reads: str = "STS-B test"
 
 
 ANALYSES: tuple[Analysis, ...] = (
     Analysis("align_uniform", "run_align_uniform", "alignment and uniformity (Wang & Isola, 2020)"),
     Analysis("retrieval", "run_retrieval", "retrieval of paraphrases among STS-B sentences"),
     Analysis("cosine_dist", "run_cosine_distribution", "cosine distribution of STS-B pairs by gold score"),
-    Analysis("length_bias", "run_length_bias", "similarity vs. sentence-length difference"),
+    Analysis("length_bias", "run_length_bias", "similarity vs. sentence-length difference",
+             reads="the seven STS test sets"),
     Analysis("nn_query", "run_nearest_neighbours", "nearest neighbours of TEXT in STS-B", takes_query=True),
 )
+#: The ``--suite mteb`` run reads none of these flags (``eval.mteb_suite.run_mteb``: the folder's own
+#: sentence-transformers pipeline on MTEB's seven English STS test sets); given there, they are refused.
+SENTEVAL_ONLY_FLAGS = ("pooler", "mode", "task_set", "tasks", "no_check_senteval_sizes", "max_tokens", "no_packing",
+                       "max_length", "seed", "analysis_dir", *(analysis.flag for analysis in ANALYSES))
+#: The flags that store into another name (``--no_packing`` sets ``packing``).
+NEGATED_FLAGS = {"no_check_senteval_sizes": "check_senteval_sizes", "no_packing": "packing"}
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -127,15 +138,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval_dtype", choices=("fp32", "bf16"), default="fp32",
                         help="fp32 (default: autocast and TF32 off, as the papers evaluated) or bf16 autocast; "
                              "recorded in --output_json")
-    parser.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's 1111)")
+    parser.add_argument("--seed", type=int, default=1111,
+                        help="transfer tasks' seed: the classifiers' and the cross-validation folds' (SentEval's "
+                             "1111; SentEval keeps its folds at 1111 whatever its seed)")
     parser.add_argument("--analysis_dir", type=Path, default=None,
                         help="where analyses write (default: the --output_json folder, else outputs/analysis)")
     for analysis in ANALYSES:
         if analysis.takes_query:
-            parser.add_argument(f"--{analysis.flag}", metavar="TEXT", default=None, help=analysis.help)
+            parser.add_argument(f"--{analysis.flag}", metavar="TEXT", default=None,
+                                help=f"{analysis.help} (reads {analysis.reads}, whatever --mode)")
         else:
-            parser.add_argument(f"--{analysis.flag}", action="store_true", help=analysis.help)
+            parser.add_argument(f"--{analysis.flag}", action="store_true",
+                                help=f"{analysis.help} (reads {analysis.reads}, whatever --mode)")
     return parser
+
+
+def check_suite_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse, before anything loads, a flag the chosen ``--suite`` does not read: ``--suite mteb`` scores the
+    folder's own pipeline on MTEB's seven English STS test sets (:data:`SENTEVAL_ONLY_FLAGS` were dropped silently,
+    and the printout's header repeated ``--pooler`` and ``--mode`` as if they applied); ``--mteb_data`` is mteb's."""
+    if args.suite == "mteb":
+        given = [f"--{flag}" for flag in SENTEVAL_ONLY_FLAGS
+                 if getattr(args, NEGATED_FLAGS.get(flag, flag)) != parser.get_default(NEGATED_FLAGS.get(flag, flag))]
+        if given:
+            parser.error(f"--suite mteb scores the folder's own sentence-transformers pipeline on MTEB's seven "
+                         f"English STS test sets and reads no {' / '.join(given)}: drop "
+                         f"{'it' if len(given) == 1 else 'them'}, or evaluate with --suite senteval (the default)")
+    elif args.mteb_data != parser.get_default("mteb_data"):
+        parser.error(f"--mteb_data {args.mteb_data} chooses --suite mteb's data: pass --suite mteb, or drop it")
 
 
 @dataclass(frozen=True)
@@ -250,6 +280,9 @@ def run_analyses(encoder: Any, senteval_dir: Path, args: argparse.Namespace) -> 
         return merged
     out_dir = analysis_dir(args)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.mode == "dev":
+        logger.warning("--mode dev scores the dev sets, but %s", "; ".join(
+            f"--{analysis.flag} reads {analysis.reads}" for analysis in selected))
     for analysis in selected:
         function = _import("eval.analysis", analysis.function, f"--{analysis.flag}")
         query = (getattr(args, analysis.flag),) if analysis.takes_query else ()
@@ -261,19 +294,25 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+#: The decimals the analyses' numbers keep (alignment 0.2514: two decimals hid gaps under 0.005 between models, and
+#: their own files under ``--analysis_dir`` keep them all).
+ANALYSIS_DIGITS = 4
+
+
 def round_results(results: Mapping[str, Any], digits: int = 2) -> dict[str, Any]:
-    """Round every number (recursively) to ``digits`` decimals; NaN/inf (e.g. a constant prediction's Spearman)
-    become ``None`` so the JSON stays valid; other values pass through."""
-    def _round(value: Any) -> Any:
+    """Round every number (recursively) to ``digits`` decimals, the ``analysis`` section's to
+    :data:`ANALYSIS_DIGITS`; NaN/inf (e.g. a constant prediction's Spearman) become ``None`` so the JSON stays valid;
+    other values pass through."""
+    def _round(value: Any, places: int) -> Any:
         if isinstance(value, Mapping):
-            return {key: _round(item) for key, item in value.items()}
+            return {key: _round(item, places) for key, item in value.items()}
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
             return int(value)  # counts stay integers
         if _is_number(value):
-            return round(float(value), digits) if math.isfinite(value) else None
+            return round(float(value), places) if math.isfinite(value) else None
         return value
 
-    return {key: _round(value) for key, value in results.items()}
+    return {key: _round(value, ANALYSIS_DIGITS if key == "analysis" else digits) for key, value in results.items()}
 
 
 def format_table(results: Mapping[str, Any], columns: Mapping[str, str]) -> str:
@@ -298,7 +337,8 @@ def evaluate(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
                            eval_dtype=args.eval_dtype, packing=args.packing)
     results: dict[str, Any] = {}
     if plan.sts_tasks:
-        results.update(evaluate_sts(encoder, senteval_dir, tasks=plan.sts_tasks, split=plan.sts_split))
+        scores = evaluate_sts(encoder, senteval_dir, tasks=plan.sts_tasks, split=plan.sts_split)
+        results.update(scores, avg=table_average(scores, plan.sts_tasks))
     if plan.run_transfer:
         results.update(run_transfer(encoder, senteval_dir, args, plan))
     analyses = run_analyses(encoder, senteval_dir, args)
@@ -326,6 +366,10 @@ def evaluation_record(args: argparse.Namespace, plan: Plan, encoder: Any) -> dic
     if plan.run_transfer:
         tasks = plan.transfer_tasks or _import("eval.transfer", "TRANSFER_TASKS", "--task_set transfer/full")
         record.update(transfer_tasks=list(tasks), transfer_seed=args.seed)
+    analyses = {analysis.flag: analysis.reads for analysis in ANALYSES
+                if getattr(args, analysis.flag) not in (None, False)}
+    if analyses:
+        record["analyses"] = analyses  # the sets each read, whatever --mode
     return record
 
 
@@ -357,6 +401,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_one_process(parser)
+    check_suite_flags(args, parser)
     plan = plan_tasks(args, parser)
     check_device_and_output(args, parser)
     if not logging.getLogger().handlers:

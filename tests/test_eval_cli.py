@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import sys
 import types
@@ -388,6 +389,64 @@ def test_cli_dispatches_transfer_and_analyses(tmp_path: Path, tiny_bert_dir: Pat
     assert written == {"STSBenchmark": written["STSBenchmark"], "avg": written["STSBenchmark"],
                        "MR": 80.12, "MRPC": 70.99, "transfer_avg": 75.56,
                        "analysis": {"align": 0.2, "uniform": -2.5, "nn_query": "a cat"}}
+
+
+def test_analyses_keep_four_decimals_and_say_what_they_read_under_mode_dev(tmp_path: Path, tiny_bert_dir: Path,
+                                                                           sts_fixture_dir: Path, monkeypatch,
+                                                                           caplog):
+    """The results JSON cut the analyses' numbers to 2 decimals (alignment 0.2514 -> 0.25, where the analysis's own
+    file kept them all), and under --mode dev the analyses read STS-B test (--length_bias all seven test sets)
+    while the record said the dev split: now 4 decimals, a warning, and the sets each read in the record."""
+    fake_analysis = types.ModuleType("eval.analysis")
+    fake_analysis.run_align_uniform = lambda encoder, senteval_dir, out: {"align": 0.251437, "uniform": -3.818712}
+    fake_analysis.run_length_bias = lambda encoder, senteval_dir, out: {"gap": 0.0123456}
+    monkeypatch.setitem(sys.modules, "eval.analysis", fake_analysis)
+    out = tmp_path / "results.json"
+    with caplog.at_level(logging.WARNING, logger="eval.cli"):
+        main(["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--mode", "dev", "--senteval_dir",
+              str(sts_fixture_dir), "--device", "cpu", "--align_uniform", "--length_bias", "--output_json", str(out)])
+    written = json.loads(out.read_text())
+    assert written["analysis"] == {"align": 0.2514, "uniform": -3.8187, "gap": 0.0123}
+    assert written["evaluation"]["analyses"] == {"align_uniform": "STS-B test",
+                                                 "length_bias": "the seven STS test sets"}
+    assert caplog.messages == ["--mode dev scores the dev sets, but --align_uniform reads STS-B test; --length_bias "
+                               "reads the seven STS test sets"]
+
+
+def test_the_sts_avg_is_the_mean_of_the_table_s_cells_as_simcse_prints_it(tmp_path: Path, tiny_bert_dir: Path,
+                                                                          sts_fixture_dir: Path):
+    """SimCSE's evaluation.py averages the cells it prints ("%.2f"); the mean of the unrounded scores, rounded,
+    differs by 0.01 in about 8 % of rows (a row whose cells do not add up to its Avg.)."""
+    from eval.sts import table_average
+
+    scores = {"STS12": 0.005001, "STS13": 0.004}  # cells 0.01 and 0.00: Avg. 0.01; the unrounded mean 0.0045: 0.00
+    assert round(table_average(scores, ["STS12", "STS13"]), 2) == 0.01
+    assert round((scores["STS12"] + scores["STS13"]) / 2, 2) == 0.0
+    assert math.isnan(table_average({"STS12": float("nan"), "STS13": 1.0}, ["STS12", "STS13"]))
+    _, written = run_cli(tmp_path, "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--senteval_dir",
+                         str(sts_fixture_dir))
+    cells = [written[task] for task in STS_KEYS[:-1]]
+    assert written["avg"] == round(sum(cells) / len(cells), 2)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--suite", "mteb", "--pooler", "avg", "--mode", "dev"], "--pooler / --mode"),
+    (["--suite", "mteb", "--tasks", "STSB", "--no_packing", "--align_uniform"],
+     "--tasks / --no_packing / --align_uniform"),
+])
+def test_mteb_refuses_the_flags_it_does_not_read(flags, named, tmp_path: Path, capsys):
+    """--suite mteb scores the folder's own pipeline on the seven test sets: --pooler avg --mode dev were dropped
+    silently while the printout's header repeated them; refused before anything loads, as is --mteb_data under the
+    SentEval suite."""
+    with pytest.raises(SystemExit) as refused:
+        main(["--model_name_or_path", str(tmp_path), *flags])
+    assert refused.value.code == 2
+    assert (f"python -m eval: error: --suite mteb scores the folder's own sentence-transformers pipeline on MTEB's "
+            f"seven English STS test sets and reads no {named}: drop them, or evaluate with --suite senteval (the "
+            "default)") in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--model_name_or_path", str(tmp_path), "--mteb_data", "senteval"])
+    assert "--mteb_data senteval chooses --suite mteb's data: pass --suite mteb, or drop it" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------------------------- loading
