@@ -264,12 +264,33 @@ def _sentence_transformers_backend(model_name_or_path: str, pooler: str | None, 
     model = SentenceTransformer(model_name_or_path, device=str(device), trust_remote_code=False)
     pipeline = " -> ".join(type(module).__name__ for module in model)
     logger.info("%s: sentence-transformers folder, using the folder's own pooling (%s)", model_name_or_path, pipeline)
+    prompt, prompt_length = default_prompt(model)
+    if prompt:
+        pipeline += f", its default prompt {prompt!r} before every sentence"
+        logger.info("%s: its default prompt %r goes before every sentence, as its encode() puts it", model_name_or_path,
+                    prompt)
 
     def embed(**features: torch.Tensor) -> torch.Tensor:
-        return model(dict(features))["sentence_embedding"]
+        inputs = dict(features) if prompt_length is None else {**features, "prompt_length": prompt_length}
+        return model(inputs)["sentence_embedding"]
 
     return _Backend(model, embed, model.tokenizer, model.max_seq_length,
+                    preprocess=(lambda sentence: prompt + sentence) if prompt else None,
                     embedding=f"the sentence-transformers folder's own pipeline ({pipeline})")
+
+
+def default_prompt(model: Any) -> tuple[str, int | None]:
+    """A sentence-transformers model's default prompt (``default_prompt_name`` in its
+    ``config_sentence_transformers.json``; ``""``: none), which its ``encode()`` puts before every sentence (before,
+    the SentEval suite called the pipeline on the bare sentences: a folder with a ``query: `` prompt scored otherwise
+    than its own ``encode``), and the prompt's length in tokens without a closing special token, which a ``Pooling``
+    with ``include_prompt=False`` leaves out of its mean (as ``encode`` measures it; ``None`` without a prompt)."""
+    name = getattr(model, "default_prompt_name", None)
+    prompt = (getattr(model, "prompts", None) or {}).get(name, "") if name else ""
+    if not prompt:
+        return "", None
+    ids = model.tokenizer(prompt)["input_ids"]
+    return prompt, len(ids) - (1 if ids and ids[-1] in model.tokenizer.all_special_ids else 0)
 
 
 def _contrastive_backend(model_name_or_path: str, pooler: str | None, device: torch.device) -> _Backend:
