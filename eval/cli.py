@@ -357,15 +357,16 @@ def evaluation_record(args: argparse.Namespace, plan: Plan, encoder: Any) -> dic
     """How the scores of a results JSON were computed, which its numbers alone do not say: the model and its
     sentence embedding as loaded (the pooler the folder's config chose where ``--pooler`` was left out), the mode
     and the split of the STS tasks (STS-B and SICK-R have a dev and a test split: a dev score reads as a test one),
-    the tasks run (the ``avg`` is theirs), the truncation length, whether the files were SentEval's (size checks)
-    and the transfer classifiers' seed."""
+    the tasks run (the ``avg`` is theirs), the truncation length, whether the STS files were checked to be
+    SentEval's (size checks; the transfer files always are: ``transfer_size_checks``) and the transfer seed."""
     record = {"model_name_or_path": str(args.model_name_or_path), "embedding": encoder.embedding,
               "mode": args.mode, "sts_split": plan.sts_split if plan.sts_tasks else None,
               "sts_tasks": list(plan.sts_tasks), "transfer_tasks": [], "max_length": encoder.max_length,
               "check_senteval_sizes": check_sizes_default()}
     if plan.run_transfer:
         tasks = plan.transfer_tasks or _import("eval.transfer", "TRANSFER_TASKS", "--task_set transfer/full")
-        record.update(transfer_tasks=list(tasks), transfer_seed=args.seed)
+        # the transfer files are checked against SentEval's sizes whatever --no_check_senteval_sizes (STS's only)
+        record.update(transfer_tasks=list(tasks), transfer_seed=args.seed, transfer_size_checks=True)
     analyses = {analysis.flag: analysis.reads for analysis in ANALYSES
                 if getattr(args, analysis.flag) not in (None, False)}
     if analyses:

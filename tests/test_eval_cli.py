@@ -389,6 +389,9 @@ def test_cli_dispatches_transfer_and_analyses(tmp_path: Path, tiny_bert_dir: Pat
     assert written == {"STSBenchmark": written["STSBenchmark"], "avg": written["STSBenchmark"],
                        "MR": 80.12, "MRPC": 70.99, "transfer_avg": 75.56,
                        "analysis": {"align": 0.2, "uniform": -2.5, "nn_query": "a cat"}}
+    record = json.loads((out_dir / "results.json").read_text())["evaluation"]
+    assert {key: record[key] for key in ("transfer_tasks", "transfer_seed", "transfer_size_checks")} == {
+        "transfer_tasks": ["MR", "MRPC"], "transfer_seed": 1111, "transfer_size_checks": True}
 
 
 def test_analyses_keep_four_decimals_and_say_what_they_read_under_mode_dev(tmp_path: Path, tiny_bert_dir: Path,
@@ -462,8 +465,8 @@ def test_a_sentence_transformers_folder_s_default_prompt_goes_before_every_sente
     from sentence_transformers.models import Pooling, Transformer
 
     transformer = Transformer(str(tiny_bert_dir))
-    model = SentenceTransformer(modules=[transformer, Pooling(transformer.get_word_embedding_dimension(), "mean",
-                                                              include_prompt=include_prompt)],
+    dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+    model = SentenceTransformer(modules=[transformer, Pooling(dimension(), "mean", include_prompt=include_prompt)],
                                 prompts={"query": "the cat "}, default_prompt_name="query", device="cpu")
     model.save(str(tmp_path / "st"))
     sentences = ["a dog runs in the park", "the old man reads a book", "music"]
