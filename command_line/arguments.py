@@ -23,7 +23,8 @@ from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
 
 from eval.encoder import DEV_MAX_TOKENS
-from models.config import DIFFCSE, SETTINGS, UNSUP, check_setting, check_value, flag_of, number, value_range
+from models.config import (DIFFCSE, SETTINGS, UNSUP, check_setting, check_value, number, setting_names,
+                           value_range)
 from trainers.errors import UsageError, reraise_as
 from trainers.fast_path import COMPILE_MODES, COMPILE_REGIONS, asynchronous_batches
 from trainers.methods import METHODS
@@ -148,7 +149,7 @@ def setting_fields(script: str) -> list[tuple[str, Any, Any]]:
         choices = [str(c) for c in meta["choices"] or () if c is not None]
         shown = f" {{{','.join(choices)}}}" if choices else ""  # checked with the declaration's message, not argparse's
         metadata: dict[str, Any] = {"help": f"{meta['help']}{shown} {default_text(name, script)}"}
-        names = [f"--{alias}" for alias in (meta["flag"], *meta["aliases"]) if alias and alias != name]
+        names = [f"--{alias}" for alias in setting_names(name)[1:]]
         if names:
             metadata["aliases"] = names
         specs.append((name, value_type | None, field(default=None, metadata=metadata)))
@@ -514,9 +515,9 @@ def other_scripts_flag(flag: str) -> str | None:
     if flag == "--method":
         return f"{UNSUP}.py (run_diffcse.py trains DiffCSE only)"
     for name, declaration in SETTINGS.items():
-        metadata = declaration.metadata
-        if flag in {flag_of(name), f"--{name}", *(f"--{alias}" for alias in metadata["aliases"])}:
-            named = [f"{script}.py" + (" (DiffCSE)" if script == DIFFCSE else "") for script in metadata["scripts"]]
+        if flag in {f"--{spelling}" for spelling in setting_names(name)}:
+            named = [f"{script}.py" + (" (DiffCSE)" if script == DIFFCSE else "")
+                     for script in declaration.metadata["scripts"]]
             return " and ".join(named) or None
     return None
 

@@ -58,10 +58,9 @@ def _read_mapping(path: str, text: str) -> Any:
 def _names_of_one_setting(keys: list[str]) -> list[tuple[str, str]]:
     """Pairs of ``keys`` that name one method setting (its name, its papers' flag, its aliases:
     ``models.config``)."""
-    from models.config import SETTINGS
+    from models.config import SETTINGS, setting_names
 
-    owner = {alias: name for name, declared in SETTINGS.items()
-             for alias in (name, declared.metadata["flag"], *declared.metadata["aliases"]) if alias}
+    owner = {spelling: name for name in SETTINGS for spelling in setting_names(name)}
     first: dict[str, str] = {}
     pairs = []
     for key in keys:

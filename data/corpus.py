@@ -64,7 +64,7 @@ class CorpusStats:
     rows: int = 0  # rows (lines) read, dropped ones included
     skipped: int = 0
     skipped_what: str = ""  # e.g. "blank lines"
-    #: What the file holds that changes its rows unseen (:func:`text_line_notes`), for the summary's warnings.
+    #: What the file holds that changes its rows unseen (:class:`LineNotes`), for the summary's warnings.
     notes: list[str] = field(default_factory=list)
 
 
@@ -80,14 +80,15 @@ def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None,
     Lines are stripped; blank lines are skipped and their count is logged. A ``.csv`` file must have a single
     column under a header row (any name; it is renamed ``"text"``); any other suffix is read as plain text lines,
     which end at ``\n``, ``\r\n`` or ``\r`` (the ``text`` reader's universal newlines, as the authors' code reads
-    its corpus): a lone ``\r`` and a line holding a tab are counted and warned of (:func:`text_line_notes`).
+    its corpus): a lone ``\r`` and a line holding a tab are counted and warned of (:class:`LineNotes`).
 
     Raises:
         CorpusError: the file is missing, empty, not UTF-8, holds only blank lines, or (CSV) has more than one
             column, a row with the wrong number of fields or a row repeating the header.
     """
-    file = _check_file(path, hint=UNSUP_HINT)
-    if contents_suffix(file) == ".csv":
+    lines = None if contents_suffix(Path(path)) == ".csv" else LineNotes()  # a CSV's rows are not its lines
+    file = _check_file(path, hint=UNSUP_HINT, lines=lines)
+    if lines is None:
         header = _check_csv(file)
         if len(header) != 1:
             raise CorpusError(
@@ -99,7 +100,7 @@ def load_unsup_corpus(path: str | Path, *, cache_dir: str | None = None,
         if header[0] != "text":
             dataset = dataset.rename_column(header[0], "text")
         return _drop_blank_rows(dataset, file, skipped="blank rows", problem="every row is blank", stats=stats)
-    notes = _warn_of_line_notes(file)
+    notes = lines.warn(file)
     dataset = _load_builder("text", file, cache_dir=cache_dir)
     dataset = _drop_blank_rows(dataset, file, skipped="blank lines", problem="the file holds only blank lines",
                                stats=stats)
@@ -179,8 +180,9 @@ def load_next_sentence_corpus(path: str | Path, *, stats: CorpusStats | None = N
     """
     import datasets
 
-    file = _check_file(path, hint=ORDERED_HINT)
-    notes = _warn_of_line_notes(file)
+    lines = LineNotes()
+    file = _check_file(path, hint=ORDERED_HINT, lines=lines)
+    notes = lines.warn(file)
     documents = read_documents(file)
     if len(documents) < 2:
         raise CorpusError(f"{file}: source='next' needs an ordered corpus with documents separated by blank lines "
@@ -200,8 +202,9 @@ def load_next_sentence_corpus(path: str | Path, *, stats: CorpusStats | None = N
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _check_file(path: str | Path, *, hint: str) -> Path:
-    """Check that ``path`` is an existing, non-empty, UTF-8 file; return it as a ``Path``."""
+def _check_file(path: str | Path, *, hint: str, lines: LineNotes | None = None) -> Path:
+    """Check that ``path`` is an existing, non-empty, UTF-8 file; return it as a ``Path``. ``lines``: counts what
+    its lines hold (:class:`LineNotes`), in the same pass."""
     file = Path(path)
     if not file.exists():
         raise CorpusError(f"{file}: no such file; {hint}")
@@ -209,7 +212,7 @@ def _check_file(path: str | Path, *, hint: str) -> Path:
         raise CorpusError(f"{file}: is not a regular file (a directory?); pass the path of the corpus file itself")
     if file.stat().st_size == 0:
         raise CorpusError(f"{file}: the file is empty; {hint}")
-    _check_utf8(file)
+    _check_utf8(file, lines)
     return file
 
 
@@ -254,8 +257,9 @@ def open_corpus(file: Path) -> Iterator[BinaryIO]:
                           f"compress the plain corpus again") from None
 
 
-def _check_utf8(file: Path) -> None:
-    """Raise ``CorpusError`` at the first byte that is not valid UTF-8, naming its line and byte offset."""
+def _check_utf8(file: Path, lines: LineNotes | None = None) -> None:
+    """Raise ``CorpusError`` at the first byte that is not valid UTF-8, naming its line and byte offset; ``lines``
+    counts what the lines hold as they are read."""
     first_line, first_byte = 1, 0
     with open_corpus(file) as handle:
         for block in _line_aligned_blocks(handle):
@@ -271,51 +275,56 @@ def _check_utf8(file: Path) -> None:
                     f"the corpus must be UTF-8: convert it, e.g. `iconv -f latin1 -t utf8 {file} > {file}.utf8` "
                     f"if it is Latin-1"
                 ) from None
+            if lines is not None:
+                lines.count(block, first_line)
             first_line += block.count(b"\n")
             first_byte += len(block)
 
 
-def text_line_notes(file: Path) -> list[str]:
-    """What a one-sentence-per-line ``file`` holds that makes its rows other than its ``\n``-lines, unseen: lone
-    carriage returns (``\r`` without ``\n``) inside a line's text, each of which ends a sentence too (the ``text``
-    reader's universal newlines: a stray ``\r`` inside a sentence splits it in two), and lines whose text holds a
-    tab (a tab-separated file's columns, a score and a pair, are then one sentence). Each as a warning naming the
-    count, the first line (lines counted at ``\n``) and the fix; empty when neither is there."""
-    lone_returns = tab_lines = 0
-    first_return = first_tab = None
-    line = 1
-    with open_corpus(file) as handle:
-        for block in _line_aligned_blocks(handle):
-            if b"\r" in block:  # a \r inside a line's text (not one that ends it, \r\n, nor beside blanks)
-                returns = [(number, text.strip().count(b"\r")) for number, text in enumerate(block.split(b"\n"))]
-                split = [number for number, count in returns if count]
-                first_return = line + split[0] if first_return is None and split else first_return
-                lone_returns += sum(count for _, count in returns)
-            if b"\t" in block:
-                tabbed = [number for number, text in enumerate(block.split(b"\n")) if b"\t" in text.strip()]
-                first_tab = line + tabbed[0] if first_tab is None and tabbed else first_tab
-                tab_lines += len(tabbed)
-            line += block.count(b"\n")
-    notes = []
-    if lone_returns:
-        notes.append(f"{file}: {lone_returns:,} lone carriage return{'s' if lone_returns > 1 else ''} (\\r without "
-                     f"\\n; the first on line {first_return}) each end a sentence, as the corpus is read with "
-                     f"universal newlines (\\n, \\r\\n and \\r end a line): if they sit inside sentences, "
-                     f"each cuts one in two: replace them (tr '\\r' ' ' < {file} > FIXED); as the line ends of "
-                     f"an old Mac file they are right")
-    if tab_lines:
-        notes.append(f"{file}: {tab_lines:,} line{'s hold' if tab_lines > 1 else ' holds'} a tab (the first: line "
-                     f"{first_tab}), and each line trains as one sentence, tabs and all: if the file is "
-                     f"tab-separated columns (scores, pairs), pass one sentence per line")
-    return notes
+@dataclass
+class LineNotes:
+    """What a one-sentence-per-line file holds that makes its rows other than its ``\n``-lines, unseen, counted as
+    :func:`_check_utf8` reads it (one pass): lone carriage returns (``\r`` without ``\n``) inside a line's text,
+    each of which ends a sentence too (the ``text`` reader's universal newlines: a stray ``\r`` inside a sentence
+    splits it in two), and lines whose text holds a tab (a tab-separated file's columns, a score and a pair, are then
+    one sentence); the first line of each (lines counted at ``\n``)."""
 
+    lone_returns: int = 0
+    first_return: int | None = None
+    tab_lines: int = 0
+    first_tab: int | None = None
 
-def _warn_of_line_notes(file: Path) -> list[str]:
-    """:func:`text_line_notes` of ``file``, each logged as a warning."""
-    notes = text_line_notes(file)
-    for note in notes:
-        logger.warning(note)
-    return notes
+    def count(self, block: bytes, first_line: int) -> None:
+        """Count ``block``'s (whole lines, the first of them line ``first_line``)."""
+        if b"\r" not in block and b"\t" not in block:
+            return
+        texts = [text.strip() for text in block.split(b"\n")]  # each line's text: no \r\n end, no blanks around
+        returns = [text.count(b"\r") for text in texts]
+        tabbed = [b"\t" in text for text in texts]
+        if self.first_return is None and any(returns):
+            self.first_return = first_line + next(number for number, count in enumerate(returns) if count)
+        if self.first_tab is None and any(tabbed):
+            self.first_tab = first_line + tabbed.index(True)
+        self.lone_returns += sum(returns)
+        self.tab_lines += sum(tabbed)
+
+    def warn(self, file: Path) -> list[str]:
+        """Each, logged as a warning and returned: ``file``, the count, the first line and the fix; empty when neither
+        is there."""
+        notes = []
+        if self.lone_returns:
+            notes.append(f"{file}: {self.lone_returns:,} lone carriage return{'s' if self.lone_returns > 1 else ''} "
+                         f"(\\r without \\n; the first on line {self.first_return}) each end a sentence, as the "
+                         f"corpus is read with universal newlines (\\n, \\r\\n and \\r end a line): if they sit "
+                         f"inside sentences, each cuts one in two: replace them (tr '\\r' ' ' < {file} > FIXED); as "
+                         f"the line ends of an old Mac file they are right")
+        if self.tab_lines:
+            notes.append(f"{file}: {self.tab_lines:,} line{'s hold' if self.tab_lines > 1 else ' holds'} a tab (the "
+                         f"first: line {self.first_tab}), and each line trains as one sentence, tabs and all: if the "
+                         f"file is tab-separated columns (scores, pairs), pass one sentence per line")
+        for note in notes:
+            logger.warning(note)
+        return notes
 
 
 def _line_aligned_blocks(handle: BinaryIO) -> Iterator[bytes]:

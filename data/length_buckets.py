@@ -8,9 +8,9 @@ length bucket (:func:`length_bucket`); train on the written file with ``--train_
 
 The corpus is read as training reads it (``data.corpus.corpus_lines``: lines break at ``\n``, ``\r\n`` and ``\r``
 only; ``str.splitlines()`` cut a sentence holding U+2028 or a form feed in two). Beside the output,
-``OUTPUT.buckets.json`` records the batch the order was made for (:func:`bucketing_record`): a run on the file under another batch, or under
-the Trainer's default random sampling (which shuffles the order away), is warned of (:func:`bucketing_warning`); it
-trained on mixed batches silently before.
+``OUTPUT.buckets.json`` records the batch the order was made for (:func:`bucketing_record`): a run on the file under
+another batch, or under the Trainer's default random sampling (which shuffles the order away), is warned of
+(:func:`bucketing_warning`); it trained on mixed batches silently before.
 """
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def bucketing_warning(train_file: str | Path, sampling: str, contrast_batch: int
     """A run on a bucketed corpus that does not take its batches in the file's order (``sampling`` other than
     ``sequential``: the Trainer's default ``random`` shuffles the order away) or takes another number of sentences a
     step (``contrast_batch``: the per-device batch x the processes, each process's share of one run of consecutive
-    sentences) than the batches the order was made for: each step's batch mixes buckets. ``None`` otherwise, and for a file without a record."""
+    sentences) than the batches the order was made for: each step's batch mixes buckets. ``None`` otherwise, and for
+    a file without a record."""
     record = bucketing_record(train_file)
     if record is None:
         return None

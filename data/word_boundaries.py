@@ -114,8 +114,6 @@ def word_marks(tokenizer: PreTrainedTokenizerBase) -> WordMarks:
             return WordMarks("start_mark", START_MARKS)
     elif counts := vocabulary_mark_counts(tokenizer):  # a Python tokenizer: the mark most of its vocabulary carries
         (kind, _), _ = counts.most_common(1)[0]
-        if kind == "start_mark":
-            return WordMarks(kind, START_MARKS)
         return WordMarks(kind, tuple(mark for mark_kind, mark in VOCABULARY_MARKS if mark_kind == kind))
     raise WordBoundaryError(
         f"{type(tokenizer).__name__} marks no word boundary in its vocabulary (none of its tokens starts with "

@@ -158,8 +158,8 @@ def check_suite_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
     folder's own pipeline on MTEB's seven English STS test sets (:data:`SENTEVAL_ONLY_FLAGS` were dropped silently,
     and the printout's header repeated ``--pooler`` and ``--mode`` as if they applied); ``--mteb_data`` is mteb's."""
     if args.suite == "mteb":
-        given = [f"--{flag}" for flag in SENTEVAL_ONLY_FLAGS
-                 if getattr(args, NEGATED_FLAGS.get(flag, flag)) != parser.get_default(NEGATED_FLAGS.get(flag, flag))]
+        destinations = {flag: NEGATED_FLAGS.get(flag, flag) for flag in SENTEVAL_ONLY_FLAGS}
+        given = [f"--{flag}" for flag, dest in destinations.items() if getattr(args, dest) != parser.get_default(dest)]
         if given:
             parser.error(f"--suite mteb scores the folder's own sentence-transformers pipeline on MTEB's seven "
                          f"English STS test sets and reads no {' / '.join(given)}: drop "
@@ -272,9 +272,14 @@ def analysis_dir(args: argparse.Namespace) -> Path:
     return args.output_json.parent if args.output_json is not None else Path("outputs/analysis")
 
 
+def selected_analyses(args: argparse.Namespace) -> list[Analysis]:
+    """The analyses of :data:`ANALYSES` whose flag ``args`` sets."""
+    return [analysis for analysis in ANALYSES if getattr(args, analysis.flag) not in (None, False)]
+
+
 def run_analyses(encoder: Any, senteval_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Run every requested analysis of :data:`ANALYSES`; their result dicts are merged."""
-    selected = [analysis for analysis in ANALYSES if getattr(args, analysis.flag) not in (None, False)]
+    selected = selected_analyses(args)
     merged: dict[str, Any] = {}
     if not selected:
         return merged
@@ -367,8 +372,7 @@ def evaluation_record(args: argparse.Namespace, plan: Plan, encoder: Any) -> dic
         tasks = plan.transfer_tasks or _import("eval.transfer", "TRANSFER_TASKS", "--task_set transfer/full")
         # the transfer files are checked against SentEval's sizes whatever --no_check_senteval_sizes (STS's only)
         record.update(transfer_tasks=list(tasks), transfer_seed=args.seed, transfer_size_checks=True)
-    analyses = {analysis.flag: analysis.reads for analysis in ANALYSES
-                if getattr(args, analysis.flag) not in (None, False)}
+    analyses = {analysis.flag: analysis.reads for analysis in selected_analyses(args)}
     if analyses:
         record["analyses"] = analyses  # the sets each read, whatever --mode
     return record

@@ -306,6 +306,13 @@ def unknown_settings_message(names: Iterable[str], where: str) -> str:
     return f"{where}: unknown setting(s) {', '.join(map(repr, names))}{hint}"
 
 
+def setting_names(name: str) -> tuple[str, ...]:
+    """Every spelling of the setting ``name`` (without dashes), each once: its name, its papers' flag, its aliases
+    (``temperature``, ``temp``)."""
+    meta = SETTINGS[name].metadata
+    return tuple(dict.fromkeys(spelling for spelling in (name, meta["flag"], *meta["aliases"]) if spelling))
+
+
 def flag_of(name: str) -> str:
     """The command-line spelling of a setting (the papers' name where it has one: ``--temp``)."""
     return "--" + (SETTINGS[name].metadata["flag"] or name)
@@ -401,4 +408,4 @@ def check_combinations(config: "ContrastiveConfig") -> None:
 
 __all__ = ["BOTH", "ContrastiveConfig", "DIFFCSE", "MASK_SLOT", "PROJECTOR_TYPES", "SENTENCE_SLOT", "SETTINGS",
            "TEMPLATE_SETTINGS", "UNSUP", "check_setting", "check_template",
-           "check_settings", "check_value", "flag_of", "setting", "value_range"]
+           "check_settings", "check_value", "flag_of", "setting", "setting_names", "value_range"]
